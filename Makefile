@@ -1,0 +1,42 @@
+# Two commands on a fresh machine: `make run` (set up + a real search) and `make test` (set up + tests).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# torch is installed first and pinned: on machines that carry the CPU wheel this version is served
+# from it; elsewhere pip takes the normal (CUDA) build of the same version from PyPI.
+TORCH_VERSION ?= 2.13.0
+STAMP := $(VENV)/.installed
+
+RUN_ARGS ?= --model tiny-gpt2 --space quick --trials 8
+
+.PHONY: install run test test-unit lint format clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "torch==$(TORCH_VERSION)"
+	$(BIN)/python -m pip install -q -e ".[dev,ray,postgres,report]"
+	touch $(STAMP)
+
+run: install
+	$(BIN)/autotune search $(RUN_ARGS)
+
+test: install
+	$(BIN)/python -m pytest -q
+
+test-unit: install
+	$(BIN)/python -m pytest -q tests/unit
+
+lint: install
+	$(BIN)/ruff check autotune tests benchmarks
+	$(BIN)/ruff format --check autotune tests benchmarks
+	$(BIN)/mypy
+
+format: install
+	$(BIN)/ruff check --fix autotune tests benchmarks
+	$(BIN)/ruff format autotune tests benchmarks
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache .mypy_cache .ruff_cache autotune.db

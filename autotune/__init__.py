@@ -1,0 +1,36 @@
+"""autotune: measure, don't guess, the fastest way to train a Hugging Face model on your hardware.
+
+The public API is re-exported here; modules behind it may move.
+"""
+
+from __future__ import annotations
+
+from autotune.config import MeasureSettings, RunConfig, parse_memory_cap
+from autotune.errors import AutotuneError, SpaceError, StoreError, UsageError, WorkloadError
+from autotune.space import SearchSpace, load_space
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AutotuneError",
+    "MeasureSettings",
+    "RunConfig",
+    "SearchResult",
+    "SearchSpace",
+    "SpaceError",
+    "StoreError",
+    "UsageError",
+    "WorkloadError",
+    "__version__",
+    "load_space",
+    "parse_memory_cap",
+    "search",
+]
+
+
+def __getattr__(name: str):  # torch and transformers load only when a search is asked for
+    if name in ("search", "SearchResult"):
+        from autotune import driver
+
+        return getattr(driver, name)
+    raise AttributeError(f"module 'autotune' has no attribute {name!r}")

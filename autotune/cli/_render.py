@@ -1,0 +1,168 @@
+"""Rendering with rich: the live search view, trial lines and result tables."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from autotune.progress import Reporter, TrialSummary
+
+console = Console(width=None if sys.stdout.isatty() else 150)
+err_console = Console(stderr=True)
+
+_SHORT = {
+    "per_device_train_batch_size": "bs",
+    "gradient_accumulation_steps": "ga",
+    "precision": "prec",
+    "optim": "optim",
+    "torch_compile": "compile",
+    "attn_implementation": "attn",
+    "activation_checkpointing": "ckpt",
+}
+
+
+def format_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}" if unit == "GiB" else f"{n / size:.0f} {unit}"
+    return f"{n:.0f} B"
+
+
+def format_rate(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x / 1000:.1f}k" if x >= 1000 else f"{x:.1f}"
+
+
+def format_params(params: dict[str, Any]) -> str:
+    return " ".join(f"{_SHORT.get(k, k)}={_value(v)}" for k, v in params.items())
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    return str(v)
+
+
+def trial_line(t: TrialSummary) -> str:
+    head = f"trial {t.number:>3}  {format_params(t.params)}"
+    if t.state == "COMPLETE":
+        ci = f" ±{100 * t.rel_ci_halfwidth:.1f}%" if t.rel_ci_halfwidth is not None else ""
+        return (
+            f"{head}  [bold]{format_rate(t.tokens_per_s)} tok/s[/]{ci}  "
+            f"{format_rate(t.samples_per_s)} samples/s  peak {format_bytes(t.peak_memory_bytes)}  [green]ok[/]"
+        )
+    return f"{head}  [yellow]{t.state.lower()}[/] [dim]{t.reason}: {t.message}[/]"
+
+
+def trials_table(trials: list[TrialSummary], title: str, limit: int | None = 10) -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column("#", justify="right")
+    knob_names = list(dict.fromkeys(k for t in trials for k in t.params))
+    for name in knob_names:
+        table.add_column(_SHORT.get(name, name))
+    table.add_column("tok/s", justify="right")
+    table.add_column("±", justify="right")
+    table.add_column("samples/s", justify="right")
+    table.add_column("peak mem", justify="right")
+    table.add_column("state")
+    for t in trials[:limit] if limit else trials:
+        state = "ok" if t.state == "COMPLETE" else f"{t.state.lower()} ({t.reason})"
+        table.add_row(
+            str(t.number),
+            *(_value(t.params.get(k, "-")) for k in knob_names),
+            format_rate(t.tokens_per_s),
+            f"{100 * t.rel_ci_halfwidth:.1f}%" if t.rel_ci_halfwidth is not None else "-",
+            format_rate(t.samples_per_s),
+            format_bytes(t.peak_memory_bytes),
+            state,
+        )
+    return table
+
+
+class RichReporter(Reporter):
+    """The CLI's live view: a bar over trials, a bar over the running trial's steps, a line per trial."""
+
+    def __init__(self, out: Console | None = None) -> None:
+        self.console = out or console
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=True,
+        )
+        self._trials_task: TaskID | None = None
+        self._steps_task: TaskID | None = None
+        self._trial_number = -1
+
+    def __enter__(self) -> RichReporter:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def on_search_start(self, header: dict[str, Any]) -> None:
+        device = header["device"]
+        device_text = (
+            f"{device['name']} x{device['count']} ({format_bytes(device['memory_bytes'])})"
+            if device["type"] == "cuda"
+            else f"CPU, {device['threads']} threads"
+        )
+        lines = [
+            f"[bold]autotune[/] study [cyan]{header['study']}[/] in {header['storage']}",
+            f"model {header['model']} ({header['task']}), seq len {header['seq_len']}, space {header['space']}",
+            f"device {device_text}, memory cap {header['memory_cap'] or 'none'}",
+            f"budget {header['budget']} trials: {header['finished']} done, {header['to_run']} to run",
+        ]
+        for line in lines:
+            self.console.print(line, highlight=False)
+        if header["to_run"]:
+            self._trials_task = self.progress.add_task("trials", total=header["to_run"])
+
+    def on_trial_start(self, number: int, params: dict[str, Any]) -> None:
+        if self._steps_task is not None:
+            self.progress.remove_task(self._steps_task)
+        self._trial_number = number
+        self._steps_task = self.progress.add_task(f"trial {number} warm-up", total=None)
+
+    def on_step(self, phase: str, step: int, step_s: float) -> None:
+        if self._steps_task is None:
+            return
+        label = "warm-up" if phase == "warmup" else "measuring"
+        self.progress.update(self._steps_task, description=f"trial {self._trial_number} {label}", completed=step)
+
+    def on_trial_end(self, trial: TrialSummary) -> None:
+        if self._steps_task is not None:
+            self.progress.remove_task(self._steps_task)
+            self._steps_task = None
+        if self._trials_task is not None:
+            self.progress.advance(self._trials_task)
+        self.console.print(trial_line(trial), highlight=False)
+
+    def on_search_end(self, result: Any) -> None:
+        self.progress.stop()
+        if not result.trials:
+            self.console.print("no finished trials")
+            return
+        self.console.print()
+        self.console.print(trials_table(result.trials, f"Top trials of {result.study.study_name}"))
+        if result.best is None:
+            self.console.print("[yellow]no trial completed[/]: see the reasons above")
+            return
+        best = result.best
+        self.console.print(
+            f"\n[bold]best[/]: trial {best.number}, {format_rate(best.tokens_per_s)} tokens/s, "
+            f"peak {format_bytes(best.peak_memory_bytes)}",
+            highlight=False,
+        )
+        self.console.print_json(json.dumps(result.best_config()))

@@ -1,0 +1,61 @@
+"""`autotune search`: run or continue a throughput search."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from autotune.cli._options import DebugOpt, StorageOpt, StudyOpt
+from autotune.config import MeasureSettings, RunConfig
+
+
+def search_command(
+    model: Annotated[
+        str, typer.Option("--model", "-m", help="Preset (tiny-gpt2, tiny-llama, ...), local directory or hub id.")
+    ] = "tiny-gpt2",
+    space: Annotated[str, typer.Option("--space", "-s", help="Shipped space name or YAML path.")] = "quick",
+    trials: Annotated[int, typer.Option("--trials", "-n", help="Total trial budget of the study.")] = 8,
+    storage: StorageOpt = None,
+    study: StudyOpt = None,
+    seq_len: Annotated[
+        int | None, typer.Option("--seq-len", help="Tokens per sample. Default: the preset's.", show_default=False)
+    ] = None,
+    memory_cap: Annotated[
+        str | None,
+        typer.Option("--memory-cap", help="Peak memory cap: 20GiB, 20000MiB, 90% or 0.9 of the device."),
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seeds the sampler and model init.")] = 0,
+    warmup_steps: Annotated[int, typer.Option("--warmup-steps", help="Minimum unscored warm-up steps.")] = 3,
+    max_steps: Annotated[int, typer.Option("--max-steps", help="Most measured steps per trial.")] = 30,
+    max_seconds: Annotated[float, typer.Option("--max-seconds", help="Most measured seconds per trial.")] = 60.0,
+    target_ci: Annotated[
+        float, typer.Option("--target-ci", help="Stop measuring at this relative 95% CI half-width.")
+    ] = 0.03,
+    debug: DebugOpt = False,
+) -> None:
+    """Search the space for the configuration with the highest measured training throughput."""
+    from autotune.cli._render import RichReporter
+    from autotune.driver import search
+
+    measure = MeasureSettings(
+        warmup_steps=warmup_steps,
+        max_warmup_steps=max(warmup_steps, MeasureSettings.max_warmup_steps),
+        min_steps=min(MeasureSettings.min_steps, max_steps),
+        max_steps=max_steps,
+        max_seconds=max_seconds,
+        target_rel_ci=target_ci,
+    )
+    config = RunConfig(
+        model=model,
+        space=space,
+        trials=trials,
+        storage=storage,
+        study=study,
+        seq_len=seq_len,
+        memory_cap=memory_cap,
+        seed=seed,
+        measure=measure,
+    )
+    with RichReporter() as reporter:
+        search(config, reporter=reporter, debug=debug)

@@ -1,0 +1,168 @@
+"""The typed run configuration: what the CLI flags, environment and Python callers fill in."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from autotune.errors import UsageError
+
+DEFAULT_STORAGE = "sqlite:///autotune.db"
+STORAGE_ENV = "AUTOTUNE_STORAGE"
+
+_UNITS = {
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
+
+
+@dataclass(frozen=True)
+class MemoryCap:
+    """A memory cap: an absolute size, or a fraction of the device's memory.
+
+    Attributes:
+        kind: ``"bytes"`` or ``"fraction"``.
+        value: bytes for ``"bytes"``; a number in (0, 1] for ``"fraction"``.
+        text: what the user wrote, for messages and the store.
+    """
+
+    kind: Literal["bytes", "fraction"]
+    value: float
+    text: str
+
+    def resolve(self, device_total_bytes: int) -> int:
+        """The cap in bytes on a device with `device_total_bytes` of memory."""
+        if self.kind == "bytes":
+            return int(self.value)
+        return int(self.value * device_total_bytes)
+
+
+def parse_memory_cap(text: str) -> MemoryCap:
+    """Parse ``20GiB``, ``20GB``, ``20000MiB``, ``90%`` or ``0.9`` (a fraction of the device).
+
+    Raises:
+        UsageError: the text is not one of those forms.
+    """
+    raw = text.strip()
+    hint = "write a size like 20GiB, 20GB or 20000MiB, or a share of the device like 90% or 0.9"
+    if raw.endswith("%"):
+        try:
+            percent = float(raw[:-1])
+        except ValueError:
+            raise UsageError(f"invalid memory cap {text!r}", hint) from None
+        if not 0 < percent <= 100:
+            raise UsageError(f"invalid memory cap {text!r}: a percentage must be in (0, 100]", hint)
+        return MemoryCap("fraction", percent / 100, raw)
+    match = _SIZE.match(raw)
+    if match is None:
+        raise UsageError(f"invalid memory cap {text!r}", hint)
+    number, unit = float(match.group(1)), match.group(2).lower()
+    if not unit:
+        if 0 < number <= 1:
+            return MemoryCap("fraction", number, raw)
+        raise UsageError(f"invalid memory cap {text!r}: a bare number is a fraction in (0, 1]", hint)
+    if unit not in _UNITS:
+        raise UsageError(f"invalid memory cap {text!r}: unknown unit {match.group(2)!r}", hint)
+    size = number * _UNITS[unit]
+    if size < 1:
+        raise UsageError(f"invalid memory cap {text!r}: must be positive", hint)
+    return MemoryCap("bytes", size, raw)
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """How one trial is measured (DESIGN.md, "Measurement protocol").
+
+    Attributes:
+        warmup_steps: optimizer steps always run before the measured window and never scored.
+        max_warmup_steps: warm-up goes on while step times still fall (compilation) up to this.
+        min_steps: measured steps before the stability rule may end the window.
+        max_steps: the measured window ends after this many optimizer steps at the latest.
+        max_seconds: ... or after this many seconds of measured window.
+        target_rel_ci: the window ends once the 95% confidence half-width of the throughput,
+            relative to its mean, is below this.
+    """
+
+    warmup_steps: int = 3
+    max_warmup_steps: int = 20
+    min_steps: int = 5
+    max_steps: int = 30
+    max_seconds: float = 60.0
+    target_rel_ci: float = 0.03
+
+    def __post_init__(self) -> None:
+        if self.warmup_steps < 1:
+            raise UsageError(f"warmup_steps must be >= 1, got {self.warmup_steps}")
+        if self.max_warmup_steps < self.warmup_steps:
+            raise UsageError("max_warmup_steps must be >= warmup_steps")
+        if not 2 <= self.min_steps <= self.max_steps:
+            raise UsageError(
+                f"need 2 <= min_steps <= max_steps, got min_steps={self.min_steps}, max_steps={self.max_steps}"
+            )
+        if self.max_seconds <= 0 or self.target_rel_ci <= 0:
+            raise UsageError("max_seconds and target_rel_ci must be positive")
+
+    @property
+    def step_budget(self) -> int:
+        """The `max_steps` given to the Trainer: the window always ends before it."""
+        return self.max_warmup_steps + self.max_steps + 1
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a search needs; the CLI builds one from flags, Python callers directly.
+
+    Attributes:
+        model: a built-in preset (``tiny-gpt2``), a local model directory or a hub id.
+        space: a shipped space name or a YAML path.
+        trials: the study's total trial budget (finished trials already stored count towards it).
+        storage: an optuna RDB URL; default from ``AUTOTUNE_STORAGE`` or ``sqlite:///autotune.db``.
+        study: the study name; default derived from model, space and sequence length.
+        seq_len: tokens per sample; default from the model preset.
+        memory_cap: text as given (``20GiB``, ``90%``); parsed by `memory_cap_parsed`.
+        seed: seeds the sampler and the model initialisation.
+        output_dir: scratch folder for the Trainer (nothing is saved there by default).
+        measure: the measurement protocol settings.
+    """
+
+    model: str = "tiny-gpt2"
+    space: str = "quick"
+    trials: int = 8
+    storage: str | None = None
+    study: str | None = None
+    seq_len: int | None = None
+    memory_cap: str | None = None
+    seed: int = 0
+    output_dir: str | None = None
+    measure: MeasureSettings = field(default_factory=MeasureSettings)
+
+    def __post_init__(self) -> None:
+        if self.trials < 1:
+            raise UsageError(f"--trials must be at least 1, got {self.trials}")
+        if self.seq_len is not None and self.seq_len < 2:
+            raise UsageError(f"--seq-len must be at least 2, got {self.seq_len}")
+        if self.memory_cap is not None:
+            parse_memory_cap(self.memory_cap)
+
+    @property
+    def storage_url(self) -> str:
+        return self.storage or os.environ.get(STORAGE_ENV) or DEFAULT_STORAGE
+
+    @property
+    def memory_cap_parsed(self) -> MemoryCap | None:
+        return parse_memory_cap(self.memory_cap) if self.memory_cap else None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["storage"] = self.storage_url
+        return data

@@ -1,0 +1,190 @@
+"""The catalogue of efficiency knobs: what each one is, its legal values, and where it lands.
+
+Pure: no torch or transformers import, so space validation and `--help` stay fast.
+
+A knob lands either in `TrainingArguments` (``target="args"``) or in the model-load kwargs
+(``target="model"``, such as ``attn_implementation``). `trial_kwargs` maps one trial's knob values
+to both dicts. The driver rebuilds `TrainingArguments` from those kwargs for every trial, so that
+everything `TrainingArguments.__post_init__` derives (autocast, compile, tf32) really takes effect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Value = bool | int | float | str
+
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "bf16+tf32")
+OPTIMIZERS = (
+    "adamw_torch",
+    "adamw_torch_fused",
+    "adafactor",
+    "adamw_bnb_8bit",
+    "paged_adamw_8bit",
+    "adamw_torch_8bit",
+    "sgd",
+    "adagrad",
+    "rmsprop",
+)
+COMPILE_BACKENDS = ("off", "inductor", "aot_eager", "cudagraphs", "eager")
+ATTENTION = ("eager", "sdpa", "flash_attention_2", "flex_attention")
+
+# The optimizer's update rule, for knobs that change training semantics: variants of one family
+# (fused, 8-bit states) compute the same update, so switching between them is a speed choice.
+OPTIMIZER_FAMILY = {
+    "adamw_torch": "adamw",
+    "adamw_torch_fused": "adamw",
+    "adamw_bnb_8bit": "adamw",
+    "paged_adamw_8bit": "adamw",
+    "adamw_torch_8bit": "adamw",
+    "adafactor": "adafactor",
+    "sgd": "sgd",
+    "adagrad": "adagrad",
+    "rmsprop": "rmsprop",
+}
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One efficiency knob.
+
+    Attributes:
+        name: the key used in space files, trial params and exports.
+        target: ``"args"`` for a `TrainingArguments` field, ``"model"`` for a model-load kwarg.
+        kind: ``"int"`` (positive integers), ``"bool"`` or ``"choice"`` (one of `choices`).
+        choices: the legal values of a ``"choice"`` knob.
+        changes_semantics: whether the knob changes the training math (optimizer family, precision,
+            effective batch size) rather than only its speed.
+        help: one line for `autotune knobs` and the README.
+    """
+
+    name: str
+    target: Literal["args", "model"]
+    kind: Literal["int", "bool", "choice"]
+    help: str
+    choices: tuple[str, ...] = ()
+    changes_semantics: bool = False
+
+    def check(self, value: object) -> str | None:
+        """Return why `value` is not legal for this knob, or None if it is."""
+        if self.kind == "int":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                return f"expected a positive integer, got {value!r}"
+        elif self.kind == "bool":
+            if not isinstance(value, bool):
+                return f"expected true or false, got {value!r}"
+        elif value not in self.choices:
+            return f"{value!r} is not one of {', '.join(self.choices)}"
+        return None
+
+
+# How a precision lands in TrainingArguments. tf32 is always set explicitly: with torch_compile on,
+# TrainingArguments turns tf32 on by itself when it is left unset, which would blur fp32 and tf32.
+_PRECISION_ARGS: dict[str, dict[str, Any]] = {
+    "fp32": {"bf16": False, "fp16": False, "tf32": False},
+    "tf32": {"bf16": False, "fp16": False, "tf32": True},
+    "fp16": {"bf16": False, "fp16": True, "tf32": False},
+    "bf16": {"bf16": True, "fp16": False, "tf32": False},
+    "bf16+tf32": {"bf16": True, "fp16": False, "tf32": True},
+}
+
+
+def _precision_args(value: Value) -> dict[str, Any]:
+    return dict(_PRECISION_ARGS[str(value)])
+
+
+def _compile_args(value: Value) -> dict[str, Any]:
+    # "off" is modelled explicitly: a None candidate would reach TrainingArguments as the string
+    # 'None', and any backend value turns compile on.
+    if value == "off":
+        return {"torch_compile": False, "torch_compile_backend": None}
+    return {"torch_compile": True, "torch_compile_backend": str(value)}
+
+
+CATALOGUE: dict[str, Knob] = {
+    k.name: k
+    for k in (
+        Knob(
+            "per_device_train_batch_size",
+            "args",
+            "int",
+            "samples per device per micro-step",
+            changes_semantics=True,
+        ),
+        Knob(
+            "gradient_accumulation_steps",
+            "args",
+            "int",
+            "micro-steps per optimizer step (effective batch = batch x accumulation x ranks)",
+            changes_semantics=True,
+        ),
+        Knob(
+            "precision",
+            "args",
+            "choice",
+            "numeric format: fp32, tf32 matmuls, fp16 or bf16 autocast, bf16 with tf32",
+            choices=PRECISIONS,
+            changes_semantics=True,
+        ),
+        Knob(
+            "optim",
+            "args",
+            "choice",
+            "optimizer implementation (TrainingArguments.optim)",
+            choices=OPTIMIZERS,
+            changes_semantics=True,
+        ),
+        Knob(
+            "torch_compile",
+            "args",
+            "choice",
+            "torch.compile backend, or off",
+            choices=COMPILE_BACKENDS,
+        ),
+        Knob(
+            "attn_implementation",
+            "model",
+            "choice",
+            "attention kernel chosen when the model is built",
+            choices=ATTENTION,
+        ),
+        Knob(
+            "activation_checkpointing",
+            "args",
+            "bool",
+            "recompute activations in the backward pass: less memory, more compute",
+        ),
+    )
+}
+
+# Knobs whose value does not map one-to-one onto a TrainingArguments field of the same name.
+_ARGS_MAPPERS: dict[str, Callable[[Value], dict[str, Any]]] = {
+    "precision": _precision_args,
+    "torch_compile": _compile_args,
+}
+
+
+def trial_kwargs(values: Mapping[str, Value]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Map one trial's knob values to (`TrainingArguments` kwargs, model-load kwargs).
+
+    Raises:
+        KeyError: a name that is not in the catalogue (spaces are validated before this runs).
+    """
+    args: dict[str, Any] = {}
+    model: dict[str, Any] = {}
+    for name, value in values.items():
+        knob = CATALOGUE[name]
+        if knob.target == "model":
+            model[name] = value
+        elif name in _ARGS_MAPPERS:
+            args.update(_ARGS_MAPPERS[name](value))
+        else:
+            args[name] = value
+    return args, model
+
+
+def optimizer_family(optim: str) -> str:
+    """The update rule an optimizer name implements (see `OPTIMIZER_FAMILY`)."""
+    return OPTIMIZER_FAMILY.get(optim, optim)

@@ -1,0 +1,52 @@
+"""How a search tells the outside world what it is doing. The library prints nothing itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TrialSummary:
+    """One finished trial, as reporters and result tables show it.
+
+    Attributes:
+        number: optuna's trial number.
+        params: knob name -> value.
+        state: ``"COMPLETE"``, ``"PRUNED"`` (skipped or infeasible) or ``"FAIL"``.
+        tokens_per_s: the score (None when the trial has no measurement).
+        samples_per_s: samples per second of the whole job.
+        peak_memory_bytes: the trial's measured peak.
+        reason: machine-readable reason of a trial that did not complete.
+        message: one human line about that reason.
+    """
+
+    number: int
+    params: dict[str, Any]
+    state: str
+    tokens_per_s: float | None = None
+    samples_per_s: float | None = None
+    peak_memory_bytes: int | None = None
+    rel_ci_halfwidth: float | None = None
+    reason: str | None = None
+    message: str | None = None
+    attrs: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+class Reporter:
+    """Receives search events. This base class ignores them all; the CLI renders them with rich."""
+
+    def on_search_start(self, header: dict[str, Any]) -> None:
+        """The search is set up: `header` holds the model, space, store, budget and device."""
+
+    def on_trial_start(self, number: int, params: dict[str, Any]) -> None:
+        """A trial with these knob values is about to be trained."""
+
+    def on_step(self, phase: str, step: int, step_s: float) -> None:
+        """One optimizer step ended; `phase` is ``"warmup"`` or ``"measure"``."""
+
+    def on_trial_end(self, trial: TrialSummary) -> None:
+        """A trial ended, whatever its state."""
+
+    def on_search_end(self, result: Any) -> None:
+        """The search is over (`result` is the `SearchResult`)."""

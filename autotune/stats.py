@@ -1,0 +1,107 @@
+"""Throughput arithmetic for one measured window. Pure: plain floats in, plain floats out."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+# Two-sided 95% Student-t quantiles for 1..30 degrees of freedom; beyond that the normal 1.96.
+_T95 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+
+
+def t95(degrees_of_freedom: int) -> float:
+    """The two-sided 95% Student-t quantile."""
+    if degrees_of_freedom < 1:
+        raise ValueError("need at least one degree of freedom")
+    return _T95[degrees_of_freedom - 1] if degrees_of_freedom <= len(_T95) else 1.96
+
+
+def relative_ci_halfwidth(step_times_s: Sequence[float]) -> float:
+    """The 95% confidence half-width of the mean throughput, relative to it.
+
+    Each step's throughput is work/time with the same work per step, so its relative spread is
+    estimated from 1/t per step. Infinite with fewer than two steps.
+    """
+    if len(step_times_s) < 2:
+        return math.inf
+    rates = [1.0 / t for t in step_times_s]
+    mean = statistics.fmean(rates)
+    return t95(len(rates) - 1) * statistics.stdev(rates) / math.sqrt(len(rates)) / mean
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    """What one measured window says. Rates are for the whole job (all ranks)."""
+
+    tokens_per_s: float
+    samples_per_s: float
+    measured_steps: int
+    window_s: float
+    step_time_mean_s: float
+    step_time_median_s: float
+    step_time_min_s: float
+    step_time_max_s: float
+    step_time_std_s: float
+    rel_ci_halfwidth: float
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def summarize_window(step_times_s: Sequence[float], tokens_per_step: int, samples_per_step: int) -> WindowStats:
+    """Summarise the optimizer-step times of a measured window.
+
+    Throughput is total work over total time (not the mean of per-step rates), so one slow step
+    counts for what it cost.
+
+    Raises:
+        ValueError: an empty window or a non-positive step time.
+    """
+    if not step_times_s:
+        raise ValueError("empty measured window")
+    if min(step_times_s) <= 0:
+        raise ValueError("step times must be positive")
+    window_s = math.fsum(step_times_s)
+    steps = len(step_times_s)
+    return WindowStats(
+        tokens_per_s=tokens_per_step * steps / window_s,
+        samples_per_s=samples_per_step * steps / window_s,
+        measured_steps=steps,
+        window_s=window_s,
+        step_time_mean_s=window_s / steps,
+        step_time_median_s=statistics.median(step_times_s),
+        step_time_min_s=min(step_times_s),
+        step_time_max_s=max(step_times_s),
+        step_time_std_s=statistics.stdev(step_times_s) if steps > 1 else 0.0,
+        rel_ci_halfwidth=relative_ci_halfwidth(step_times_s),
+    )
+
+
+def warmup_done(step_times_s: Sequence[float], min_steps: int, max_steps: int, settle: float = 1.25) -> bool:
+    """Whether warm-up can end after these warm-up step times.
+
+    At least `min_steps`; then as soon as the last step is within `settle` of the fastest warm-up
+    step (compilation and allocator growth make early steps slow); at `max_steps` regardless.
+    """
+    steps = len(step_times_s)
+    if steps < min_steps:
+        return False
+    if steps >= max_steps:
+        return True
+    return step_times_s[-1] <= settle * min(step_times_s)
+
+
+def window_done(
+    step_times_s: Sequence[float], min_steps: int, max_steps: int, max_seconds: float, target_rel_ci: float
+) -> bool:
+    """Whether the measured window can end: stable enough, or out of steps or time."""
+    steps = len(step_times_s)
+    if steps >= max_steps or math.fsum(step_times_s) >= max_seconds:
+        return True
+    return steps >= min_steps and relative_ci_halfwidth(step_times_s) <= target_rel_ci

@@ -1,0 +1,90 @@
+"""The study store: optuna's RDB storage, and reading trials back as summaries.
+
+No home-made schema: everything autotune keeps is optuna trials, params and user attrs, so
+optuna's own CLI and optuna-dashboard read the same store.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.errors import StoreError, UsageError
+from autotune.progress import TrialSummary
+
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+
+
+def default_study_name(model: str, space: str, seq_len: int) -> str:
+    """``tiny-gpt2-quick-seq128``: one study per model, space and sequence length."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", model.strip("/")).strip("_")
+    return f"{slug}-{space}-seq{seq_len}"
+
+
+def open_storage(url: str) -> optuna.storages.RDBStorage:
+    """Open (and create if needed) the RDB store at `url`.
+
+    Raises:
+        UsageError: the URL is not a database URL.
+        StoreError: the database cannot be reached or opened.
+    """
+    if "://" not in url:
+        raise UsageError(
+            f"invalid storage URL {url!r}",
+            "use sqlite:///autotune.db or postgresql://user@host:5432/db",
+        )
+    try:
+        return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
+    except ImportError as exc:
+        raise StoreError(f"cannot open {url}: {exc}", "install the database driver (pip install autotune[postgres])")
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise StoreError(f"cannot open storage {url}: {first}", "check the URL and that the database is up") from None
+
+
+def _engine_kwargs(url: str) -> dict[str, Any]:
+    # Many workers on one SQLite file wait for the lock instead of failing at once.
+    if url.startswith("sqlite"):
+        return {"connect_args": {"timeout": 60}}
+    return {"pool_pre_ping": True}
+
+
+def finished_count(study: optuna.Study) -> int:
+    """Trials that count against the study's total budget: every finished trial, whatever its state."""
+    return len(study.get_trials(deepcopy=False, states=FINISHED))
+
+
+def summarize_trial(trial: FrozenTrial) -> TrialSummary:
+    attrs = dict(trial.user_attrs)
+    return TrialSummary(
+        number=trial.number,
+        params=dict(trial.params),
+        state=trial.state.name,
+        tokens_per_s=attrs.get("tokens_per_s"),
+        samples_per_s=attrs.get("samples_per_s"),
+        peak_memory_bytes=attrs.get("peak_memory_bytes"),
+        rel_ci_halfwidth=attrs.get("rel_ci_halfwidth"),
+        reason=attrs.get("reason"),
+        message=attrs.get("message"),
+        attrs=attrs,
+    )
+
+
+def ranked_trials(study: optuna.Study) -> list[TrialSummary]:
+    """Finished trials, best first: completed by tokens/s, then the rest by number."""
+    summaries = [summarize_trial(t) for t in study.get_trials(deepcopy=False, states=FINISHED)]
+    scored = sorted(
+        (s for s in summaries if s.state == "COMPLETE" and s.tokens_per_s is not None),
+        key=lambda s: -float(s.tokens_per_s or 0.0),
+    )
+    rest = sorted((s for s in summaries if s not in scored), key=lambda s: s.number)
+    return scored + rest
+
+
+def best_trial(study: optuna.Study) -> TrialSummary | None:
+    """The completed trial with the highest measured tokens/s, or None."""
+    ranked = ranked_trials(study)
+    return ranked[0] if ranked and ranked[0].state == "COMPLETE" else None

@@ -1,0 +1,201 @@
+"""`AutotuneTrainer`: a `Trainer` whose every trial runs exactly the knobs it was given.
+
+Stock `Trainer.hyperparameter_search` applies a trial's values with a plain `setattr` on
+`TrainingArguments`, after `model_init` and after activation checkpointing was decided. Anything
+`TrainingArguments.__post_init__` derives (autocast from bf16/fp16, compile from the backend, tf32)
+is then silently ignored, and checkpointing follows the previous trial. So this class applies a
+trial in `call_model_init`, the first thing `train()` does for a trial: it rebuilds the arguments
+from the pristine base kwargs plus the trial's (so `__post_init__` runs), in place (so `train()`'s
+local reference sees them), and resets the accelerator state (so the new mixed precision is taken
+when `_hp_search_setup` creates the trial's `Accelerator`).
+
+`train()` then turns the trial's measurement into the objective and the trial's user attrs, and
+turns a failed trial into a recorded result (`optuna.TrialPruned` with a reason) instead of an
+aborted search.
+"""
+
+from __future__ import annotations
+
+import math
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import optuna
+import torch
+from accelerate.state import AcceleratorState
+from accelerate.utils.memory import release_memory
+from transformers import Trainer, TrainerCallback, TrainingArguments, default_data_collator
+from transformers.trainer_callback import PrinterCallback
+
+from autotune.knobs import Value, trial_kwargs
+from autotune.measure import ThroughputCallback
+from autotune.memory import release_device_memory
+from autotune.progress import Reporter, TrialSummary
+from autotune.space import SearchSpace
+from autotune.workload import Workload
+
+
+class NonFiniteLoss(RuntimeError):
+    """The trial's training loss became NaN or infinite."""
+
+
+def failure_reason(exc: BaseException) -> str:
+    """A machine-readable reason for an exception that ended a trial."""
+    text = str(exc)
+    if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in text.lower():
+        return "oom"
+    if "DefaultCPUAllocator: can't allocate memory" in text or isinstance(exc, MemoryError):
+        return "oom"
+    if isinstance(exc, NonFiniteLoss):
+        return "nan_loss"
+    if isinstance(exc, ModuleNotFoundError | ImportError):
+        return "missing_package"
+    module = type(exc).__module__
+    if module.startswith(("torch._dynamo", "torch._inductor")) or "BackendCompilerFailed" in type(exc).__name__:
+        return "compile_error"
+    return "error"
+
+
+class AutotuneTrainer(Trainer):
+    """A `Trainer` for throughput trials (see the module docstring).
+
+    Args:
+        workload: builds each trial's model and owns the data.
+        space: samples each trial's knob values.
+        base_args: `TrainingArguments` kwargs every trial starts from.
+        measurement: the callback that times steps and measures peak memory.
+        reporter: receives trial start and end events.
+        callbacks: more Trainer callbacks (tests use them as probes).
+    """
+
+    def __init__(
+        self,
+        *,
+        workload: Workload,
+        space: SearchSpace,
+        base_args: dict[str, Any],
+        measurement: ThroughputCallback,
+        reporter: Reporter,
+        callbacks: Sequence[TrainerCallback] = (),
+        debug: bool = False,
+    ) -> None:
+        self.workload = workload
+        self.space = space
+        self.base_args = dict(base_args)
+        self.measurement = measurement
+        self.reporter = reporter
+        self.debug = debug
+        self.trial_values: dict[str, Value] = {}
+        self.trial_model_kwargs: dict[str, Any] = {}
+        self._compiled_before = False
+        model_init: Callable[[Any], torch.nn.Module] = self._build_model
+        super().__init__(
+            model_init=model_init,
+            args=TrainingArguments(**self.base_args),
+            train_dataset=workload.dataset(int(self.base_args.get("seed", 0))),
+            data_collator=default_data_collator,
+            callbacks=[measurement, *callbacks],
+        )
+        # With tqdm off, Trainer prints its metrics dict; the reporter shows trials instead.
+        self.remove_callback(PrinterCallback)
+
+    # -- applying a trial ---------------------------------------------------------------------
+
+    def trial_values_of(self, trial: Any) -> dict[str, Value]:
+        """The knob values of a trial: sampled (optuna), replayed (`FixedTrial`) or given (Ray dict)."""
+        if trial is None:
+            return {}
+        if isinstance(trial, dict):
+            return {name: trial[name] for name in self.space.knobs if name in trial}
+        return self.space.suggest(trial)
+
+    def call_model_init(self, trial: Any = None) -> torch.nn.Module:
+        values = self.trial_values_of(trial)
+        args_kwargs, model_kwargs = trial_kwargs(values)
+        self.trial_values, self.trial_model_kwargs = values, model_kwargs
+        if trial is not None:
+            self.reporter.on_trial_start(getattr(trial, "number", -1), values)
+        self._rebuild_args({**self.base_args, **args_kwargs})
+        return super().call_model_init(trial)
+
+    def _rebuild_args(self, kwargs: dict[str, Any]) -> None:
+        fresh = TrainingArguments(**kwargs)
+        # In place: Trainer.train() holds a local reference to self.args across the trial.
+        vars(self.args).clear()
+        vars(self.args).update(vars(fresh))
+        # The trial's Accelerator (made in _hp_search_setup) must be free to take a new mixed
+        # precision; the process-level PartialState (devices, process group) is kept.
+        AcceleratorState._reset_state(reset_partial_state=False)
+
+    def _build_model(self, trial: Any) -> torch.nn.Module:
+        return self.workload.build_model(self.trial_model_kwargs)
+
+    # -- running a trial ----------------------------------------------------------------------
+
+    def train(self, resume_from_checkpoint: Any = None, trial: Any = None, **kwargs: Any) -> Any:
+        if trial is None:
+            return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+        if self._compiled_before:
+            torch._dynamo.reset()  # drop the previous trial's graphs and guards
+        try:
+            output = super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial, **kwargs)
+            self._compiled_before = bool(self.args.torch_compile)
+            attrs = self.measurement.result()
+            attrs["train_loss"] = output.training_loss
+            if not math.isfinite(output.training_loss):
+                raise NonFiniteLoss(f"training loss became {output.training_loss}")
+        except Exception as exc:
+            self._compiled_before = self._compiled_before or bool(self.args.torch_compile)
+            self._end_failed_trial(trial, exc)
+            raise optuna.TrialPruned(f"{failure_reason(exc)}: {_one_line(exc)}") from exc
+        self.objective = attrs["tokens_per_s"]
+        self._record(trial, "COMPLETE", attrs)
+        return output
+
+    def _end_failed_trial(self, trial: Any, exc: BaseException) -> None:
+        reason = failure_reason(exc)
+        attrs: dict[str, Any] = {"reason": reason, "message": _one_line(exc)}
+        if self.debug:
+            attrs["traceback"] = traceback.format_exc()[-2000:]
+        # Stock Trainer skips release_memory when a trial raises: do it here, or memory creeps.
+        self.model_wrapped, self.model = release_memory(self.model_wrapped, self.model)
+        self.optimizer, self.lr_scheduler = None, None
+        self.accelerator.clear()
+        release_device_memory()
+        self._record(trial, "PRUNED", attrs)
+
+    def _record(self, trial: Any, state: str, attrs: dict[str, Any]) -> None:
+        attrs = {
+            **attrs,
+            "training_args": _applied_args(self.trial_values),
+            "model_kwargs": dict(self.trial_model_kwargs),
+        }
+        if isinstance(trial, optuna.Trial):
+            for key, value in attrs.items():
+                trial.set_user_attr(key, value)
+        self.reporter.on_trial_end(
+            TrialSummary(
+                number=getattr(trial, "number", -1),
+                params=dict(self.trial_values),
+                state=state,
+                tokens_per_s=attrs.get("tokens_per_s"),
+                samples_per_s=attrs.get("samples_per_s"),
+                peak_memory_bytes=attrs.get("peak_memory_bytes"),
+                rel_ci_halfwidth=attrs.get("rel_ci_halfwidth"),
+                reason=attrs.get("reason"),
+                message=attrs.get("message"),
+                attrs=attrs,
+            )
+        )
+
+
+def _applied_args(values: dict[str, Value]) -> dict[str, Any]:
+    args_kwargs, _ = trial_kwargs(values)
+    return args_kwargs
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    return f"{type(exc).__name__}: {first}"[:300]

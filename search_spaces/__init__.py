@@ -1,0 +1,1 @@
+"""Search spaces shipped with autotune (YAML files beside this one); see `autotune.space`."""
