@@ -107,7 +107,8 @@ class MeasureSettings:
             raise UsageError("max_warmup_steps must be >= warmup_steps")
         if not 2 <= self.min_steps <= self.max_steps:
             raise UsageError(
-                f"need 2 <= min_steps <= max_steps, got min_steps={self.min_steps}, max_steps={self.max_steps}"
+                f"need 2 <= min_steps <= max_steps (--max-steps), "
+                f"got min_steps={self.min_steps}, max_steps={self.max_steps}"
             )
         if self.max_seconds <= 0 or self.target_rel_ci <= 0:
             raise UsageError("max_seconds and target_rel_ci must be positive")

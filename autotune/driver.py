@@ -95,13 +95,22 @@ def search(
         _describe_study(study, config, space, workload)
         done_before = finished_count(study)
         remaining = max(0, config.trials - done_before)
-        reporter.on_search_start(
-            _header(config, space, workload, study_name, done_before, remaining)
-        )
+        reporter.on_search_start(_header(config, space, workload, study_name, done_before, remaining))
         if remaining:
             for params in enqueue:
                 study.enqueue_trial(dict(params), skip_if_exists=True)
-            _run_trials(config, space, workload, storage, study_name, remaining, done_before, reporter, callbacks, debug)
+            _run_trials(
+                config,
+                space,
+                workload,
+                storage,
+                study_name,
+                remaining,
+                done_before,
+                reporter,
+                callbacks,
+                debug,
+            )
 
     ranked = ranked_trials(study)
     result = SearchResult(study, config, ranked, best_trial(study), finished_count(study) - done_before)

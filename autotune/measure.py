@@ -70,7 +70,9 @@ class ThroughputCallback(TrainerCallback):
         now = time.perf_counter()
         step_s, self._last_edge = now - self._last_edge, now
         s = self.settings
-        if not self.window_times_s and not warmup_done(self.warmup_times_s, s.warmup_steps, s.max_warmup_steps):
+        if not self.window_times_s and not warmup_done(
+            self.warmup_times_s, s.warmup_steps, s.max_warmup_steps
+        ):
             self.warmup_times_s.append(step_s)
             self.reporter.on_step("warmup", len(self.warmup_times_s), step_s)
             return

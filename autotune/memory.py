@@ -6,6 +6,7 @@ CUDA: the caching allocator's peaks after a reset (allocated and reserved).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import gc
@@ -34,10 +35,8 @@ def _trim_heap() -> None:
     gc.collect()
     libc_name = ctypes.util.find_library("c")
     if libc_name:
-        try:
+        with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(libc_name).malloc_trim(0)
-        except (OSError, AttributeError):
-            pass
 
 
 def release_device_memory() -> None:

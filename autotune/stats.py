@@ -54,7 +54,9 @@ class WindowStats:
         return asdict(self)
 
 
-def summarize_window(step_times_s: Sequence[float], tokens_per_step: int, samples_per_step: int) -> WindowStats:
+def summarize_window(
+    step_times_s: Sequence[float], tokens_per_step: int, samples_per_step: int
+) -> WindowStats:
     """Summarise the optimizer-step times of a measured window.
 
     Throughput is total work over total time (not the mean of per-step rates), so one slow step

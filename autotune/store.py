@@ -39,10 +39,14 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
     try:
         return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
     except ImportError as exc:
-        raise StoreError(f"cannot open {url}: {exc}", "install the database driver (pip install autotune[postgres])")
+        raise StoreError(
+            f"cannot open {url}: {exc}", "install the database driver (pip install autotune[postgres])"
+        ) from None
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise StoreError(f"cannot open storage {url}: {first}", "check the URL and that the database is up") from None
+        raise StoreError(
+            f"cannot open storage {url}: {first}", "check the URL and that the database is up"
+        ) from None
 
 
 def _engine_kwargs(url: str) -> dict[str, Any]:

@@ -52,7 +52,10 @@ def failure_reason(exc: BaseException) -> str:
     if isinstance(exc, ModuleNotFoundError | ImportError):
         return "missing_package"
     module = type(exc).__module__
-    if module.startswith(("torch._dynamo", "torch._inductor")) or "BackendCompilerFailed" in type(exc).__name__:
+    if (
+        module.startswith(("torch._dynamo", "torch._inductor"))
+        or "BackendCompilerFailed" in type(exc).__name__
+    ):
         return "compile_error"
     return "error"
 
@@ -89,7 +92,7 @@ class AutotuneTrainer(Trainer):
         self.trial_values: dict[str, Value] = {}
         self.trial_model_kwargs: dict[str, Any] = {}
         self._compiled_before = False
-        model_init: Callable[[Any], torch.nn.Module] = self._build_model
+        model_init: Callable[..., Any] = self._build_model
         super().__init__(
             model_init=model_init,
             args=TrainingArguments(**self.base_args),
@@ -133,7 +136,9 @@ class AutotuneTrainer(Trainer):
 
     # -- running a trial ----------------------------------------------------------------------
 
-    def train(self, resume_from_checkpoint: Any = None, trial: Any = None, **kwargs: Any) -> Any:
+    def train(  # type: ignore[override]
+        self, resume_from_checkpoint: Any = None, trial: Any = None, **kwargs: Any
+    ) -> Any:
         if trial is None:
             return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
         if self._compiled_before:
@@ -149,7 +154,7 @@ class AutotuneTrainer(Trainer):
             self._compiled_before = self._compiled_before or bool(self.args.torch_compile)
             self._end_failed_trial(trial, exc)
             raise optuna.TrialPruned(f"{failure_reason(exc)}: {_one_line(exc)}") from exc
-        self.objective = attrs["tokens_per_s"]
+        self.objective: float | None = attrs["tokens_per_s"]
         self._record(trial, "COMPLETE", attrs)
         return output
 

@@ -57,7 +57,8 @@ def trial_line(t: TrialSummary) -> str:
         ci = f" ±{100 * t.rel_ci_halfwidth:.1f}%" if t.rel_ci_halfwidth is not None else ""
         return (
             f"{head}  [bold]{format_rate(t.tokens_per_s)} tok/s[/]{ci}  "
-            f"{format_rate(t.samples_per_s)} samples/s  peak {format_bytes(t.peak_memory_bytes)}  [green]ok[/]"
+            f"{format_rate(t.samples_per_s)} samples/s  "
+            f"peak {format_bytes(t.peak_memory_bytes)}  [green]ok[/]"
         )
     return f"{head}  [yellow]{t.state.lower()}[/] [dim]{t.reason}: {t.message}[/]"
 
@@ -120,7 +121,8 @@ class RichReporter(Reporter):
         )
         lines = [
             f"[bold]autotune[/] study [cyan]{header['study']}[/] in {header['storage']}",
-            f"model {header['model']} ({header['task']}), seq len {header['seq_len']}, space {header['space']}",
+            f"model {header['model']} ({header['task']}), seq len {header['seq_len']}, "
+            f"space {header['space']}",
             f"device {device_text}, memory cap {header['memory_cap'] or 'none'}",
             f"budget {header['budget']} trials: {header['finished']} done, {header['to_run']} to run",
         ]
@@ -139,7 +141,9 @@ class RichReporter(Reporter):
         if self._steps_task is None:
             return
         label = "warm-up" if phase == "warmup" else "measuring"
-        self.progress.update(self._steps_task, description=f"trial {self._trial_number} {label}", completed=step)
+        self.progress.update(
+            self._steps_task, description=f"trial {self._trial_number} {label}", completed=step
+        )
 
     def on_trial_end(self, trial: TrialSummary) -> None:
         if self._steps_task is not None:

@@ -12,14 +12,16 @@ from autotune.config import MeasureSettings, RunConfig
 
 def search_command(
     model: Annotated[
-        str, typer.Option("--model", "-m", help="Preset (tiny-gpt2, tiny-llama, ...), local directory or hub id.")
+        str,
+        typer.Option("--model", "-m", help="Preset (tiny-gpt2, tiny-llama, ...), local directory or hub id."),
     ] = "tiny-gpt2",
     space: Annotated[str, typer.Option("--space", "-s", help="Shipped space name or YAML path.")] = "quick",
     trials: Annotated[int, typer.Option("--trials", "-n", help="Total trial budget of the study.")] = 8,
     storage: StorageOpt = None,
     study: StudyOpt = None,
     seq_len: Annotated[
-        int | None, typer.Option("--seq-len", help="Tokens per sample. Default: the preset's.", show_default=False)
+        int | None,
+        typer.Option("--seq-len", help="Tokens per sample. Default: the preset's.", show_default=False),
     ] = None,
     memory_cap: Annotated[
         str | None,
@@ -28,7 +30,9 @@ def search_command(
     seed: Annotated[int, typer.Option("--seed", help="Seeds the sampler and model init.")] = 0,
     warmup_steps: Annotated[int, typer.Option("--warmup-steps", help="Minimum unscored warm-up steps.")] = 3,
     max_steps: Annotated[int, typer.Option("--max-steps", help="Most measured steps per trial.")] = 30,
-    max_seconds: Annotated[float, typer.Option("--max-seconds", help="Most measured seconds per trial.")] = 60.0,
+    max_seconds: Annotated[
+        float, typer.Option("--max-seconds", help="Most measured seconds per trial.")
+    ] = 60.0,
     target_ci: Annotated[
         float, typer.Option("--target-ci", help="Stop measuring at this relative 95% CI half-width.")
     ] = 0.03,

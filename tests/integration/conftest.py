@@ -1,0 +1,67 @@
+"""Shared pieces of the integration tests: real tiny searches on CPU with a SQLite store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+from transformers import TrainerCallback
+
+from autotune.config import MeasureSettings
+
+# Enough steps to pass through warm-up into a measured window, few enough for a test.
+FAST = MeasureSettings(warmup_steps=1, max_warmup_steps=2, min_steps=2, max_steps=3, max_seconds=10.0)
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'studies.db'}"
+
+
+def write_space(folder: Path, knobs: dict[str, list[Any]], name: str = "probe") -> str:
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"knobs": knobs}))
+    return str(path)
+
+
+class KnobProbe(TrainerCallback):
+    """Records, inside training, what each trial really ran with.
+
+    At train begin: the optimizer behind accelerate's wrapper, the model's attention implementation
+    and checkpointing state, the data loader's batch size. During the first forward of the
+    output layer: the activation dtype (autocast) and whether dynamo was tracing (compile).
+    """
+
+    def __init__(self) -> None:
+        self.trials: list[dict[str, Any]] = []
+        self._hook: Any = None
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        model, optimizer = kw["model"], kw["optimizer"]
+        inner = getattr(optimizer, "optimizer", optimizer)
+        seen: dict[str, Any] = {
+            "optimizer_class": type(inner).__name__,
+            "fused": bool(inner.defaults.get("fused")),
+            "attn_implementation": model.config._attn_implementation,
+            "checkpointing": bool(model.is_gradient_checkpointing),
+            "grad_accum": args.gradient_accumulation_steps,
+            "batch_size": kw["train_dataloader"].total_batch_size,
+            "dataloader_workers": kw["train_dataloader"].base_dataloader.num_workers,
+            "mixed_precision": args.mixed_precision,
+            "output_dtypes": set(),
+            "traced": False,
+        }
+        self.trials.append(seen)
+        if self._hook is not None:
+            self._hook.remove()
+
+        def hook(module: Any, inputs: Any, output: Any) -> None:
+            logits = output[0] if isinstance(output, tuple) else output
+            seen["output_dtypes"].add(logits.dtype)
+            if torch.compiler.is_compiling():
+                seen["traced"] = True
+
+        self._hook = model.get_output_embeddings().register_forward_hook(hook)

@@ -1,0 +1,130 @@
+"""Every knob value a CPU can run takes effect inside training, and the next trial does not inherit it.
+
+The trials are enqueued in an order where each knob changes between neighbours, so a value left
+over from the previous trial (the stock Trainer's checkpointing and `setattr` behaviour) fails.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+import autotune
+from tests.integration.conftest import FAST, KnobProbe, write_space
+
+TRIALS: list[dict[str, Any]] = [
+    {
+        "per_device_train_batch_size": 4,
+        "gradient_accumulation_steps": 1,
+        "precision": "fp32",
+        "optim": "adamw_torch",
+        "attn_implementation": "eager",
+        "activation_checkpointing": False,
+        "torch_compile": "off",
+    },
+    {
+        "per_device_train_batch_size": 8,
+        "gradient_accumulation_steps": 2,
+        "precision": "bf16",
+        "optim": "adamw_torch_fused",
+        "attn_implementation": "sdpa",
+        "activation_checkpointing": True,
+        "torch_compile": "off",
+    },
+    {
+        "per_device_train_batch_size": 4,
+        "gradient_accumulation_steps": 1,
+        "precision": "fp32",
+        "optim": "sgd",
+        "attn_implementation": "eager",
+        "activation_checkpointing": False,
+        "torch_compile": "aot_eager",
+    },
+    {
+        "per_device_train_batch_size": 8,
+        "gradient_accumulation_steps": 1,
+        "precision": "bf16",
+        "optim": "adafactor",
+        "attn_implementation": "sdpa",
+        "activation_checkpointing": True,
+        "torch_compile": "off",
+    },
+]
+
+OPTIMIZER_CLASS = {
+    "adamw_torch": ("AdamW", False),
+    "adamw_torch_fused": ("AdamW", True),
+    "sgd": ("SGD", False),
+    "adafactor": ("Adafactor", False),
+}
+DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+@pytest.fixture(scope="module")
+def probed(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any]], list[str], Any]:
+    folder = tmp_path_factory.mktemp("knobs")
+    knobs = {name: list(dict.fromkeys(t[name] for t in TRIALS)) for name in TRIALS[0]}
+    space = write_space(folder, knobs)
+    probe = KnobProbe()
+    compiled_with: list[str] = []
+    real_compile = torch.compile
+
+    def spy_compile(model: Any, *args: Any, **kwargs: Any) -> Any:
+        compiled_with.append(kwargs.get("backend"))
+        return real_compile(model, *args, **kwargs)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(torch, "compile", spy_compile)
+    try:
+        result = autotune.search(
+            model="tiny-gpt2",
+            space=space,
+            trials=len(TRIALS),
+            storage=f"sqlite:///{folder / 'k.db'}",
+            seq_len=32,
+            measure=FAST,
+            callbacks=[probe],
+            enqueue=TRIALS,
+        )
+    finally:
+        mp.undo()
+    return probe.trials, compiled_with, result
+
+
+def test_every_trial_completed_with_its_own_params(probed: Any) -> None:
+    seen, _, result = probed
+    assert len(seen) == len(TRIALS)
+    by_number = {t.number: t for t in result.trials}
+    for number, wanted in enumerate(TRIALS):
+        assert by_number[number].state == "COMPLETE", by_number[number].message
+        assert by_number[number].params == wanted
+
+
+@pytest.mark.parametrize("index", range(len(TRIALS)))
+def test_knobs_took_effect_inside_training(probed: Any, index: int) -> None:
+    seen, _, _ = probed
+    wanted, got = TRIALS[index], seen[index]
+    assert (got["optimizer_class"], got["fused"]) == OPTIMIZER_CLASS[wanted["optim"]]
+    assert got["attn_implementation"] == wanted["attn_implementation"]
+    assert got["checkpointing"] is wanted["activation_checkpointing"]
+    assert got["grad_accum"] == wanted["gradient_accumulation_steps"]
+    assert got["batch_size"] == wanted["per_device_train_batch_size"]
+    assert got["output_dtypes"] == {DTYPE[wanted["precision"]]}
+    assert got["traced"] is (wanted["torch_compile"] != "off")
+
+
+def test_compile_used_the_chosen_backend_only_when_asked(probed: Any) -> None:
+    _, compiled_with, _ = probed
+    assert compiled_with == [t["torch_compile"] for t in TRIALS if t["torch_compile"] != "off"]
+
+
+def test_stored_training_args_match_the_params(probed: Any) -> None:
+    _, _, result = probed
+    for trial in result.trials:
+        stored = trial.attrs["training_args"]
+        assert stored["per_device_train_batch_size"] == trial.params["per_device_train_batch_size"]
+        assert stored["bf16"] is (trial.params["precision"] == "bf16")
+        assert stored["torch_compile"] is (trial.params["torch_compile"] != "off")
+        assert trial.attrs["model_kwargs"] == {"attn_implementation": trial.params["attn_implementation"]}

@@ -1,0 +1,142 @@
+"""A real search on CPU with a SQLite store: measured trials, budget, continuation, optuna's CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import torch
+
+import autotune
+from tests.integration.conftest import FAST, write_space
+
+QUICK_KNOBS = {
+    "per_device_train_batch_size": [2, 4],
+    "precision": ["fp32", "bf16"],
+    "attn_implementation": ["eager", "sdpa"],
+}
+MEASURED = ("tokens_per_s", "samples_per_s", "peak_memory_bytes", "step_time_median_s", "window_s")
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, str, str]:
+    folder = tmp_path_factory.mktemp("search")
+    space = write_space(folder, QUICK_KNOBS, name="small")
+    storage = f"sqlite:///{folder / 'search.db'}"
+    result = autotune.search(
+        model="tiny-gpt2", space=space, trials=4, storage=storage, seq_len=32, measure=FAST, seed=1
+    )
+    return result, storage, space
+
+
+def test_four_trials_complete_with_measurements(first_run: Any) -> None:
+    result, _, _ = first_run
+    assert result.ran == 4
+    assert len(result.trials) == 4
+    for trial in result.trials:
+        assert trial.state == "COMPLETE", trial.message
+        for key in MEASURED:
+            assert trial.attrs[key] > 0, key
+        # Tokens are counted from the batch shape: samples x sequence length.
+        assert trial.attrs["tokens_per_s"] == pytest.approx(trial.attrs["samples_per_s"] * 32)
+        assert trial.attrs["measured_steps"] >= FAST.min_steps
+        assert trial.attrs["warmup_steps"] >= FAST.warmup_steps
+
+
+def test_objective_is_the_stored_tokens_per_second(first_run: Any) -> None:
+    result, storage, _ = first_run
+    study = optuna.load_study(study_name=result.study.study_name, storage=storage)
+    for frozen in study.trials:
+        assert frozen.value == frozen.user_attrs["tokens_per_s"]
+
+
+def test_best_trial_is_the_fastest(first_run: Any) -> None:
+    result, _, _ = first_run
+    fastest = max(t.tokens_per_s for t in result.trials if t.state == "COMPLETE")
+    assert result.best is not None and result.best.tokens_per_s == fastest
+    assert result.best_config()["training_args"]["per_device_train_batch_size"] in (2, 4)
+
+
+def test_study_describes_itself(first_run: Any) -> None:
+    result, _, _ = first_run
+    attrs = result.study.user_attrs
+    assert attrs["workload"]["model"] == "tiny-gpt2"
+    assert attrs["workload"]["seq_len"] == 32
+    assert attrs["space"]["knobs"] == QUICK_KNOBS
+    assert attrs["device"]["type"] in ("cpu", "cuda")
+
+
+def test_rerun_respects_the_total_budget(first_run: Any) -> None:
+    result, storage, space = first_run
+    same = dict(model="tiny-gpt2", space=space, storage=storage, seq_len=32, measure=FAST, seed=1)
+    again = autotune.search(trials=4, **same)
+    assert again.ran == 0
+    assert again.study.study_name == result.study.study_name
+    more = autotune.search(trials=6, **same)
+    assert more.ran == 2
+    assert len(more.trials) == 6
+    numbers = sorted(t.number for t in more.trials)
+    assert numbers == list(range(6))
+
+
+def test_optuna_cli_reads_the_store(first_run: Any) -> None:
+    result, storage, _ = first_run
+    optuna_cli = Path(sys.executable).with_name("optuna")
+    out = subprocess.run(
+        [
+            str(optuna_cli),
+            "trials",
+            "--storage",
+            storage,
+            "--study-name",
+            result.study.study_name,
+            "-f",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert '"tokens_per_s"' in out
+    assert '"peak_memory_bytes"' in out
+
+
+def test_a_failing_trial_is_recorded_and_the_search_goes_on(tmp_path: Path) -> None:
+    # tf32 needs an Ampere GPU: on CPU TrainingArguments refuses it, which must not stop the search.
+    space = write_space(tmp_path, {"precision": ["tf32", "fp32"]}, name="mixed")
+    result = autotune.search(
+        model="tiny-gpt2",
+        space=space,
+        trials=2,
+        storage=f"sqlite:///{tmp_path / 'f.db'}",
+        seq_len=16,
+        measure=FAST,
+        enqueue=[{"precision": "tf32"}, {"precision": "fp32"}],
+    )
+    states = {t.params["precision"]: t for t in result.trials}
+    if not torch.cuda.is_available():
+        assert states["tf32"].state == "PRUNED"
+        assert states["tf32"].reason
+        assert "tf32" in (states["tf32"].message or "")
+    assert states["fp32"].state == "COMPLETE"
+    assert result.best is not None and result.best.params == {"precision": "fp32"}
+
+
+def test_cli_runs_a_search_end_to_end(tmp_path: Path) -> None:
+    space = write_space(tmp_path, {"per_device_train_batch_size": [2, 4]}, name="cli")
+    storage = f"sqlite:///{tmp_path / 'cli.db'}"
+    args = ["--model", "tiny-llama", "--space", space, "--trials", "2", "--storage", storage]
+    args += ["--seq-len", "16", "--warmup-steps", "1", "--max-steps", "3", "--study", "cli-study"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "autotune", "search", *args], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "study cli-study" in proc.stdout
+    assert proc.stdout.count("tok/s") >= 2
+    assert '"per_device_train_batch_size"' in proc.stdout  # the best config is printed
+    study = optuna.load_study(study_name="cli-study", storage=storage)
+    assert len(study.trials) == 2

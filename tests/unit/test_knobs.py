@@ -1,0 +1,246 @@
+"""The knob catalogue: legal values, and how a trial's values land in TrainingArguments."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import transformers
+from transformers.training_args import OptimizerNames
+
+from autotune.knobs import (
+    ATTENTION,
+    CATALOGUE,
+    COMPILE_BACKENDS,
+    OPTIMIZER_FAMILY,
+    OPTIMIZERS,
+    PRECISIONS,
+    optimizer_family,
+    trial_kwargs,
+)
+
+TRAINING_ARGS_FIELDS = {f.name for f in dataclasses.fields(transformers.TrainingArguments)}
+
+PRECISION_FLAGS = {
+    "fp32": {"bf16": False, "fp16": False, "tf32": False},
+    "tf32": {"bf16": False, "fp16": False, "tf32": True},
+    "fp16": {"bf16": False, "fp16": True, "tf32": False},
+    "bf16": {"bf16": True, "fp16": False, "tf32": False},
+    "bf16+tf32": {"bf16": True, "fp16": False, "tf32": True},
+}
+
+
+def legal_values(name: str) -> list:
+    knob = CATALOGUE[name]
+    if knob.kind == "int":
+        return [1, 2, 8, 1024]
+    if knob.kind == "bool":
+        return [False, True]
+    return list(knob.choices)
+
+
+# --- trial_kwargs ----------------------------------------------------------------------------------
+
+
+def test_every_precision_is_mapped():
+    assert set(PRECISION_FLAGS) == set(PRECISIONS)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_precision_flags(precision):
+    args, model = trial_kwargs({"precision": precision})
+    assert args == PRECISION_FLAGS[precision]
+    assert model == {}
+
+
+def test_precision_mapping_is_a_fresh_dict_each_time():
+    args, _ = trial_kwargs({"precision": "bf16"})
+    args["bf16"] = False
+    assert trial_kwargs({"precision": "bf16"})[0]["bf16"] is True
+
+
+def test_compile_off():
+    args, model = trial_kwargs({"torch_compile": "off"})
+    assert args == {"torch_compile": False, "torch_compile_backend": None}
+    assert model == {}
+
+
+@pytest.mark.parametrize("backend", [b for b in COMPILE_BACKENDS if b != "off"])
+def test_compile_backend(backend):
+    args, model = trial_kwargs({"torch_compile": backend})
+    assert args == {"torch_compile": True, "torch_compile_backend": backend}
+    assert model == {}
+
+
+@pytest.mark.parametrize("attn", ATTENTION)
+def test_attention_goes_to_model_kwargs_only(attn):
+    args, model = trial_kwargs({"attn_implementation": attn})
+    assert args == {}
+    assert model == {"attn_implementation": attn}
+
+
+def test_plain_fields_pass_through():
+    values = {
+        "per_device_train_batch_size": 16,
+        "gradient_accumulation_steps": 4,
+        "optim": "adafactor",
+        "activation_checkpointing": True,
+    }
+    args, model = trial_kwargs(values)
+    assert args == values
+    assert model == {}
+
+
+def test_all_knobs_together():
+    args, model = trial_kwargs(
+        {
+            "per_device_train_batch_size": 8,
+            "gradient_accumulation_steps": 2,
+            "precision": "bf16+tf32",
+            "optim": "sgd",
+            "torch_compile": "inductor",
+            "attn_implementation": "sdpa",
+            "activation_checkpointing": False,
+        }
+    )
+    assert args == {
+        "per_device_train_batch_size": 8,
+        "gradient_accumulation_steps": 2,
+        "bf16": True,
+        "fp16": False,
+        "tf32": True,
+        "optim": "sgd",
+        "torch_compile": True,
+        "torch_compile_backend": "inductor",
+        "activation_checkpointing": False,
+    }
+    assert model == {"attn_implementation": "sdpa"}
+
+
+def test_unknown_knob_is_a_key_error():
+    with pytest.raises(KeyError, match="learning_rate"):
+        trial_kwargs({"learning_rate": 1e-3})
+
+
+@pytest.mark.parametrize("name", [n for n, k in CATALOGUE.items() if k.target == "args"])
+def test_args_knobs_land_on_real_training_arguments_fields(name):
+    for value in legal_values(name):
+        args, model = trial_kwargs({name: value})
+        assert args, (name, value)
+        assert set(args) <= TRAINING_ARGS_FIELDS, (name, value)
+        assert model == {}
+
+
+# --- Knob.check ------------------------------------------------------------------------------------
+
+
+def test_catalogue_keys_match_knob_names():
+    assert all(name == knob.name for name, knob in CATALOGUE.items())
+    assert set(CATALOGUE) == {
+        "per_device_train_batch_size",
+        "gradient_accumulation_steps",
+        "precision",
+        "optim",
+        "torch_compile",
+        "attn_implementation",
+        "activation_checkpointing",
+    }
+
+
+@pytest.mark.parametrize("name", list(CATALOGUE))
+def test_check_accepts_legal_values(name):
+    for value in legal_values(name):
+        assert CATALOGUE[name].check(value) is None, value
+
+
+INT_BAD = [0, -1, True, False, 8.0, "8", None]
+BOOL_BAD = [0, 1, "true", "yes", None]
+CHOICE_BAD = ["bogus", "", None, 1, True, False]
+
+
+@pytest.mark.parametrize("name", list(CATALOGUE))
+def test_check_rejects_illegal_values(name):
+    knob = CATALOGUE[name]
+    bad = {"int": INT_BAD, "bool": BOOL_BAD, "choice": CHOICE_BAD}[knob.kind]
+    if knob.kind == "choice":
+        bad = [*bad, knob.choices[0].upper() + "X", [knob.choices[0]]]
+    for value in bad:
+        problem = knob.check(value)
+        assert problem is not None, value
+        assert repr(value) in problem
+
+
+def test_check_messages():
+    assert CATALOGUE["per_device_train_batch_size"].check(0) == "expected a positive integer, got 0"
+    assert CATALOGUE["activation_checkpointing"].check("no") == "expected true or false, got 'no'"
+    assert CATALOGUE["precision"].check("fp8") == "'fp8' is not one of " + ", ".join(PRECISIONS)
+
+
+# --- optimizers ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("optim", OPTIMIZERS)
+def test_optimizer_is_known_to_installed_transformers(optim):
+    assert optim in {member.value for member in OptimizerNames}
+    assert OptimizerNames(optim).value == optim
+
+
+def test_every_optimizer_has_a_family():
+    assert set(OPTIMIZER_FAMILY) == set(OPTIMIZERS)
+    assert set(CATALOGUE["optim"].choices) == set(OPTIMIZERS)
+
+
+@pytest.mark.parametrize(
+    ("optim", "family"),
+    [
+        ("adamw_torch", "adamw"),
+        ("adamw_torch_fused", "adamw"),
+        ("adamw_bnb_8bit", "adamw"),
+        ("paged_adamw_8bit", "adamw"),
+        ("adamw_torch_8bit", "adamw"),
+        ("adafactor", "adafactor"),
+        ("sgd", "sgd"),
+        ("not_in_catalogue", "not_in_catalogue"),
+    ],
+)
+def test_optimizer_family(optim, family):
+    assert optimizer_family(optim) == family
+
+
+# --- real TrainingArguments ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("precision", "compile_", "mixed"),
+    [
+        ("fp32", "off", "no"),
+        ("bf16", "off", "bf16"),
+        ("fp16", "off", "fp16"),
+        ("fp32", "inductor", "no"),
+        ("bf16", "aot_eager", "bf16"),
+    ],
+)
+def test_mapping_lands_on_real_training_arguments(tmp_path, precision, compile_, mixed):
+    args, model = trial_kwargs(
+        {
+            "per_device_train_batch_size": 4,
+            "gradient_accumulation_steps": 2,
+            "precision": precision,
+            "optim": "adamw_torch_fused",
+            "torch_compile": compile_,
+            "attn_implementation": "sdpa",
+            "activation_checkpointing": True,
+        }
+    )
+    ta = transformers.TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none", **args)
+    assert ta.mixed_precision == mixed
+    assert ta.bf16 is (precision == "bf16")
+    assert ta.fp16 is (precision == "fp16")
+    assert ta.tf32 is False
+    assert ta.torch_compile is (compile_ != "off")
+    assert ta.torch_compile_backend == (None if compile_ == "off" else compile_)
+    assert ta.optim == OptimizerNames.ADAMW_TORCH_FUSED
+    assert ta.per_device_train_batch_size == 4
+    assert ta.gradient_accumulation_steps == 2
+    assert ta.activation_checkpointing is True
+    assert model == {"attn_implementation": "sdpa"}

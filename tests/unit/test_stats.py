@@ -1,0 +1,179 @@
+"""Throughput arithmetic: window summaries, confidence intervals and the stopping rules."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from autotune.stats import (
+    WindowStats,
+    relative_ci_halfwidth,
+    summarize_window,
+    t95,
+    warmup_done,
+    window_done,
+)
+
+# --- summarize_window ------------------------------------------------------------------------------
+
+
+def test_summarize_known_window():
+    stats = summarize_window([0.5, 0.5, 1.0], tokens_per_step=1000, samples_per_step=4)
+    assert isinstance(stats, WindowStats)
+    assert stats.tokens_per_s == 1500.0  # 3000 tokens / 2.0 s: total work over total time
+    assert stats.samples_per_s == 6.0  # 12 samples / 2.0 s
+    assert stats.measured_steps == 3
+    assert stats.window_s == 2.0
+    assert stats.step_time_mean_s == pytest.approx(2.0 / 3.0)
+    assert stats.step_time_median_s == 0.5
+    assert stats.step_time_min_s == 0.5
+    assert stats.step_time_max_s == 1.0
+    assert stats.step_time_std_s == pytest.approx(math.sqrt(1.0 / 12.0))
+    # rates 2, 2, 1: mean 5/3, stdev 1/sqrt(3) -> 4.303 * (1/sqrt(3)) / sqrt(3) / (5/3) = 4.303 / 5
+    assert stats.rel_ci_halfwidth == pytest.approx(4.303 / 5)
+
+
+def test_throughput_is_not_the_mean_of_per_step_rates():
+    stats = summarize_window([1.0, 3.0], tokens_per_step=300, samples_per_step=1)
+    assert stats.tokens_per_s == 150.0  # 600 / 4, not mean(300, 100) = 200
+    assert stats.step_time_median_s == 2.0
+
+
+def test_single_step_window():
+    stats = summarize_window([0.25], tokens_per_step=100, samples_per_step=2)
+    assert stats.tokens_per_s == 400.0
+    assert stats.samples_per_s == 8.0
+    assert stats.step_time_std_s == 0.0
+    assert stats.rel_ci_halfwidth == math.inf
+
+
+def test_to_dict_has_every_field():
+    stats = summarize_window([0.5, 0.5], 10, 1)
+    data = stats.to_dict()
+    assert data["tokens_per_s"] == 20.0
+    assert data["measured_steps"] == 2
+    assert set(data) == {
+        "tokens_per_s",
+        "samples_per_s",
+        "measured_steps",
+        "window_s",
+        "step_time_mean_s",
+        "step_time_median_s",
+        "step_time_min_s",
+        "step_time_max_s",
+        "step_time_std_s",
+        "rel_ci_halfwidth",
+    }
+
+
+def test_empty_window_raises():
+    with pytest.raises(ValueError, match="empty measured window"):
+        summarize_window([], 1000, 4)
+
+
+@pytest.mark.parametrize("times", [[0.5, 0.0], [-0.1], [0.5, 0.5, -1.0]])
+def test_non_positive_step_time_raises(times):
+    with pytest.raises(ValueError, match="step times must be positive"):
+        summarize_window(times, 1000, 4)
+
+
+# --- confidence interval and t quantiles -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("times", [[], [0.5]])
+def test_ci_is_infinite_below_two_steps(times):
+    assert relative_ci_halfwidth(times) == math.inf
+
+
+def test_ci_is_zero_for_identical_steps():
+    assert relative_ci_halfwidth([0.2, 0.2]) == 0.0
+    assert relative_ci_halfwidth([0.3] * 10) == 0.0
+
+
+def test_ci_hand_computation():
+    # rates 2, 4, 1: mean 7/3, sample variance 7/3, n = 3, df = 2 (t = 4.303)
+    # halfwidth = 4.303 * sqrt(7/3) / sqrt(3) / (7/3) = 4.303 / sqrt(7)
+    assert relative_ci_halfwidth([0.5, 0.25, 1.0]) == pytest.approx(4.303 / math.sqrt(7))
+
+
+def test_ci_shrinks_with_more_steps():
+    few = relative_ci_halfwidth([1.0, 1.1] * 2)
+    many = relative_ci_halfwidth([1.0, 1.1] * 20)
+    assert 0 < many < few
+
+
+def test_ci_is_scale_free():
+    times = [0.5, 0.25, 1.0]
+    assert relative_ci_halfwidth([10 * t for t in times]) == pytest.approx(relative_ci_halfwidth(times))
+
+
+@pytest.mark.parametrize(
+    ("df", "value"), [(1, 12.706), (2, 4.303), (10, 2.228), (30, 2.042), (31, 1.96), (1000, 1.96)]
+)
+def test_t95(df, value):
+    assert t95(df) == value
+
+
+def test_t95_decreases():
+    values = [t95(df) for df in range(1, 40)]
+    assert values == sorted(values, reverse=True)
+
+
+@pytest.mark.parametrize("df", [0, -1])
+def test_t95_needs_a_degree_of_freedom(df):
+    with pytest.raises(ValueError, match="at least one degree of freedom"):
+        t95(df)
+
+
+# --- warmup_done -----------------------------------------------------------------------------------
+
+
+def test_warmup_needs_min_steps():
+    assert not warmup_done([], min_steps=3, max_steps=20)
+    assert not warmup_done([1.0, 1.0], min_steps=3, max_steps=20)
+    assert warmup_done([1.0, 1.0, 1.0], min_steps=3, max_steps=20)
+
+
+def test_warmup_settle_rule():
+    # the last step must be within 1.25x of the fastest warm-up step
+    assert warmup_done([5.0, 1.0, 1.2], min_steps=3, max_steps=20)
+    assert warmup_done([5.0, 1.0, 1.25], min_steps=3, max_steps=20)
+    assert not warmup_done([5.0, 1.0, 1.3], min_steps=3, max_steps=20)
+    assert warmup_done([5.0, 1.0, 1.3], min_steps=3, max_steps=20, settle=1.5)
+    assert not warmup_done([5.0, 1.0, 1.2], min_steps=3, max_steps=20, settle=1.1)
+
+
+def test_warmup_ends_at_max_steps_regardless():
+    unsettled = [1.0] + [5.0] * 9
+    assert not warmup_done(unsettled[:9], min_steps=3, max_steps=10)
+    assert warmup_done(unsettled, min_steps=3, max_steps=10)
+    assert warmup_done([*unsettled, 5.0], min_steps=3, max_steps=10)
+
+
+# --- window_done -----------------------------------------------------------------------------------
+
+NOISY = [0.1, 0.3, 0.1, 0.3, 0.1, 0.3]
+
+
+def test_window_ends_at_max_steps():
+    assert not window_done(NOISY[:5], min_steps=2, max_steps=6, max_seconds=100, target_rel_ci=0.01)
+    assert window_done(NOISY, min_steps=2, max_steps=6, max_seconds=100, target_rel_ci=0.01)
+
+
+def test_window_ends_at_max_seconds():
+    assert not window_done([0.1, 0.3], min_steps=5, max_steps=30, max_seconds=0.5, target_rel_ci=0.01)
+    assert window_done([0.1, 0.3, 0.1], min_steps=5, max_steps=30, max_seconds=0.5, target_rel_ci=0.01)
+    assert window_done([2.0], min_steps=5, max_steps=30, max_seconds=2.0, target_rel_ci=0.01)
+
+
+def test_window_ends_once_stable_after_min_steps():
+    steady = [0.2] * 5
+    assert window_done(steady, min_steps=5, max_steps=30, max_seconds=100, target_rel_ci=0.03)
+    assert not window_done(steady[:4], min_steps=5, max_steps=30, max_seconds=100, target_rel_ci=0.03)
+
+
+def test_window_goes_on_while_noisy():
+    ci = relative_ci_halfwidth(NOISY)
+    assert not window_done(NOISY, min_steps=2, max_steps=30, max_seconds=100, target_rel_ci=ci * 0.99)
+    assert window_done(NOISY, min_steps=2, max_steps=30, max_seconds=100, target_rel_ci=ci)
