@@ -144,18 +144,31 @@ def _run_trials(
             callbacks=callbacks,
             debug=debug,
         )
-        trainer.hyperparameter_search(
-            hp_space=space.hp_space,
-            n_trials=n_trials,
-            direction="maximize",
-            backend="optuna",
-            storage=storage,
-            study_name=study_name,
-            load_if_exists=True,
-            # Offset by the trials already stored, so a resumed study does not replay the first
-            # run's random start-up suggestions.
-            sampler=optuna.samplers.TPESampler(seed=config.seed + done_before),
-        )
+        try:
+            _hyperparameter_search(trainer, space, storage, study_name, n_trials, config.seed + done_before)
+        except ValueError:
+            # The Trainer asks the study for its best trial at the end, which raises when no trial
+            # completed; every trial is already stored with its reason, so that is a result too.
+            study = optuna.load_study(study_name=study_name, storage=storage)
+            if study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+                raise
+
+
+def _hyperparameter_search(
+    trainer: Any, space: SearchSpace, storage: Any, study_name: str, n_trials: int, seed: int
+) -> None:
+    trainer.hyperparameter_search(
+        hp_space=space.hp_space,
+        n_trials=n_trials,
+        direction="maximize",
+        backend="optuna",
+        storage=storage,
+        study_name=study_name,
+        load_if_exists=True,
+        # Offset by the trials already stored, so a resumed study does not replay the first
+        # run's random start-up suggestions.
+        sampler=optuna.samplers.TPESampler(seed=seed),
+    )
 
 
 def _base_args(config: RunConfig, output_dir: str) -> dict[str, Any]:

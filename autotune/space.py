@@ -104,7 +104,9 @@ def load_space(name_or_path: str | Path) -> SearchSpace:
                 f"use one of: {', '.join(sorted(shipped))}, or a path to a YAML file",
             )
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise SpaceError(f"{path}: not a UTF-8 text file", "a space is a YAML text file") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -146,7 +148,10 @@ def _parse_knob(source: str, key: str, values: object) -> tuple[Value, ...]:
     for value in values:
         problem = knob.check(value)
         if problem is not None:
-            raise SpaceError(f"{source}: knobs.{key}: {problem}", _allowed(key))
+            hint = _allowed(key)
+            if isinstance(value, bool) and knob.kind == "choice":
+                hint += ' (YAML reads a bare off/on/no/yes as a boolean: write "off" in quotes)'
+            raise SpaceError(f"{source}: knobs.{key}: {problem}", hint)
     if len(set(values)) != len(values):
         raise SpaceError(f"{source}: knobs.{key} lists a value twice: {values!r}", "list each value once")
     # The mapping must accept every value; this catches catalogue bugs at load time, not mid-search.

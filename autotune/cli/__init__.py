@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import sys
 
-import click
 import typer
 
 from autotune.cli import _search
-from autotune.cli._render import err_console
+from autotune.cli._render import print_error
 from autotune.errors import AutotuneError
 
 app = typer.Typer(
@@ -20,18 +19,30 @@ app = typer.Typer(
 )
 
 
-@app.callback()
-def _root(
-    version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True),
-) -> None:
-    if version:
+def _print_version(value: bool) -> None:
+    if value:
         from autotune import __version__
 
         typer.echo(__version__)
         raise typer.Exit()
 
 
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", help="Print the version and exit.", is_eager=True, callback=_print_version
+    ),
+) -> None:
+    """Find the fastest way to train a Hugging Face model on this hardware, by measuring."""
+
+
 app.command("search")(_search.search_command)
+
+
+def _is_usage_error(exc: BaseException) -> bool:
+    # typer vendors its own click, whose exceptions are not the `click` package's: recognise a
+    # usage error by what both define (a message formatter and exit code 2).
+    return hasattr(exc, "format_message") and getattr(exc, "exit_code", None) == 2
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -40,25 +51,24 @@ def main(argv: list[str] | None = None) -> None:
     debug = "--debug" in args
     try:
         code = app(args=args, prog_name="autotune", standalone_mode=False)
-    except click.exceptions.UsageError as exc:
-        command = exc.ctx.command_path if exc.ctx is not None else "autotune"
-        err_console.print(f"error: {exc.format_message()} (see '{command} --help')", highlight=False)
-        sys.exit(2)
     except AutotuneError as exc:
         if debug:
             raise
-        err_console.print(f"error: {exc}", highlight=False)
+        print_error(f"error: {exc}")
         sys.exit(exc.exit_code)
-    except (KeyboardInterrupt, click.exceptions.Abort):
-        err_console.print("interrupted")
-        sys.exit(130)
+    except KeyboardInterrupt:
+        code = 130
     except Exception as exc:
+        if _is_usage_error(exc):
+            ctx = getattr(exc, "ctx", None)
+            command = ctx.command_path if ctx is not None else "autotune"
+            print_error(f"error: {exc.format_message()} (see '{command} --help')")  # type: ignore[attr-defined]
+            sys.exit(2)
         if debug:
             raise
-        err_console.print(
-            f"error: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''} "
-            "(rerun with --debug for the traceback)",
-            highlight=False,
-        )
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        print_error(f"error: {type(exc).__name__}: {text} (rerun with --debug for the traceback)")
         sys.exit(1)
+    if code == 130:
+        print_error("interrupted")
     sys.exit(code if isinstance(code, int) else 0)

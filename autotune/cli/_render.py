@@ -13,7 +13,13 @@ from rich.table import Table
 from autotune.progress import Reporter, TrialSummary
 
 console = Console(width=None if sys.stdout.isatty() else 150)
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)
+
+
+def print_error(text: str) -> None:
+    """One line on stderr, verbatim: no wrapping, no markup (paths may hold brackets)."""
+    err_console.print(text, markup=False, highlight=False, soft_wrap=True)
+
 
 _SHORT = {
     "per_device_train_batch_size": "bs",

@@ -148,12 +148,6 @@ def test_storage_flag_beats_env(calls, monkeypatch):
 # --- usage errors ----------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: typer>=0.2x vendors click as typer._click; main() catches click.exceptions.UsageError "
-    "from the separate click package, so typer's NoSuchOption falls into the generic handler "
-    "(exit 1, 'NoSuchOption: ... rerun with --debug')",
-)
 def test_unknown_option_is_a_usage_error(calls, capsys):
     assert run("search", "--bogus") == 2
     lines = err_lines(capsys)
@@ -164,11 +158,6 @@ def test_unknown_option_is_a_usage_error(calls, capsys):
     assert calls == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: typer._click.exceptions.BadParameter is not a click.exceptions.UsageError, "
-    "so a non-integer --trials exits 1 (generic handler) instead of 2",
-)
 def test_non_integer_trials_is_a_usage_error(calls, capsys):
     assert run("search", "--trials", "abc") == 2
     lines = err_lines(capsys)
@@ -218,40 +207,28 @@ def test_unknown_space_exits_2(capsys):
     assert "Traceback" not in err
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: err_console = Console(stderr=True) wraps at 80 columns when stderr is not a terminal "
-    "(CI logs, 2>file), so errors longer than that span two lines; print needs soft_wrap=True",
-)
 @pytest.mark.parametrize(
-    "argv",
+    ("argv", "real_search"),
     [
-        ("--memory-cap", "20XB"),
-        ("--space", "no-such-space", "--storage", "sqlite://"),
-        ("--max-steps", "1"),
+        (("--memory-cap", "20XB"), False),
+        (("--space", "no-such-space", "--storage", "sqlite://"), True),  # the driver loads the space
+        (("--max-steps", "1"), False),
     ],
 )
-def test_long_errors_stay_on_one_line(calls, capsys, argv):
+def test_long_errors_stay_on_one_line(request, capsys, argv, real_search):
+    if not real_search:
+        request.getfixturevalue("calls")
     assert run("search", *argv) == 2
     lines = err_lines(capsys)
     assert len(lines) == 1, lines
+    assert lines[0].startswith("error: ")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: main() prints error messages with rich markup enabled, so '[exp]' in a path is "
-    "swallowed as a style tag",
-)
 def test_error_text_is_printed_verbatim(capsys):
-    assert run("search", "--space", "/nonexistent/[exp]/space.yaml") == 2
+    assert run("search", "--space", "/nonexistent/[exp]/space.yaml", "--storage", "sqlite://") == 2
     assert "/nonexistent/[exp]/space.yaml" in capsys.readouterr().err
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: main() prints error messages with rich markup enabled, so a message holding '[/...]' "
-    "raises rich.errors.MarkupError out of main() instead of exiting 1",
-)
 def test_error_with_closing_tag_text_exits_1(monkeypatch, capsys):
     fail_with(monkeypatch, RuntimeError("cannot write to [/dev/shm]"))
     assert run("search") == 1
@@ -309,11 +286,6 @@ def test_interrupt_exits_130(monkeypatch, capsys):
     assert "Traceback" not in captured.err + captured.out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (minor): typer's Command.main turns KeyboardInterrupt into Exit(130) and returns 130, "
-    "so main()'s KeyboardInterrupt branch never runs and 'interrupted' is never printed",
-)
 def test_interrupt_says_so(monkeypatch, capsys):
     fail_with(monkeypatch, KeyboardInterrupt())
     assert run("search") == 130
@@ -323,11 +295,6 @@ def test_interrupt_says_so(monkeypatch, capsys):
 # --- version and help ------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: --version is a plain option of the group callback (no callback=, group not "
-    "invoke_without_command), so `autotune --version` fails with 'Missing command.' and never prints",
-)
 def test_version(capsys):
     assert run("--version") == 0
     assert capsys.readouterr().out.strip() == autotune.__version__

@@ -237,11 +237,6 @@ def test_a_directory_is_not_a_space(tmp_path):
         load_space(tmp_path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: load_space reads with path.read_text() and catches only yaml.YAMLError, so a file that "
-    "is not UTF-8 text escapes as UnicodeDecodeError instead of SpaceError (CLI: exit 1, not 2)",
-)
 def test_binary_file_is_a_space_error(tmp_path):
     path = tmp_path / "space.yaml"
     path.write_bytes(b"\xff\xfe\x00knobs")
