@@ -134,6 +134,9 @@ class RunConfig:
         seed: seeds the sampler and the model initialisation.
         output_dir: scratch folder for the Trainer (nothing is saved there by default).
         measure: the measurement protocol settings.
+        global_batch_size: hold per-device batch x accumulation x world size at this value.
+        keep_semantics: hold precision, optimizer family and effective batch at the base config.
+        base_args: a JSON/YAML file of `TrainingArguments` kwargs every trial starts from.
     """
 
     model: str = "tiny-gpt2"
@@ -146,8 +149,18 @@ class RunConfig:
     seed: int = 0
     output_dir: str | None = None
     measure: MeasureSettings = field(default_factory=MeasureSettings)
+    global_batch_size: int | None = None
+    keep_semantics: bool = False
+    base_args: str | None = None
 
     def __post_init__(self) -> None:
+        if self.global_batch_size is not None and self.global_batch_size < 1:
+            raise UsageError(f"--global-batch-size must be at least 1, got {self.global_batch_size}")
+        if self.keep_semantics and self.global_batch_size is not None:
+            raise UsageError(
+                "--keep-semantics already holds the global batch at the base config's",
+                "drop --global-batch-size, or set the batch in --base-args",
+            )
         if self.trials < 1:
             raise UsageError(f"--trials must be at least 1, got {self.trials}")
         if self.seq_len is not None and self.seq_len < 2:
@@ -167,3 +180,53 @@ class RunConfig:
         data = asdict(self)
         data["storage"] = self.storage_url
         return data
+
+
+# TrainingArguments fields a search controls itself: a base config may not set them.
+_RESERVED_ARGS = (
+    "output_dir",
+    "max_steps",
+    "num_train_epochs",
+    "report_to",
+    "save_strategy",
+    "eval_strategy",
+    "logging_strategy",
+    "do_eval",
+    "push_to_hub",
+    "load_best_model_at_end",
+)
+
+
+def load_base_args(path: str) -> dict[str, Any]:
+    """Read a base config: a JSON or YAML mapping of `TrainingArguments` kwargs.
+
+    Raises:
+        UsageError: unreadable file, not a mapping, an unknown field, or a field the search controls.
+    """
+    import dataclasses
+    import json
+
+    import yaml
+    from transformers import TrainingArguments
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read --base-args {path}: {exc}", "pass a JSON or YAML file") from None
+    try:
+        data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError):
+        raise UsageError(f"--base-args {path} is not valid JSON/YAML", "fix the file's syntax") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"--base-args {path} must hold a mapping of TrainingArguments fields")
+    fields = {f.name for f in dataclasses.fields(TrainingArguments)}
+    for key in data:
+        if key not in fields:
+            raise UsageError(
+                f"--base-args {path}: {key!r} is not a TrainingArguments field",
+                "see `python -c 'import transformers; help(transformers.TrainingArguments)'`",
+            )
+        if key in _RESERVED_ARGS:
+            raise UsageError(f"--base-args {path}: {key!r} is set by the search itself", f"remove {key}")
+    return dict(data)

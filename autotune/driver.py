@@ -15,17 +15,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import optuna
-import torch
 from transformers import TrainerCallback
 from transformers.utils import logging as hf_logging
 
 from autotune import __version__
-from autotune.config import RunConfig
+from autotune.availability import Hardware, ModelSupport, detect_hardware, model_support, value_unavailable
+from autotune.config import RunConfig, load_base_args
 from autotune.errors import StoreError
 from autotune.measure import ThroughputCallback
 from autotune.progress import Reporter, TrialSummary
 from autotune.space import SearchSpace, load_space
-from autotune.store import best_trial, default_study_name, finished_count, open_storage, ranked_trials
+from autotune.store import best_trial, default_study_name, measured_count, open_storage, ranked_trials
 from autotune.workload import Workload, resolve_workload
 
 
@@ -38,7 +38,7 @@ class SearchResult:
         config: the run configuration used.
         trials: every finished trial of the study, best first.
         best: the best completed trial, or None if none completed.
-        ran: how many trials this call ran (0 when the budget was already spent).
+        ran: how many trials this call measured (0 when the budget was already spent).
     """
 
     study: optuna.Study
@@ -55,6 +55,55 @@ class SearchResult:
             "training_args": dict(self.best.attrs.get("training_args", {})),
             "model_kwargs": dict(self.best.attrs.get("model_kwargs", {})),
         }
+
+
+@dataclass
+class Plan:
+    """A run resolved against this machine: everything the trials need, decided once."""
+
+    config: RunConfig
+    space: SearchSpace
+    workload: Workload
+    hardware: Hardware
+    model: ModelSupport
+    base_args: dict[str, Any]
+    study_name: str
+    storage: optuna.storages.RDBStorage
+    not_searched: list[str] = dataclasses.field(default_factory=list)
+
+
+def plan_search(config: RunConfig) -> Plan:
+    """Resolve a run configuration: space, workload, hardware rules, base config, store.
+
+    Raises:
+        UsageError: a bad space, model, base config, or an unreachable global batch size.
+        StoreError: the store cannot be opened.
+    """
+    space = load_space(config.space)
+    base = load_base_args(config.base_args) if config.base_args else {}
+    workload = resolve_workload(config.model, config.seq_len)
+    hardware = detect_hardware()
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    model = model_support(workload.model_class())
+    space = space.for_hardware(*hardware.batch_multiple())
+    if config.keep_semantics:
+        space = space.keep_semantics(base, world_size)
+    elif config.global_batch_size is not None:
+        space = space.with_global_batch(config.global_batch_size, world_size)
+    # Values that cannot run on this machine are not offered to the sampler at all; rules on
+    # combinations are checked per trial (a skipped trial with a reason and a constraint).
+    space, dropped = space.without(lambda knob, value: value_unavailable(knob, value, hardware, model))
+    return Plan(
+        config=config,
+        space=space,
+        workload=workload,
+        hardware=hardware,
+        model=model,
+        base_args=base,
+        not_searched=dropped,
+        study_name=config.study or default_study_name(config.model, space.name, workload.seq_len),
+        storage=open_storage(config.storage_url),
+    )
 
 
 def search(
@@ -82,100 +131,101 @@ def search(
     """
     config = dataclasses.replace(config or RunConfig(), **overrides)
     reporter = reporter or Reporter()
-    space = load_space(config.space)
-    workload = resolve_workload(config.model, config.seq_len)
-    study_name = config.study or default_study_name(config.model, space.name, workload.seq_len)
-    storage = open_storage(config.storage_url)
+    plan = plan_search(config)
 
     with _quiet_libraries():
         study = optuna.create_study(
-            storage=storage, study_name=study_name, direction="maximize", load_if_exists=True
+            storage=plan.storage, study_name=plan.study_name, direction="maximize", load_if_exists=True
         )
         _check_direction(study)
-        _describe_study(study, config, space, workload)
-        done_before = finished_count(study)
+        _describe_study(study, plan)
+        done_before = measured_count(study)
         remaining = max(0, config.trials - done_before)
-        reporter.on_search_start(_header(config, space, workload, study_name, done_before, remaining))
+        reporter.on_search_start(_header(plan, done_before, remaining))
         if remaining:
             for params in enqueue:
                 study.enqueue_trial(dict(params), skip_if_exists=True)
-            _run_trials(
-                config,
-                space,
-                workload,
-                storage,
-                study_name,
-                remaining,
-                done_before,
-                reporter,
-                callbacks,
-                debug,
-            )
+            _run_trials(plan, study, remaining, reporter, callbacks, debug)
 
     ranked = ranked_trials(study)
-    result = SearchResult(study, config, ranked, best_trial(study), finished_count(study) - done_before)
+    result = SearchResult(study, config, ranked, best_trial(study), measured_count(study) - done_before)
     reporter.on_search_end(result)
     return result
 
 
 def _run_trials(
-    config: RunConfig,
-    space: SearchSpace,
-    workload: Workload,
-    storage: optuna.storages.RDBStorage,
-    study_name: str,
-    n_trials: int,
-    done_before: int,
+    plan: Plan,
+    study: optuna.Study,
+    budget: int,
     reporter: Reporter,
     callbacks: Sequence[TrainerCallback],
     debug: bool,
 ) -> None:
+    """Run trials until `budget` more are measured.
+
+    Trials skipped as unavailable here cost milliseconds and do not count against the budget, so
+    the Trainer's search runs in rounds until the budget is met; a sampler that keeps proposing
+    only unavailable combinations is stopped after `max_skips` of them.
+    """
     from autotune.trainer import AutotuneTrainer  # imports Trainer machinery only when trials run
 
-    with tempfile.TemporaryDirectory(prefix="autotune-", dir=config.output_dir) as scratch:
-        dataset_tokens = workload.seq_len
-        measurement = ThroughputCallback(config.measure, dataset_tokens, reporter)
+    target = measured_count(study) + budget
+    max_skips = max(20, 5 * budget)
+    skipped_before = _skipped_count(study)
+    with tempfile.TemporaryDirectory(prefix="autotune-", dir=plan.config.output_dir) as scratch:
+        measurement = ThroughputCallback(plan.config.measure, plan.workload.seq_len, reporter)
         trainer = AutotuneTrainer(
-            workload=workload,
-            space=space,
-            base_args=_base_args(config, scratch),
+            plan=plan,
+            base_args=_base_args(plan, scratch),
             measurement=measurement,
             reporter=reporter,
             callbacks=callbacks,
             debug=debug,
         )
-        try:
-            _hyperparameter_search(trainer, space, storage, study_name, n_trials, config.seed + done_before)
-        except ValueError:
-            # The Trainer asks the study for its best trial at the end, which raises when no trial
-            # completed; every trial is already stored with its reason, so that is a result too.
-            study = optuna.load_study(study_name=study_name, storage=storage)
-            if study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-                raise
+        while (missing := target - measured_count(study)) > 0:
+            skipped = _skipped_count(study) - skipped_before
+            if skipped >= max_skips:
+                reporter.on_note(
+                    f"stopped after {skipped} skipped trials: few combinations of this space run here"
+                )
+                return
+            seed = plan.config.seed + len(study.get_trials(deepcopy=False))
+            _hyperparameter_search(trainer, plan, missing, seed)
 
 
-def _hyperparameter_search(
-    trainer: Any, space: SearchSpace, storage: Any, study_name: str, n_trials: int, seed: int
-) -> None:
-    trainer.hyperparameter_search(
-        hp_space=space.hp_space,
-        n_trials=n_trials,
-        direction="maximize",
-        backend="optuna",
-        storage=storage,
-        study_name=study_name,
-        load_if_exists=True,
-        # Offset by the trials already stored, so a resumed study does not replay the first
-        # run's random start-up suggestions.
-        sampler=optuna.samplers.TPESampler(seed=seed),
-    )
+def _skipped_count(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False)) - measured_count(study)
 
 
-def _base_args(config: RunConfig, output_dir: str) -> dict[str, Any]:
-    """`TrainingArguments` kwargs every trial starts from: train only, save and log nothing."""
+def _hyperparameter_search(trainer: Any, plan: Plan, n_trials: int, seed: int) -> None:
+    try:
+        trainer.hyperparameter_search(
+            hp_space=plan.space.hp_space,
+            n_trials=n_trials,
+            direction="maximize",
+            backend="optuna",
+            storage=plan.storage,
+            study_name=plan.study_name,
+            load_if_exists=True,
+            # Seeded by the trials already stored, so a resumed study (or the next round) does
+            # not replay the random start-up suggestions of the first.
+            sampler=optuna.samplers.TPESampler(seed=seed),
+        )
+    except ValueError:
+        # The Trainer asks the study for its best trial at the end, which raises when no trial
+        # completed; every trial is already stored with its reason, so that is a result too.
+        study = optuna.load_study(study_name=plan.study_name, storage=plan.storage)
+        if study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+            raise
+
+
+def _base_args(plan: Plan, output_dir: str) -> dict[str, Any]:
+    """`TrainingArguments` kwargs every trial starts from: the user's base config, then what a
+    throughput trial needs (train only; save, evaluate and log nothing)."""
     return {
+        **plan.base_args,
         "output_dir": output_dir,
-        "max_steps": config.measure.step_budget,
+        "max_steps": plan.config.measure.step_budget,
         "report_to": "none",
         "save_strategy": "no",
         "eval_strategy": "no",
@@ -185,9 +235,9 @@ def _base_args(config: RunConfig, output_dir: str) -> dict[str, Any]:
         "logging_nan_inf_filter": False,
         # Synthetic samples are already random; a sequential sampler costs nothing to build.
         "train_sampling_strategy": "sequential",
-        "seed": config.seed,
+        "seed": plan.config.seed,
         # Without a GPU, TrainingArguments refuses bf16 unless told the CPU is meant.
-        "use_cpu": not torch.cuda.is_available(),
+        "use_cpu": not plan.hardware.cuda,
     }
 
 
@@ -199,53 +249,37 @@ def _check_direction(study: optuna.Study) -> None:
         )
 
 
-def _describe_study(study: optuna.Study, config: RunConfig, space: SearchSpace, workload: Workload) -> None:
+def _describe_study(study: optuna.Study, plan: Plan) -> None:
     """Store what the study measures (once, at creation), for inspection and export."""
     if "autotune_version" in study.user_attrs:
         return
     study.set_user_attr("autotune_version", __version__)
-    study.set_user_attr("run_config", config.to_dict())
-    study.set_user_attr("workload", workload.describe())
-    study.set_user_attr("space", space.to_dict())
-    study.set_user_attr("space_fingerprint", space.fingerprint())
-    study.set_user_attr("memory_cap", config.memory_cap)
-    study.set_user_attr("device", device_description())
+    study.set_user_attr("run_config", plan.config.to_dict())
+    study.set_user_attr("workload", plan.workload.describe())
+    study.set_user_attr("space", plan.space.describe())
+    study.set_user_attr("space_fingerprint", plan.space.fingerprint())
+    study.set_user_attr("memory_cap", plan.config.memory_cap)
+    study.set_user_attr("base_args", plan.base_args)
+    study.set_user_attr("device", plan.hardware.to_dict())
+    study.set_user_attr("not_searched", plan.not_searched)
 
 
-def device_description() -> dict[str, Any]:
-    """The hardware the trials run on."""
-    if torch.cuda.is_available():
-        props = torch.cuda.get_device_properties(0)
-        return {
-            "type": "cuda",
-            "name": props.name,
-            "count": torch.cuda.device_count(),
-            "memory_bytes": int(props.total_memory),
-            "capability": f"{props.major}.{props.minor}",
-        }
-    return {"type": "cpu", "name": "cpu", "threads": torch.get_num_threads(), "cores": os.cpu_count()}
-
-
-def _header(
-    config: RunConfig,
-    space: SearchSpace,
-    workload: Workload,
-    study_name: str,
-    done_before: int,
-    remaining: int,
-) -> dict[str, Any]:
+def _header(plan: Plan, done_before: int, remaining: int) -> dict[str, Any]:
+    space = plan.space
     return {
-        "model": workload.name,
-        "task": workload.task,
-        "seq_len": workload.seq_len,
+        "model": plan.workload.name,
+        "task": plan.workload.task,
+        "seq_len": plan.workload.seq_len,
         "space": f"{space.name} ({len(space.knobs)} knobs, {space.grid_size()} combinations)",
-        "storage": config.storage_url,
-        "study": study_name,
-        "budget": config.trials,
+        "space_notes": list(space.notes),
+        "unavailable": plan.not_searched,
+        "storage": plan.config.storage_url,
+        "study": plan.study_name,
+        "budget": plan.config.trials,
         "finished": done_before,
         "to_run": remaining,
-        "device": device_description(),
-        "memory_cap": config.memory_cap,
+        "device": plan.hardware.to_dict(),
+        "memory_cap": plan.config.memory_cap,
     }
 
 

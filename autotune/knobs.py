@@ -29,16 +29,18 @@ OPTIMIZERS = (
     "rmsprop",
 )
 COMPILE_BACKENDS = ("off", "inductor", "aot_eager", "cudagraphs", "eager")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 ATTENTION = ("eager", "sdpa", "flash_attention_2", "flex_attention")
 
-# The optimizer's update rule, for knobs that change training semantics: variants of one family
-# (fused, 8-bit states) compute the same update, so switching between them is a speed choice.
+# The optimizer's update rule, for knobs that change training semantics: implementations within one
+# family compute the same update (the fused AdamW kernel is AdamW), so switching between them is a
+# speed choice. 8-bit optimizer states quantise the update: a family of their own.
 OPTIMIZER_FAMILY = {
     "adamw_torch": "adamw",
     "adamw_torch_fused": "adamw",
-    "adamw_bnb_8bit": "adamw",
-    "paged_adamw_8bit": "adamw",
-    "adamw_torch_8bit": "adamw",
+    "adamw_bnb_8bit": "adamw_8bit",
+    "paged_adamw_8bit": "adamw_8bit",
+    "adamw_torch_8bit": "adamw_8bit",
     "adafactor": "adafactor",
     "sgd": "sgd",
     "adagrad": "adagrad",
@@ -58,20 +60,26 @@ class Knob:
         changes_semantics: whether the knob changes the training math (optimizer family, precision,
             effective batch size) rather than only its speed.
         help: one line for `autotune knobs` and the README.
+        requires: ``(other knob, values)``: this knob only exists in trials where the other knob
+            takes one of those values (a compile mode only with the inductor backend).
     """
 
     name: str
     target: Literal["args", "model"]
-    kind: Literal["int", "bool", "choice"]
+    kind: Literal["int", "count", "bool", "choice"]
     help: str
     choices: tuple[str, ...] = ()
     changes_semantics: bool = False
+    requires: tuple[str, tuple[Value, ...]] | None = None
 
     def check(self, value: object) -> str | None:
         """Return why `value` is not legal for this knob, or None if it is."""
         if self.kind == "int":
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 return f"expected a positive integer, got {value!r}"
+        elif self.kind == "count":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                return f"expected an integer >= 0, got {value!r}"
         elif self.kind == "bool":
             if not isinstance(value, bool):
                 return f"expected true or false, got {value!r}"
@@ -93,6 +101,10 @@ _PRECISION_ARGS: dict[str, dict[str, Any]] = {
 
 def _precision_args(value: Value) -> dict[str, Any]:
     return dict(_PRECISION_ARGS[str(value)])
+
+
+def _empty_cache_args(value: Value) -> dict[str, Any]:
+    return {"torch_empty_cache_steps": int(value) or None}  # 0 means never
 
 
 def _compile_args(value: Value) -> dict[str, Any]:
@@ -144,6 +156,14 @@ CATALOGUE: dict[str, Knob] = {
             choices=COMPILE_BACKENDS,
         ),
         Knob(
+            "torch_compile_mode",
+            "args",
+            "choice",
+            "inductor compile mode (only in trials that compile with inductor)",
+            choices=COMPILE_MODES,
+            requires=("torch_compile", ("inductor",)),
+        ),
+        Knob(
             "attn_implementation",
             "model",
             "choice",
@@ -156,6 +176,24 @@ CATALOGUE: dict[str, Knob] = {
             "bool",
             "recompute activations in the backward pass: less memory, more compute",
         ),
+        Knob(
+            "dataloader_num_workers",
+            "args",
+            "count",
+            "data loader worker processes (0 loads in the training process)",
+        ),
+        Knob(
+            "dataloader_pin_memory",
+            "args",
+            "bool",
+            "page-locked host memory for faster copies to the GPU",
+        ),
+        Knob(
+            "torch_empty_cache_steps",
+            "args",
+            "count",
+            "empty the device cache every N steps (0: never): less fragmentation, some speed",
+        ),
     )
 }
 
@@ -163,6 +201,7 @@ CATALOGUE: dict[str, Knob] = {
 _ARGS_MAPPERS: dict[str, Callable[[Value], dict[str, Any]]] = {
     "precision": _precision_args,
     "torch_compile": _compile_args,
+    "torch_empty_cache_steps": _empty_cache_args,
 }
 
 

@@ -48,5 +48,8 @@ class Reporter:
     def on_trial_end(self, trial: TrialSummary) -> None:
         """A trial ended, whatever its state."""
 
+    def on_note(self, text: str) -> None:
+        """Something the user should know that is not a trial (a search stopped early, ...)."""
+
     def on_search_end(self, result: Any) -> None:
         """The search is over (`result` is the `SearchResult`)."""

@@ -4,30 +4,53 @@ A space file looks like::
 
     description: what this space is for
     knobs:
-      per_device_train_batch_size: [8, 16, 32]
+      per_device_train_batch_size: [8, 16, 32]   # or {min: 8, max: 256, multiple_of: auto}
       precision: [fp32, bf16]
       torch_compile: ["off", inductor]
+      torch_compile_mode: [default, max-autotune-no-cudagraphs]   # only with inductor
 
 Every error names the file, the key and what is allowed. One `SearchSpace` serves every backend:
 `suggest` samples a trial's values through optuna (a `FixedTrial` on non-zero ranks replays them).
+A loaded space is resolved for a run: batch rules for the device (`for_hardware`), a fixed global
+batch (`with_global_batch`) and ``--keep-semantics`` (`keep_semantics`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from autotune.errors import SpaceError
-from autotune.knobs import CATALOGUE, Value, trial_kwargs
+from autotune.errors import SpaceError, UsageError
+from autotune.knobs import CATALOGUE, Value, optimizer_family, trial_kwargs
 
 _TOP_LEVEL_KEYS = ("description", "knobs")
+
+
+@dataclass(frozen=True)
+class SizeRule:
+    """Batch-size candidates from a rule: multiples of `multiple_of`, doubling from `low` to `high`.
+
+    ``multiple_of: auto`` (None here) is resolved per device by `SearchSpace.for_hardware`.
+    """
+
+    low: int
+    high: int
+    multiple_of: int | None
+
+    def candidates(self, multiple: int) -> tuple[int, ...]:
+        first = -(-self.low // multiple) * multiple  # round low up to a multiple
+        values, size = [], first
+        while size <= self.high:
+            values.append(size)
+            size *= 2
+        return tuple(values)
 
 
 @dataclass(frozen=True)
@@ -37,18 +60,51 @@ class SearchSpace:
     Attributes:
         name: the space's name (file stem).
         source: where it was loaded from, for messages.
-        knobs: knob name -> candidate values, in the order given in the file.
+        knobs: knob name -> candidate values, in sampling order (a knob another one requires
+            comes first).
         description: free text from the file.
+        rules: knobs whose candidates come from a `SizeRule` not yet resolved for a device.
+        fixed: knobs held at one value and not searched (``--keep-semantics``).
+        global_batch: per-device batch x accumulation x world size, when it is fixed.
+        world_size: processes training together (for the global batch).
+        notes: lines for the run header saying how the space was resolved.
     """
 
     name: str
     source: str
     knobs: Mapping[str, tuple[Value, ...]]
     description: str = ""
+    rules: Mapping[str, SizeRule] = field(default_factory=dict)
+    fixed: Mapping[str, Value] = field(default_factory=dict)
+    global_batch: int | None = None
+    world_size: int = 1
+    notes: tuple[str, ...] = ()
 
     def suggest(self, trial: Any) -> dict[str, Value]:
-        """Sample one value per knob from an optuna `Trial` (or replay them from a `FixedTrial`)."""
-        return {name: trial.suggest_categorical(name, list(values)) for name, values in self.knobs.items()}
+        """Sample a trial's values from an optuna `Trial` (or replay them from a `FixedTrial`)."""
+        self._check_resolved()
+        values: dict[str, Value] = {}
+        for name, candidates in self.knobs.items():
+            if self._applies(name, values):
+                values[name] = trial.suggest_categorical(name, list(candidates))
+        return self.complete(values)
+
+    def complete(self, sampled: Mapping[str, Value]) -> dict[str, Value]:
+        """Add what follows from sampled values: held knobs and the derived accumulation steps."""
+        values = {k: v for k, v in sampled.items() if k in self.knobs and self._applies(k, sampled)}
+        values.update(self.fixed)
+        if self.global_batch is not None:
+            per_step = int(values.get("per_device_train_batch_size", 8)) * self.world_size
+            values["gradient_accumulation_steps"] = self.global_batch // per_step
+        return values
+
+    def _applies(self, name: str, values: Mapping[str, Value]) -> bool:
+        requires = CATALOGUE[name].requires
+        return requires is None or values.get(requires[0]) in requires[1]
+
+    def _check_resolved(self) -> None:
+        if self.rules:
+            raise SpaceError(f"{self.source}: size rules not resolved for a device (call for_hardware)")
 
     def hp_space(self, trial: Any) -> dict[str, Any]:
         """The `hp_space` callable for `Trainer.hyperparameter_search`.
@@ -68,12 +124,170 @@ class SearchSpace:
         return size
 
     def fingerprint(self) -> str:
-        """A short hash of the knobs and candidates: equal spaces give equal fingerprints."""
-        canonical = json.dumps({k: list(v) for k, v in self.knobs.items()}, sort_keys=True)
+        """A short hash of what is searched: equal spaces give equal fingerprints."""
+        data = self.describe()
+        for key in ("description", "notes"):
+            data.pop(key)
+        canonical = json.dumps(data, sort_keys=True, default=str)
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"description": self.description, "knobs": {k: list(v) for k, v in self.knobs.items()}}
+        """The space in its file form (`parse_space` reads it back)."""
+        knobs: dict[str, Any] = {k: list(v) for k, v in self.knobs.items()}
+        for name, rule in self.rules.items():
+            knobs[name] = {"min": rule.low, "max": rule.high, "multiple_of": rule.multiple_of or "auto"}
+        return {"description": self.description, "knobs": knobs}
+
+    def describe(self) -> dict[str, Any]:
+        """The file form plus how it was resolved for this run (stored with the study)."""
+        return {
+            **self.to_dict(),
+            "fixed": dict(self.fixed),
+            "global_batch": self.global_batch,
+            "world_size": self.world_size,
+            "notes": list(self.notes),
+        }
+
+    # -- resolving for a run ------------------------------------------------------------------
+
+    def for_hardware(self, multiple: int, why: str) -> SearchSpace:
+        """Resolve ``multiple_of: auto`` rules with the device's batch multiple."""
+        if not self.rules:
+            return self
+        knobs = dict(self.knobs)
+        notes = list(self.notes)
+        for name, rule in self.rules.items():
+            step = rule.multiple_of or multiple
+            candidates = rule.candidates(step)
+            if not candidates:
+                raise SpaceError(
+                    f"{self.source}: knobs.{name}: no multiple of {step} between {rule.low} and {rule.high}",
+                    f"raise max to at least {step}",
+                )
+            knobs[name] = candidates
+            origin = f"auto ({why})" if rule.multiple_of is None else f"multiple_of {step}"
+            notes.append(f"{name}: {', '.join(map(str, candidates))} [{origin}]")
+        return replace(self, knobs=_ordered(knobs), rules={}, notes=tuple(notes))
+
+    def without(self, reason_of: Callable[[str, Value], str | None]) -> tuple[SearchSpace, list[str]]:
+        """Drop the candidates `reason_of` says cannot run here; return the space and what went.
+
+        Raises:
+            SpaceError: a knob is left with no candidate, or a held value cannot run.
+        """
+        knobs: dict[str, tuple[Value, ...]] = {}
+        dropped: list[str] = []
+        for name, candidates in self.knobs.items():
+            reasons = {value: reason_of(name, value) for value in candidates}
+            kept = tuple(v for v in candidates if reasons[v] is None)
+            dropped += [f"{name}={v}: {reasons[v]}" for v in candidates if reasons[v] is not None]
+            if not kept:
+                why = "; ".join(str(r) for r in reasons.values())
+                raise SpaceError(
+                    f"{self.source}: no value of knobs.{name} can run here ({why})",
+                    "add a value that runs on this machine (see `autotune knobs`)",
+                )
+            knobs[name] = kept
+        for name, value in self.fixed.items():
+            reason = reason_of(name, value)
+            if reason is not None:
+                raise UsageError(
+                    f"the base config's {name}={value} cannot run here: {reason}", "change --base-args"
+                )
+        return replace(self, knobs=knobs), dropped
+
+    def with_global_batch(self, global_batch: int, world_size: int = 1) -> SearchSpace:
+        """Only splits with per-device batch x accumulation x world size == `global_batch`.
+
+        The per-device batch is searched among the candidates that have a matching accumulation
+        candidate; the accumulation is derived from it.
+
+        Raises:
+            UsageError: no split of the candidates reaches `global_batch`.
+        """
+        self._check_resolved()
+        batches = self.knobs.get("per_device_train_batch_size", (8,))
+        accumulations = self.knobs.get("gradient_accumulation_steps", (1,))
+        splits = global_batch_splits(batches, accumulations, world_size, global_batch)
+        if not splits:
+            reachable = sorted({int(b) * int(a) * world_size for b in batches for a in accumulations})
+            raise UsageError(
+                f"global batch size {global_batch} is not reachable: per-device batch "
+                f"{list(batches)} x accumulation {list(accumulations)} x {world_size} process(es)",
+                f"use one of {reachable}, or add candidates to the space",
+            )
+        knobs = {k: v for k, v in self.knobs.items() if k != "gradient_accumulation_steps"}
+        knobs["per_device_train_batch_size"] = tuple(b for b, _ in splits)
+        split_text = ", ".join(f"{b}x{a}" for b, a in splits)
+        note = f"global batch {global_batch} = batch x accumulation x {world_size} rank(s): {split_text}"
+        return replace(
+            self,
+            knobs=_ordered(knobs),
+            global_batch=global_batch,
+            world_size=world_size,
+            notes=(*self.notes, note),
+        )
+
+    def keep_semantics(self, base: Mapping[str, Any], world_size: int = 1) -> SearchSpace:
+        """Hold the knobs that change the training math at the base config; search the rest.
+
+        Precision is fixed to the base's; the optimizer keeps the base's family (implementations
+        of the same update stay searchable); the effective batch is held by fixing the global batch.
+        """
+        knobs = dict(self.knobs)
+        fixed = dict(self.fixed)
+        notes = list(self.notes)
+        if "precision" in knobs:
+            knobs.pop("precision")
+            fixed["precision"] = precision_of(base)
+        if "optim" in knobs:
+            base_optim = str(base.get("optim", "adamw_torch"))
+            same = tuple(
+                o for o in knobs["optim"] if optimizer_family(str(o)) == optimizer_family(base_optim)
+            )
+            if len(same) > 1 or (same and same[0] != base_optim):
+                knobs["optim"] = same
+            else:
+                knobs.pop("optim")
+                fixed["optim"] = base_optim
+        held = ", ".join(f"{k}={v}" for k, v in fixed.items())
+        notes.append(f"keep semantics: {held or 'nothing to hold'}")
+        space = replace(self, knobs=_ordered(knobs), fixed=fixed, notes=tuple(notes))
+        global_batch = int(base.get("per_device_train_batch_size", 8)) * int(
+            base.get("gradient_accumulation_steps", 1)
+        )
+        return space.with_global_batch(global_batch * world_size, world_size)
+
+
+def global_batch_splits(
+    batches: tuple[Value, ...], accumulations: tuple[Value, ...], world_size: int, global_batch: int
+) -> list[tuple[int, int]]:
+    """The (per-device batch, accumulation) pairs of the candidates whose product with the world
+    size is `global_batch`, smallest accumulation first within increasing batch."""
+    if global_batch < 1 or world_size < 1:
+        return []
+    return sorted(
+        (int(b), int(a))
+        for b in batches
+        for a in accumulations
+        if int(b) * int(a) * world_size == global_batch
+    )
+
+
+def precision_of(args: Mapping[str, Any]) -> str:
+    """The precision knob value a `TrainingArguments` kwargs dict amounts to."""
+    bf16, fp16, tf32 = bool(args.get("bf16")), bool(args.get("fp16")), bool(args.get("tf32"))
+    if bf16:
+        return "bf16+tf32" if tf32 else "bf16"
+    if fp16:
+        return "fp16"
+    return "tf32" if tf32 else "fp32"
+
+
+def _ordered(knobs: Mapping[str, tuple[Value, ...]]) -> dict[str, tuple[Value, ...]]:
+    """Knobs in sampling order: a knob that another requires comes before it."""
+    first = {k: v for k, v in knobs.items() if CATALOGUE[k].requires is None}
+    return {**first, **{k: v for k, v in knobs.items() if k not in first}}
 
 
 def builtin_spaces() -> dict[str, Path]:
@@ -132,9 +346,51 @@ def parse_space(data: object, *, name: str, source: str) -> SearchSpace:
         raise SpaceError(f"{source}: 'description' must be a string")
 
     parsed: dict[str, tuple[Value, ...]] = {}
+    rules: dict[str, SizeRule] = {}
     for key, values in knobs.items():
-        parsed[str(key)] = _parse_knob(source, str(key), values)
-    return SearchSpace(name=name, source=source, knobs=parsed, description=description)
+        if isinstance(values, dict) and str(key) in _RULE_KNOBS:
+            rules[str(key)] = _parse_rule(source, str(key), values)
+            parsed[str(key)] = ()
+        else:
+            parsed[str(key)] = _parse_knob(source, str(key), values)
+    _check_requirements(source, parsed)
+    return SearchSpace(name=name, source=source, knobs=_ordered(parsed), description=description, rules=rules)
+
+
+# Knobs that may be written as a rule ``{min: 8, max: 256, multiple_of: auto}`` instead of a list.
+_RULE_KNOBS = ("per_device_train_batch_size",)
+_RULE_KEYS = ("min", "max", "multiple_of")
+
+
+def _parse_rule(source: str, key: str, rule: dict[Any, Any]) -> SizeRule:
+    hint = "write e.g. {min: 8, max: 256, multiple_of: auto} (or an integer multiple)"
+    unknown = sorted(str(k) for k in set(rule) - set(_RULE_KEYS))
+    if unknown:
+        raise SpaceError(f"{source}: knobs.{key}: unknown rule key {unknown[0]!r}", hint)
+    low, high, multiple = rule.get("min", 1), rule.get("max", 0), rule.get("multiple_of", "auto")
+    for label, number in (("min", low), ("max", high)):
+        if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+            raise SpaceError(
+                f"{source}: knobs.{key}.{label} must be a positive integer, got {number!r}", hint
+            )
+    if high < low:
+        raise SpaceError(f"{source}: knobs.{key}: max {high} is below min {low}", hint)
+    if multiple != "auto" and (isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1):
+        raise SpaceError(f"{source}: knobs.{key}.multiple_of must be auto or a positive integer", hint)
+    return SizeRule(low, high, None if multiple == "auto" else multiple)
+
+
+def _check_requirements(source: str, knobs: Mapping[str, tuple[Value, ...]]) -> None:
+    for key in knobs:
+        requires = CATALOGUE[key].requires
+        if requires is None:
+            continue
+        other, needed = requires
+        if not set(knobs.get(other, ())) & set(needed):
+            raise SpaceError(
+                f"{source}: knobs.{key} only applies when {other} is one of {', '.join(map(str, needed))}",
+                f"add {needed[0]} to knobs.{other}, or drop knobs.{key}",
+            )
 
 
 def _parse_knob(source: str, key: str, values: object) -> tuple[Value, ...]:
@@ -162,7 +418,10 @@ def _parse_knob(source: str, key: str, values: object) -> tuple[Value, ...]:
 def _allowed(key: str) -> str:
     knob = CATALOGUE[key]
     if knob.kind == "int":
-        return "allowed: positive integers, e.g. [8, 16, 32]"
+        rule = " or a rule {min: 8, max: 256, multiple_of: auto}" if key in _RULE_KNOBS else ""
+        return f"allowed: positive integers, e.g. [8, 16, 32]{rule}"
+    if knob.kind == "count":
+        return "allowed: integers >= 0, e.g. [0, 2, 4]"
     if knob.kind == "bool":
         return "allowed: [false, true]"
     return f"allowed: {', '.join(knob.choices)}"

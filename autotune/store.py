@@ -56,9 +56,18 @@ def _engine_kwargs(url: str) -> dict[str, Any]:
     return {"pool_pre_ping": True}
 
 
-def finished_count(study: optuna.Study) -> int:
-    """Trials that count against the study's total budget: every finished trial, whatever its state."""
-    return len(study.get_trials(deepcopy=False, states=FINISHED))
+SKIPPED_REASON = "unavailable"
+
+
+def is_skipped(trial: FrozenTrial) -> bool:
+    """A trial that was not trained because a knob value cannot run here."""
+    return trial.user_attrs.get("reason") == SKIPPED_REASON
+
+
+def measured_count(study: optuna.Study) -> int:
+    """Trials that count against the study's total budget: finished trials that tried to train,
+    whatever their outcome. Trials skipped as unavailable cost nothing and do not count."""
+    return sum(1 for t in study.get_trials(deepcopy=False, states=FINISHED) if not is_skipped(t))
 
 
 def summarize_trial(trial: FrozenTrial) -> TrialSummary:

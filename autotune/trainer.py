@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 import torch
@@ -28,16 +28,27 @@ from accelerate.utils.memory import release_memory
 from transformers import Trainer, TrainerCallback, TrainingArguments, default_data_collator
 from transformers.trainer_callback import PrinterCallback
 
+from autotune.availability import combination_unavailable
 from autotune.knobs import Value, trial_kwargs
 from autotune.measure import ThroughputCallback
 from autotune.memory import release_device_memory
 from autotune.progress import Reporter, TrialSummary
-from autotune.space import SearchSpace
-from autotune.workload import Workload
+from autotune.store import SKIPPED_REASON
+
+if TYPE_CHECKING:
+    from autotune.driver import Plan
 
 
 class NonFiniteLoss(RuntimeError):
     """The trial's training loss became NaN or infinite."""
+
+
+class Unavailable(RuntimeError):
+    """A knob value of the trial cannot run on this machine; nothing was trained."""
+
+    def __init__(self, knob: str, reason: str) -> None:
+        super().__init__(f"{knob}: {reason}")
+        self.knob = knob
 
 
 def failure_reason(exc: BaseException) -> str:
@@ -47,6 +58,8 @@ def failure_reason(exc: BaseException) -> str:
         return "oom"
     if "DefaultCPUAllocator: can't allocate memory" in text or isinstance(exc, MemoryError):
         return "oom"
+    if isinstance(exc, Unavailable):
+        return SKIPPED_REASON
     if isinstance(exc, NonFiniteLoss):
         return "nan_loss"
     if isinstance(exc, ModuleNotFoundError | ImportError):
@@ -64,8 +77,8 @@ class AutotuneTrainer(Trainer):
     """A `Trainer` for throughput trials (see the module docstring).
 
     Args:
-        workload: builds each trial's model and owns the data.
-        space: samples each trial's knob values.
+        plan: the resolved run: the space samples each trial's knob values, the workload builds
+            its model and owns the data, hardware and model support decide what can run.
         base_args: `TrainingArguments` kwargs every trial starts from.
         measurement: the callback that times steps and measures peak memory.
         reporter: receives trial start and end events.
@@ -75,16 +88,16 @@ class AutotuneTrainer(Trainer):
     def __init__(
         self,
         *,
-        workload: Workload,
-        space: SearchSpace,
+        plan: Plan,
         base_args: dict[str, Any],
         measurement: ThroughputCallback,
         reporter: Reporter,
         callbacks: Sequence[TrainerCallback] = (),
         debug: bool = False,
     ) -> None:
-        self.workload = workload
-        self.space = space
+        self.plan = plan
+        self.workload = plan.workload
+        self.space = plan.space
         self.base_args = dict(base_args)
         self.measurement = measurement
         self.reporter = reporter
@@ -96,7 +109,7 @@ class AutotuneTrainer(Trainer):
         super().__init__(
             model_init=model_init,
             args=TrainingArguments(**self.base_args),
-            train_dataset=workload.dataset(int(self.base_args.get("seed", 0))),
+            train_dataset=self.workload.dataset(int(self.base_args.get("seed", 0))),
             data_collator=default_data_collator,
             callbacks=[measurement, *callbacks],
         )
@@ -110,7 +123,7 @@ class AutotuneTrainer(Trainer):
         if trial is None:
             return {}
         if isinstance(trial, dict):
-            return {name: trial[name] for name in self.space.knobs if name in trial}
+            return self.space.complete(trial)
         return self.space.suggest(trial)
 
     def call_model_init(self, trial: Any = None) -> torch.nn.Module:
@@ -119,6 +132,9 @@ class AutotuneTrainer(Trainer):
         self.trial_values, self.trial_model_kwargs = values, model_kwargs
         if trial is not None:
             self.reporter.on_trial_start(getattr(trial, "number", -1), values)
+            blocked = combination_unavailable(values, self.plan.hardware, self.plan.model)
+            if blocked is not None:
+                raise Unavailable(*blocked)  # before any model, args or accelerator work
         self._rebuild_args({**self.base_args, **args_kwargs})
         return super().call_model_init(trial)
 
@@ -155,12 +171,23 @@ class AutotuneTrainer(Trainer):
             self._end_failed_trial(trial, exc)
             raise optuna.TrialPruned(f"{failure_reason(exc)}: {_one_line(exc)}") from exc
         self.objective: float | None = attrs["tokens_per_s"]
+        if isinstance(trial, optuna.Trial):
+            trial.set_constraint("runs_here", 0.0)
+            trial.set_constraint("finite_loss", 0.0)
         self._record(trial, "COMPLETE", attrs)
         return output
 
     def _end_failed_trial(self, trial: Any, exc: BaseException) -> None:
         reason = failure_reason(exc)
         attrs: dict[str, Any] = {"reason": reason, "message": _one_line(exc)}
+        if isinstance(exc, Unavailable):
+            attrs["unavailable_knob"] = exc.knob
+            attrs["message"] = str(exc)
+        if isinstance(trial, optuna.Trial):
+            # Constraints are read from storage by TPE (also after a resume); they must be set
+            # before the trial is pruned, and only COMPLETE and PRUNED trials use them.
+            trial.set_constraint("runs_here", 1.0 if reason == SKIPPED_REASON else 0.0)
+            trial.set_constraint("finite_loss", 1.0 if reason == "nan_loss" else 0.0)
         if self.debug:
             attrs["traceback"] = traceback.format_exc()[-2000:]
         # Stock Trainer skips release_memory when a trial raises: do it here, or memory creeps.

@@ -122,11 +122,34 @@ class Workload:
     seq_len: int
     from_pretrained: bool = False
 
-    def build_model(self, model_kwargs: dict[str, Any]) -> torch.nn.Module:
-        """A fresh model for one trial, built with the trial's model-load kwargs."""
+    def _auto_class(self) -> Any:
         from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
-        auto = AutoModelForCausalLM if self.task == "causal-lm" else AutoModelForSequenceClassification
+        return AutoModelForCausalLM if self.task == "causal-lm" else AutoModelForSequenceClassification
+
+    def model_class(self) -> type:
+        """The model class the workload builds (its support flags drive availability rules)."""
+        from transformers.models.auto.modeling_auto import (
+            MODEL_FOR_CAUSAL_LM_MAPPING,
+            MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING,
+        )
+
+        mapping = (
+            MODEL_FOR_CAUSAL_LM_MAPPING
+            if self.task == "causal-lm"
+            else MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING
+        )
+        try:
+            model_class: Any = mapping[type(self.config)]
+            return model_class
+        except KeyError:
+            raise WorkloadError(
+                f"{self.name}: no {self.task} model class for config type {type(self.config).__name__}"
+            ) from None
+
+    def build_model(self, model_kwargs: dict[str, Any]) -> torch.nn.Module:
+        """A fresh model for one trial, built with the trial's model-load kwargs."""
+        auto = self._auto_class()
         if self.from_pretrained:
             model = auto.from_pretrained(self.name, **model_kwargs)
         else:

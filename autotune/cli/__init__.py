@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from autotune.cli import _search
+from autotune.cli import _knobs, _search
 from autotune.cli._render import print_error
 from autotune.errors import AutotuneError
 
@@ -37,6 +37,7 @@ def _root(
 
 
 app.command("search")(_search.search_command)
+app.command("knobs")(_knobs.knobs_command)
 
 
 def _is_usage_error(exc: BaseException) -> bool:

@@ -29,6 +29,10 @@ _SHORT = {
     "torch_compile": "compile",
     "attn_implementation": "attn",
     "activation_checkpointing": "ckpt",
+    "torch_compile_mode": "mode",
+    "dataloader_num_workers": "workers",
+    "dataloader_pin_memory": "pin",
+    "torch_empty_cache_steps": "empty_cache",
 }
 
 
@@ -59,6 +63,8 @@ def _value(v: Any) -> str:
 
 def trial_line(t: TrialSummary) -> str:
     head = f"trial {t.number:>3}  {format_params(t.params)}"
+    if t.reason == "unavailable":
+        return f"{head}  [dim]skipped: {t.message}[/]"
     if t.state == "COMPLETE":
         ci = f" ±{100 * t.rel_ci_halfwidth:.1f}%" if t.rel_ci_halfwidth is not None else ""
         return (
@@ -122,8 +128,8 @@ class RichReporter(Reporter):
         device = header["device"]
         device_text = (
             f"{device['name']} x{device['count']} ({format_bytes(device['memory_bytes'])})"
-            if device["type"] == "cuda"
-            else f"CPU, {device['threads']} threads"
+            if device["device"] == "cuda"
+            else f"CPU ({format_bytes(device['memory_bytes'])} RAM)"
         )
         lines = [
             f"[bold]autotune[/] study [cyan]{header['study']}[/] in {header['storage']}",
@@ -132,8 +138,13 @@ class RichReporter(Reporter):
             f"device {device_text}, memory cap {header['memory_cap'] or 'none'}",
             f"budget {header['budget']} trials: {header['finished']} done, {header['to_run']} to run",
         ]
+        lines += [f"  {note}" for note in header.get("space_notes", [])]
+        unavailable = header.get("unavailable", [])
+        if unavailable:
+            lines.append(f"  not searched, cannot run here ({len(unavailable)}):")
+            lines += [f"    {item}" for item in unavailable]
         for line in lines:
-            self.console.print(line, highlight=False)
+            self.console.print(line, highlight=False, markup=line.startswith("[bold]"))
         if header["to_run"]:
             self._trials_task = self.progress.add_task("trials", total=header["to_run"])
 
@@ -151,13 +162,16 @@ class RichReporter(Reporter):
             self._steps_task, description=f"trial {self._trial_number} {label}", completed=step
         )
 
+    def on_note(self, text: str) -> None:
+        self.console.print(text, highlight=False, markup=False)
+
     def on_trial_end(self, trial: TrialSummary) -> None:
         if self._steps_task is not None:
             self.progress.remove_task(self._steps_task)
             self._steps_task = None
         if self._trials_task is not None:
             self.progress.advance(self._trials_task)
-        self.console.print(trial_line(trial), highlight=False)
+        self.console.print(trial_line(trial), highlight=False, soft_wrap=True)
 
     def on_search_end(self, result: Any) -> None:
         self.progress.stop()

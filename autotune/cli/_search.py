@@ -36,6 +36,28 @@ def search_command(
     target_ci: Annotated[
         float, typer.Option("--target-ci", help="Stop measuring at this relative 95% CI half-width.")
     ] = 0.03,
+    global_batch_size: Annotated[
+        int | None,
+        typer.Option(
+            "--global-batch-size",
+            help="Only try splits with batch x accumulation x processes = this.",
+            show_default=False,
+        ),
+    ] = None,
+    keep_semantics: Annotated[
+        bool,
+        typer.Option(
+            "--keep-semantics",
+            help="Hold precision, optimizer family and effective batch at the base config; "
+            "search only speed knobs.",
+        ),
+    ] = False,
+    base_args: Annotated[
+        str | None,
+        typer.Option(
+            "--base-args", help="JSON/YAML file of TrainingArguments kwargs every trial starts from."
+        ),
+    ] = None,
     debug: DebugOpt = False,
 ) -> None:
     """Search the space for the configuration with the highest measured training throughput."""
@@ -60,6 +82,9 @@ def search_command(
         memory_cap=memory_cap,
         seed=seed,
         measure=measure,
+        global_batch_size=global_batch_size,
+        keep_semantics=keep_semantics,
+        base_args=base_args,
     )
     with RichReporter() as reporter:
         search(config, reporter=reporter, debug=debug)

@@ -67,7 +67,7 @@ def test_study_describes_itself(first_run: Any) -> None:
     assert attrs["workload"]["model"] == "tiny-gpt2"
     assert attrs["workload"]["seq_len"] == 32
     assert attrs["space"]["knobs"] == QUICK_KNOBS
-    assert attrs["device"]["type"] in ("cpu", "cuda")
+    assert attrs["device"]["device"] in ("cpu", "cuda")
 
 
 def test_rerun_respects_the_total_budget(first_run: Any) -> None:

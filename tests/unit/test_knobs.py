@@ -34,6 +34,8 @@ def legal_values(name: str) -> list:
     knob = CATALOGUE[name]
     if knob.kind == "int":
         return [1, 2, 8, 1024]
+    if knob.kind == "count":
+        return [0, 1, 2, 8]
     if knob.kind == "bool":
         return [False, True]
     return list(knob.choices)
@@ -142,8 +144,12 @@ def test_catalogue_keys_match_knob_names():
         "precision",
         "optim",
         "torch_compile",
+        "torch_compile_mode",
         "attn_implementation",
         "activation_checkpointing",
+        "dataloader_num_workers",
+        "dataloader_pin_memory",
+        "torch_empty_cache_steps",
     }
 
 
@@ -154,6 +160,7 @@ def test_check_accepts_legal_values(name):
 
 
 INT_BAD = [0, -1, True, False, 8.0, "8", None]
+COUNT_BAD = [-1, True, False, 2.0, "2", None]
 BOOL_BAD = [0, 1, "true", "yes", None]
 CHOICE_BAD = ["bogus", "", None, 1, True, False]
 
@@ -161,13 +168,27 @@ CHOICE_BAD = ["bogus", "", None, 1, True, False]
 @pytest.mark.parametrize("name", list(CATALOGUE))
 def test_check_rejects_illegal_values(name):
     knob = CATALOGUE[name]
-    bad = {"int": INT_BAD, "bool": BOOL_BAD, "choice": CHOICE_BAD}[knob.kind]
+    bad = {"int": INT_BAD, "count": COUNT_BAD, "bool": BOOL_BAD, "choice": CHOICE_BAD}[knob.kind]
     if knob.kind == "choice":
         bad = [*bad, knob.choices[0].upper() + "X", [knob.choices[0]]]
     for value in bad:
         problem = knob.check(value)
         assert problem is not None, value
         assert repr(value) in problem
+
+
+def test_empty_cache_zero_means_never():
+    assert trial_kwargs({"torch_empty_cache_steps": 0})[0] == {"torch_empty_cache_steps": None}
+    assert trial_kwargs({"torch_empty_cache_steps": 4})[0] == {"torch_empty_cache_steps": 4}
+
+
+def test_compile_mode_requires_inductor():
+    assert CATALOGUE["torch_compile_mode"].requires == ("torch_compile", ("inductor",))
+    assert trial_kwargs({"torch_compile": "inductor", "torch_compile_mode": "max-autotune"})[0] == {
+        "torch_compile": True,
+        "torch_compile_backend": "inductor",
+        "torch_compile_mode": "max-autotune",
+    }
 
 
 def test_check_messages():
@@ -195,9 +216,9 @@ def test_every_optimizer_has_a_family():
     [
         ("adamw_torch", "adamw"),
         ("adamw_torch_fused", "adamw"),
-        ("adamw_bnb_8bit", "adamw"),
-        ("paged_adamw_8bit", "adamw"),
-        ("adamw_torch_8bit", "adamw"),
+        ("adamw_bnb_8bit", "adamw_8bit"),
+        ("paged_adamw_8bit", "adamw_8bit"),
+        ("adamw_torch_8bit", "adamw_8bit"),
         ("adafactor", "adafactor"),
         ("sgd", "sgd"),
         ("not_in_catalogue", "not_in_catalogue"),

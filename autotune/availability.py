@@ -1,0 +1,249 @@
+"""Which knob values can run here, and why not: checked before a trial trains anything.
+
+Pure rules over two plain descriptions: `Hardware` (the device, its features, installed packages)
+and `ModelSupport` (what the model class implements). `detect_hardware` and `model_support` gather
+them once per search; the rules themselves import nothing heavy and test in milliseconds with any
+hardware one cares to describe.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import shutil
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# Optional packages some knob values need.
+OPTIONAL_PACKAGES = ("flash_attn", "bitsandbytes", "torchao", "triton")
+
+# GPUs whose tensor cores want batch dimensions in multiples of 64 (the Transformers GPU guide).
+_LARGE_TENSOR_CORE_GPUS = ("A100", "A800", "H100", "H800", "H200", "H20", "GH200", "B100", "B200", "GB200")
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What the trials run on.
+
+    Attributes:
+        device: ``"cuda"`` or ``"cpu"``.
+        name: the device name (``"NVIDIA H100 80GB HBM3"``, ``"cpu"``).
+        capability: CUDA compute capability, None on CPU.
+        bf16: bf16 autocast is supported.
+        packages: the optional packages that import here.
+        cxx_compiler: a C++ compiler is on PATH (inductor's CPU backend needs one).
+        fused_adamw: `torch.optim.AdamW` takes ``fused=True``.
+        count: devices of this kind visible.
+        memory_bytes: memory of one device (CUDA) or of the machine (CPU).
+    """
+
+    device: str = "cpu"
+    name: str = "cpu"
+    capability: tuple[int, int] | None = None
+    bf16: bool = True
+    packages: frozenset[str] = field(default_factory=frozenset)
+    cxx_compiler: bool = True
+    fused_adamw: bool = True
+    count: int = 1
+    memory_bytes: int = 0
+
+    @property
+    def cuda(self) -> bool:
+        return self.device == "cuda"
+
+    @property
+    def ampere_or_newer(self) -> bool:
+        return self.capability is not None and self.capability >= (8, 0)
+
+    def batch_multiple(self) -> tuple[int, str]:
+        """The batch-size multiple `multiple_of: auto` means here, and why."""
+        if not self.cuda:
+            return 1, "CPU: no tensor-core alignment, any size"
+        if any(tag in self.name for tag in _LARGE_TENSOR_CORE_GPUS):
+            return 64, f"{self.name}: A100/H100-class GPU, multiples of 64"
+        return 8, f"{self.name}: tensor cores, multiples of 8"
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["packages"] = sorted(self.packages)
+        data["capability"] = list(self.capability) if self.capability else None
+        return data
+
+
+@dataclass(frozen=True)
+class ModelSupport:
+    """What a model class implements, for attention and checkpointing rules."""
+
+    name: str = "any model"
+    sdpa: bool = True
+    flash_attn: bool = True
+    flex_attn: bool = True
+    gradient_checkpointing: bool = True
+
+
+def detect_hardware() -> Hardware:
+    """Describe this machine (imports torch)."""
+    import os
+
+    import torch
+
+    packages = frozenset(p for p in OPTIONAL_PACKAGES if importlib.util.find_spec(p) is not None)
+    fused = "fused" in inspect.signature(torch.optim.AdamW).parameters
+    cxx = any(shutil.which(c) for c in ("g++", "c++", "clang++"))
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        return Hardware(
+            device="cuda",
+            name=props.name,
+            capability=(props.major, props.minor),
+            bf16=torch.cuda.is_bf16_supported(),
+            packages=packages,
+            cxx_compiler=cxx,
+            fused_adamw=fused,
+            count=torch.cuda.device_count(),
+            memory_bytes=int(props.total_memory),
+        )
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 0
+    return Hardware(
+        device="cpu",
+        name="cpu",
+        bf16=True,
+        packages=packages,
+        cxx_compiler=cxx,
+        fused_adamw=fused,
+        count=1,
+        memory_bytes=int(memory),
+    )
+
+
+def model_support(model_class: Any) -> ModelSupport:
+    """Read a `PreTrainedModel` class's support flags."""
+    return ModelSupport(
+        name=model_class.__name__,
+        sdpa=bool(getattr(model_class, "_supports_sdpa", False)),
+        flash_attn=bool(getattr(model_class, "_supports_flash_attn", False)),
+        flex_attn=bool(getattr(model_class, "_supports_flex_attn", False)),
+        gradient_checkpointing=bool(getattr(model_class, "supports_gradient_checkpointing", False)),
+    )
+
+
+Rule = Callable[[Any, Hardware, ModelSupport], "str | None"]
+
+
+def _precision(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
+    if value in ("tf32", "bf16+tf32") and not (hw.cuda and hw.ampere_or_newer):
+        return "tf32 needs an NVIDIA Ampere (sm_80) or newer GPU"
+    if value in ("bf16", "bf16+tf32") and not hw.bf16:
+        return f"{hw.name} has no bf16 support"
+    return None
+
+
+def _optimizer(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
+    if value == "adamw_torch_fused" and not hw.fused_adamw:
+        return "this torch's AdamW has no fused implementation"
+    needs = {
+        "adamw_bnb_8bit": "bitsandbytes",
+        "paged_adamw_8bit": "bitsandbytes",
+        "adamw_torch_8bit": "torchao",
+    }
+    package = needs.get(str(value))
+    if package is None:
+        return None
+    if package not in hw.packages:
+        return f"needs the {package} package (pip install {package})"
+    if not hw.cuda:
+        return f"{package} 8-bit optimizers need a CUDA GPU"
+    return None
+
+
+def _compile(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
+    if value == "inductor" and hw.cuda and "triton" not in hw.packages:
+        return "inductor on CUDA needs the triton package"
+    if value == "inductor" and not hw.cuda and not hw.cxx_compiler:
+        return "inductor on CPU needs a C++ compiler (g++ or clang++) on PATH"
+    if value == "cudagraphs" and not hw.cuda:
+        return "CUDA graphs need a CUDA GPU"
+    return None
+
+
+def _compile_mode(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
+    if value != "default" and not hw.cuda:
+        return f"mode {value} tunes GPU kernels or CUDA graphs: no effect without a CUDA GPU"
+    return None
+
+
+def _checkpointing(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
+    if value and not model.gradient_checkpointing:
+        return f"{model.name} does not support activation checkpointing"
+    return None
+
+
+def _pin_memory(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
+    if value and not hw.cuda:
+        return "pinned memory only speeds up copies to a GPU (TrainingArguments turns it off on CPU)"
+    return None
+
+
+def _empty_cache(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
+    if value and not hw.cuda:
+        return "emptying the device cache does nothing without a GPU"
+    return None
+
+
+def value_unavailable(knob: str, value: object, hw: Hardware, model: ModelSupport) -> str | None:
+    """Why one knob value cannot run here (None if it can). Rules on a single value only."""
+    rule = _RULES.get(knob)
+    return rule(value, hw, model) if rule is not None else None
+
+
+def _attention(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
+    if value == "sdpa" and not model.sdpa:
+        return f"{model.name} does not support sdpa attention"
+    if value == "flash_attention_2":
+        if not model.flash_attn:
+            return f"{model.name} does not support flash_attention_2"
+        if not hw.cuda:
+            return "flash_attention_2 needs a CUDA GPU"
+        if "flash_attn" not in hw.packages:
+            return "flash_attention_2 needs the flash-attn package (pip install flash-attn)"
+        if not hw.ampere_or_newer:
+            return "flash_attention_2 needs an Ampere (sm_80) or newer GPU"
+    if value == "flex_attention":
+        if not model.flex_attn:
+            return f"{model.name} does not support flex_attention"
+        if not hw.cuda:
+            return "flex_attention has no backward pass on CPU"
+    return None
+
+
+_RULES: dict[str, Rule] = {
+    "precision": _precision,
+    "optim": _optimizer,
+    "torch_compile": _compile,
+    "torch_compile_mode": _compile_mode,
+    "attn_implementation": _attention,
+    "activation_checkpointing": _checkpointing,
+    "dataloader_pin_memory": _pin_memory,
+    "torch_empty_cache_steps": _empty_cache,
+}
+
+
+def combination_unavailable(
+    values: Mapping[str, object], hw: Hardware, model: ModelSupport
+) -> tuple[str, str] | None:
+    """The first knob of a trial that cannot run here, with the reason; None if all can.
+
+    Single-value rules first, then rules on combinations.
+    """
+    for knob, value in values.items():
+        reason = value_unavailable(knob, value, hw, model)
+        if reason is not None:
+            return knob, reason
+    precision = values.get("precision", "fp32")
+    if values.get("attn_implementation") == "flash_attention_2" and precision in ("fp32", "tf32"):
+        return (
+            "attn_implementation",
+            "flash_attention_2 runs in fp16 or bf16 only, not with precision " + str(precision),
+        )
+    return None

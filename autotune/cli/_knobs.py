@@ -1,0 +1,67 @@
+"""`autotune knobs`: the knob catalogue, and which values can run on this machine."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from autotune.knobs import Knob
+
+
+def knobs_command(
+    model: Annotated[
+        str | None,
+        typer.Option("--model", "-m", help="Also check what this model supports (attention, checkpointing)."),
+    ] = None,
+) -> None:
+    """List every knob, where it lands, whether it changes the training math, and what runs here."""
+    from autotune.availability import ModelSupport, detect_hardware, model_support, value_unavailable
+    from autotune.cli._render import console
+    from autotune.knobs import CATALOGUE
+
+    hardware = detect_hardware()
+    support = ModelSupport()
+    if model is not None:
+        from autotune.workload import resolve_workload
+
+        support = model_support(resolve_workload(model).model_class())
+    _, why = hardware.batch_multiple()
+    device = hardware.name if hardware.cuda else "CPU"
+    console.print(f"device: {device}; batch sizes with multiple_of auto: {why}", highlight=False)
+    if model is None:
+        console.print("model support not checked (pass --model to check attention and checkpointing)")
+
+    table = Table(title="Knobs", title_justify="left", show_lines=True)
+    for column in ("knob", "lands in", "changes math", "values: available here / not, and why"):
+        table.add_column(column)
+    for knob in CATALOGUE.values():
+        target = "model kwarg" if knob.target == "model" else "TrainingArguments"
+        table.add_row(
+            f"{knob.name}\n[dim]{knob.help}[/]",
+            target,
+            "yes" if knob.changes_semantics else "no",
+            "\n".join(
+                _value_line(shown, value_unavailable(knob.name, probe, hardware, support))
+                for shown, probe in _values(knob)
+            ),
+        )
+    console.print(table)
+
+
+def _values(knob: Knob) -> list[tuple[str, object]]:
+    """(what to show, a value to check the rules with) for each value or range of values."""
+    if knob.kind == "bool":
+        return [("false", False), ("true", True)]
+    if knob.kind == "int":
+        return [("positive integers", 1)]
+    if knob.kind == "count":
+        return [("0", 0), ("N > 0", 1)]
+    return [(choice, choice) for choice in knob.choices]
+
+
+def _value_line(shown: str, reason: str | None) -> str:
+    if reason is None:
+        return f"[green]yes[/] {shown}"
+    return f"[red]no[/]  {shown}: {reason}"
