@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import re
 import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -19,7 +20,8 @@ from typing import Any
 OPTIONAL_PACKAGES = ("flash_attn", "bitsandbytes", "torchao", "triton")
 
 # GPUs whose tensor cores want batch dimensions in multiples of 64 (the Transformers GPU guide).
-_LARGE_TENSOR_CORE_GPUS = ("A100", "A800", "H100", "H800", "H200", "H20", "GH200", "B100", "B200", "GB200")
+# Whole words only: an "RTX A1000" is not an A100.
+_LARGE_TENSOR_CORE_GPUS = re.compile(r"\b(A100|A800|H100|H800|H200|H20|GH200|B100|B200|GB200)\b")
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,7 @@ class Hardware:
         """The batch-size multiple `multiple_of: auto` means here, and why."""
         if not self.cuda:
             return 1, "CPU: no tensor-core alignment, any size"
-        if any(tag in self.name for tag in _LARGE_TENSOR_CORE_GPUS):
+        if _LARGE_TENSOR_CORE_GPUS.search(self.name):
             return 64, f"{self.name}: A100/H100-class GPU, multiples of 64"
         return 8, f"{self.name}: tensor cores, multiples of 8"
 
@@ -136,6 +138,10 @@ def _precision(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
         return "tf32 needs an NVIDIA Ampere (sm_80) or newer GPU"
     if value in ("bf16", "bf16+tf32") and not hw.bf16:
         return f"{hw.name} has no bf16 support"
+    if value == "fp16" and not hw.cuda:
+        # accelerate enables fp16 autocast only on accelerators: on CPU the trial would silently
+        # train in fp32 while labelled fp16.
+        return "fp16 mixed precision needs a GPU (accelerate trains fp32 on CPU)"
     return None
 
 

@@ -25,7 +25,14 @@ from autotune.errors import StoreError
 from autotune.measure import ThroughputCallback
 from autotune.progress import Reporter, TrialSummary
 from autotune.space import SearchSpace, load_space
-from autotune.store import best_trial, default_study_name, measured_count, open_storage, ranked_trials
+from autotune.store import (
+    FINISHED,
+    best_trial,
+    default_study_name,
+    measured_count,
+    open_storage,
+    ranked_trials,
+)
 from autotune.workload import Workload, resolve_workload
 
 
@@ -189,8 +196,18 @@ def _run_trials(
                     f"stopped after {skipped} skipped trials: few combinations of this space run here"
                 )
                 return
+            if _distinct_params(study) >= plan.space.grid_size():
+                reporter.on_note(
+                    f"stopped: all {plan.space.grid_size()} combinations of the space were tried"
+                )
+                return
             seed = plan.config.seed + len(study.get_trials(deepcopy=False))
             _hyperparameter_search(trainer, plan, missing, seed)
+
+
+def _distinct_params(study: optuna.Study) -> int:
+    finished = study.get_trials(deepcopy=False, states=FINISHED)
+    return len({tuple(sorted(t.params.items())) for t in finished})
 
 
 def _skipped_count(study: optuna.Study) -> int:

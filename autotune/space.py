@@ -94,9 +94,13 @@ class SearchSpace:
         values = {k: v for k, v in sampled.items() if k in self.knobs and self._applies(k, sampled)}
         values.update(self.fixed)
         if self.global_batch is not None:
-            per_step = int(values.get("per_device_train_batch_size", 8)) * self.world_size
+            per_step = int(values.get("per_device_train_batch_size", self._held_batch())) * self.world_size
             values["gradient_accumulation_steps"] = self.global_batch // per_step
         return values
+
+    def _held_batch(self) -> int:
+        """The per-device batch when the space does not search it: held, or the Trainer default."""
+        return int(self.fixed.get("per_device_train_batch_size", 8))
 
     def _applies(self, name: str, values: Mapping[str, Value]) -> bool:
         requires = CATALOGUE[name].requires
@@ -160,9 +164,10 @@ class SearchSpace:
             step = rule.multiple_of or multiple
             candidates = rule.candidates(step)
             if not candidates:
+                smallest = -(-rule.low // step) * step
                 raise SpaceError(
                     f"{self.source}: knobs.{name}: no multiple of {step} between {rule.low} and {rule.high}",
-                    f"raise max to at least {step}",
+                    f"raise max to at least {smallest}",
                 )
             knobs[name] = candidates
             origin = f"auto ({why})" if rule.multiple_of is None else f"multiple_of {step}"
@@ -188,6 +193,12 @@ class SearchSpace:
                     "add a value that runs on this machine (see `autotune knobs`)",
                 )
             knobs[name] = kept
+        # A knob whose condition can no longer hold (a compile mode once inductor is gone) goes too.
+        for name in list(knobs):
+            requires = CATALOGUE[name].requires
+            if requires is not None and not set(knobs.get(requires[0], ())) & set(requires[1]):
+                dropped.append(f"{name}: only applies with {requires[0]} in {list(requires[1])}")
+                del knobs[name]
         for name, value in self.fixed.items():
             reason = reason_of(name, value)
             if reason is not None:
@@ -206,7 +217,7 @@ class SearchSpace:
             UsageError: no split of the candidates reaches `global_batch`.
         """
         self._check_resolved()
-        batches = self.knobs.get("per_device_train_batch_size", (8,))
+        batches = self.knobs.get("per_device_train_batch_size") or (self._held_batch(),)
         accumulations = self.knobs.get("gradient_accumulation_steps", (1,))
         splits = global_batch_splits(batches, accumulations, world_size, global_batch)
         if not splits:
@@ -250,6 +261,8 @@ class SearchSpace:
             else:
                 knobs.pop("optim")
                 fixed["optim"] = base_optim
+        if "per_device_train_batch_size" not in knobs:
+            fixed["per_device_train_batch_size"] = int(base.get("per_device_train_batch_size", 8))
         held = ", ".join(f"{k}={v}" for k, v in fixed.items())
         notes.append(f"keep semantics: {held or 'nothing to hold'}")
         space = replace(self, knobs=_ordered(knobs), fixed=fixed, notes=tuple(notes))

@@ -33,6 +33,7 @@ from autotune.knobs import Value, trial_kwargs
 from autotune.measure import ThroughputCallback
 from autotune.memory import release_device_memory
 from autotune.progress import Reporter, TrialSummary
+from autotune.space import precision_of
 from autotune.store import SKIPPED_REASON
 
 if TYPE_CHECKING:
@@ -132,7 +133,9 @@ class AutotuneTrainer(Trainer):
         self.trial_values, self.trial_model_kwargs = values, model_kwargs
         if trial is not None:
             self.reporter.on_trial_start(getattr(trial, "number", -1), values)
-            blocked = combination_unavailable(values, self.plan.hardware, self.plan.model)
+            # A space that does not search precision trains at the base config's.
+            checked = {"precision": precision_of(self.base_args), **values}
+            blocked = combination_unavailable(checked, self.plan.hardware, self.plan.model)
             if blocked is not None:
                 raise Unavailable(*blocked)  # before any model, args or accelerator work
         self._rebuild_args({**self.base_args, **args_kwargs})
@@ -190,11 +193,12 @@ class AutotuneTrainer(Trainer):
             trial.set_constraint("finite_loss", 1.0 if reason == "nan_loss" else 0.0)
         if self.debug:
             attrs["traceback"] = traceback.format_exc()[-2000:]
-        # Stock Trainer skips release_memory when a trial raises: do it here, or memory creeps.
-        self.model_wrapped, self.model = release_memory(self.model_wrapped, self.model)
-        self.optimizer, self.lr_scheduler = None, None
-        self.accelerator.clear()
-        release_device_memory()
+        if not isinstance(exc, Unavailable):  # a skipped trial allocated nothing
+            # Stock Trainer skips release_memory when a trial raises: do it here, or memory creeps.
+            self.model_wrapped, self.model = release_memory(self.model_wrapped, self.model)
+            self.optimizer, self.lr_scheduler = None, None
+            self.accelerator.clear()
+            release_device_memory()
         self._record(trial, "PRUNED", attrs)
 
     def _record(self, trial: Any, state: str, attrs: dict[str, Any]) -> None:

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import autotune
-from tests.integration.conftest import FAST, KnobProbe, write_space
+from tests.helpers import FAST, KnobProbe, write_space
 
 TRIALS: list[dict[str, Any]] = [
     {
@@ -51,13 +51,35 @@ TRIALS: list[dict[str, Any]] = [
         "activation_checkpointing": True,
         "torch_compile": "off",
     },
+    {
+        "per_device_train_batch_size": 4,
+        "gradient_accumulation_steps": 2,
+        "precision": "fp32",
+        "optim": "adamw_torch_fused",
+        "attn_implementation": "eager",
+        "activation_checkpointing": False,
+        "torch_compile": "inductor",
+        "torch_compile_mode": "default",
+        "dataloader_num_workers": 2,
+    },
+    {
+        "per_device_train_batch_size": 8,
+        "gradient_accumulation_steps": 1,
+        "precision": "fp32",
+        "optim": "rmsprop",
+        "attn_implementation": "sdpa",
+        "activation_checkpointing": False,
+        "torch_compile": "off",
+    },
 ]
+WORKERS = [t.get("dataloader_num_workers", 0) for t in TRIALS]
 
 OPTIMIZER_CLASS = {
     "adamw_torch": ("AdamW", False),
     "adamw_torch_fused": ("AdamW", True),
     "sgd": ("SGD", False),
     "adafactor": ("Adafactor", False),
+    "rmsprop": ("RMSprop", False),
 }
 DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -65,14 +87,17 @@ DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16}
 @pytest.fixture(scope="module")
 def probed(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any]], list[str], Any]:
     folder = tmp_path_factory.mktemp("knobs")
-    knobs = {name: list(dict.fromkeys(t[name] for t in TRIALS)) for name in TRIALS[0]}
+    names = dict.fromkeys(name for t in TRIALS for name in t)
+    knobs = {name: list(dict.fromkeys(t[name] for t in TRIALS if name in t)) for name in names}
+    knobs["dataloader_num_workers"] = [0, 2]
     space = write_space(folder, knobs)
+    enqueue = [{"dataloader_num_workers": 0, **t} for t in TRIALS]
     probe = KnobProbe()
-    compiled_with: list[str] = []
+    compiled_with: list[tuple[str, str | None]] = []
     real_compile = torch.compile
 
     def spy_compile(model: Any, *args: Any, **kwargs: Any) -> Any:
-        compiled_with.append(kwargs.get("backend"))
+        compiled_with.append((kwargs.get("backend"), kwargs.get("mode")))
         return real_compile(model, *args, **kwargs)
 
     mp = pytest.MonkeyPatch()
@@ -86,7 +111,7 @@ def probed(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any
             seq_len=32,
             measure=FAST,
             callbacks=[probe],
-            enqueue=TRIALS,
+            enqueue=enqueue,
         )
     finally:
         mp.undo()
@@ -99,7 +124,7 @@ def test_every_trial_completed_with_its_own_params(probed: Any) -> None:
     by_number = {t.number: t for t in result.trials}
     for number, wanted in enumerate(TRIALS):
         assert by_number[number].state == "COMPLETE", by_number[number].message
-        assert by_number[number].params == wanted
+        assert by_number[number].params == {"dataloader_num_workers": 0, **wanted}
 
 
 @pytest.mark.parametrize("index", range(len(TRIALS)))
@@ -113,16 +138,28 @@ def test_knobs_took_effect_inside_training(probed: Any, index: int) -> None:
     assert got["batch_size"] == wanted["per_device_train_batch_size"]
     assert got["output_dtypes"] == {DTYPE[wanted["precision"]]}
     assert got["traced"] is (wanted["torch_compile"] != "off")
+    assert got["dataloader_workers"] == WORKERS[index]
 
 
 def test_compile_used_the_chosen_backend_only_when_asked(probed: Any) -> None:
     _, compiled_with, _ = probed
-    assert compiled_with == [t["torch_compile"] for t in TRIALS if t["torch_compile"] != "off"]
+    # accelerate's dynamo plugin passes only values that differ from its defaults: mode "default"
+    # reaches torch.compile as no mode at all, which is the same thing.
+    wanted = [
+        (
+            t["torch_compile"],
+            None if t.get("torch_compile_mode") == "default" else t.get("torch_compile_mode"),
+        )
+        for t in TRIALS
+        if t["torch_compile"] != "off"
+    ]
+    assert compiled_with == wanted
 
 
 def test_stored_training_args_match_the_params(probed: Any) -> None:
     _, _, result = probed
     for trial in result.trials:
+        assert ("torch_compile_mode" in trial.params) is (trial.params["torch_compile"] == "inductor")
         stored = trial.attrs["training_args"]
         assert stored["per_device_train_batch_size"] == trial.params["per_device_train_batch_size"]
         assert stored["bf16"] is (trial.params["precision"] == "bf16")

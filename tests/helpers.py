@@ -1,11 +1,10 @@
-"""Shared pieces of the integration tests: real tiny searches on CPU with a SQLite store."""
+"""Shared pieces of the integration and GPU tests: fast measurement settings, space files, probes."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-import pytest
 import torch
 import yaml
 from transformers import TrainerCallback
@@ -14,11 +13,6 @@ from autotune.config import MeasureSettings
 
 # Enough steps to pass through warm-up into a measured window, few enough for a test.
 FAST = MeasureSettings(warmup_steps=1, max_warmup_steps=2, min_steps=2, max_steps=3, max_seconds=10.0)
-
-
-@pytest.fixture
-def storage(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'studies.db'}"
 
 
 def write_space(folder: Path, knobs: dict[str, list[Any]], name: str = "probe") -> str:

@@ -1,0 +1,132 @@
+"""Knob proofs that need a CUDA GPU: each value takes effect inside training on the device.
+
+Marked `gpu`; skipped where torch sees no CUDA device (CI has none). Run on a GPU machine with
+`.venv/bin/python -m pytest -q tests/gpu`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from transformers import TrainerCallback
+
+import autotune
+from tests.helpers import FAST, KnobProbe, write_space
+
+pytestmark = pytest.mark.gpu
+
+
+class CudaProbe(TrainerCallback):
+    """What only a GPU trial shows: tf32 switches, pinned memory, parameter device."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, Any]] = []
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        self.seen.append(
+            {
+                "tf32": torch.backends.cuda.matmul.allow_tf32,
+                "pin_memory": kw["train_dataloader"].base_dataloader.pin_memory,
+                "empty_cache_steps": args.torch_empty_cache_steps,
+                "device": next(kw["model"].parameters()).device.type,
+            }
+        )
+
+
+def run(tmp_path: Path, knobs: dict[str, list[Any]], trials: list[dict[str, Any]], model: str = "tiny-llama"):
+    probe, cuda = KnobProbe(), CudaProbe()
+    compiled: list[tuple[Any, Any]] = []
+    real_compile = torch.compile
+
+    def spy(module: Any, *args: Any, **kwargs: Any) -> Any:
+        compiled.append((kwargs.get("backend"), kwargs.get("mode")))
+        return real_compile(module, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch, "compile", spy)
+        result = autotune.search(
+            model=model,
+            space=write_space(tmp_path, knobs),
+            trials=len(trials),
+            storage=f"sqlite:///{tmp_path / 'gpu.db'}",
+            seq_len=64,
+            measure=FAST,
+            callbacks=[probe, cuda],
+            enqueue=trials,
+        )
+    for trial in result.trials:
+        assert trial.state == "COMPLETE", trial.message
+    return probe.trials, cuda.seen, compiled, result
+
+
+def test_precisions_autocast_and_tf32(tmp_path: Path) -> None:
+    order = ["bf16", "fp32", "fp16", "tf32", "bf16+tf32", "fp32"]
+    seen, cuda, _, result = run(
+        tmp_path, {"precision": list(dict.fromkeys(order))}, [{"precision": p} for p in order]
+    )
+    dtype = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+    for precision, got, flags in zip(order, seen, cuda, strict=True):
+        assert got["output_dtypes"] == {dtype[precision.split("+")[0]]}, precision
+        assert flags["tf32"] is precision.endswith("tf32"), precision
+        assert flags["device"] == "cuda"
+    assert all(
+        t.attrs["memory_source"] == "cuda_allocator" and t.attrs["peak_allocated_bytes"] > 0
+        for t in result.trials
+    )
+
+
+def test_fused_adamw_on_cuda(tmp_path: Path) -> None:
+    order = ["adamw_torch_fused", "adamw_torch", "adamw_torch_fused"]
+    seen, _, _, _ = run(
+        tmp_path, {"optim": ["adamw_torch", "adamw_torch_fused"]}, [{"optim": o} for o in order]
+    )
+    assert [(s["optimizer_class"], s["fused"]) for s in seen] == [
+        ("AdamW", True),
+        ("AdamW", False),
+        ("AdamW", True),
+    ]
+
+
+def test_attention_kernels(tmp_path: Path) -> None:
+    order = ["sdpa", "eager", "sdpa"]
+    if importlib.util.find_spec("flash_attn") is not None:
+        order += ["flash_attention_2", "eager"]
+    trials = [{"attn_implementation": a, "precision": "bf16"} for a in order]
+    seen, _, _, _ = run(
+        tmp_path, {"attn_implementation": list(dict.fromkeys(order)), "precision": ["bf16"]}, trials
+    )
+    assert [s["attn_implementation"] for s in seen] == order
+
+
+def test_compile_backends_and_modes(tmp_path: Path) -> None:
+    trials = [
+        {"torch_compile": "inductor", "torch_compile_mode": "max-autotune-no-cudagraphs"},
+        {"torch_compile": "off"},
+        {"torch_compile": "cudagraphs"},
+        {"torch_compile": "inductor", "torch_compile_mode": "reduce-overhead"},
+    ]
+    knobs = {
+        "torch_compile": ["off", "inductor", "cudagraphs"],
+        "torch_compile_mode": ["max-autotune-no-cudagraphs", "reduce-overhead"],
+    }
+    seen, _, compiled, _ = run(tmp_path, knobs, trials)
+    assert [s["traced"] for s in seen] == [True, False, True, True]
+    assert compiled == [
+        ("inductor", "max-autotune-no-cudagraphs"),
+        ("cudagraphs", None),
+        ("inductor", "reduce-overhead"),
+    ]
+
+
+def test_pin_memory_and_empty_cache_steps(tmp_path: Path) -> None:
+    trials = [
+        {"dataloader_pin_memory": True, "torch_empty_cache_steps": 2},
+        {"dataloader_pin_memory": False, "torch_empty_cache_steps": 0},
+    ]
+    knobs = {"dataloader_pin_memory": [False, True], "torch_empty_cache_steps": [0, 2]}
+    _, cuda, _, _ = run(tmp_path, knobs, trials)
+    assert [(c["pin_memory"], c["empty_cache_steps"]) for c in cuda] == [(True, 2), (False, None)]
