@@ -91,6 +91,8 @@ class MeasureSettings:
         max_seconds: ... or after this many seconds of measured window.
         target_rel_ci: the window ends once the 95% confidence half-width of the throughput,
             relative to its mean, is below this.
+        trial_timeout_s: a trial still training after this many seconds (warm-up included) ends
+            with reason ``timeout`` at its next step.
     """
 
     warmup_steps: int = 3
@@ -99,8 +101,11 @@ class MeasureSettings:
     max_steps: int = 30
     max_seconds: float = 60.0
     target_rel_ci: float = 0.03
+    trial_timeout_s: float = 900.0
 
     def __post_init__(self) -> None:
+        if self.trial_timeout_s <= 0:
+            raise UsageError(f"--trial-timeout must be positive, got {self.trial_timeout_s}")
         if self.warmup_steps < 1:
             raise UsageError(f"warmup_steps must be >= 1, got {self.warmup_steps}")
         if self.max_warmup_steps < self.warmup_steps:

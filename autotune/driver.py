@@ -77,6 +77,7 @@ class Plan:
     study_name: str
     storage: optuna.storages.RDBStorage
     not_searched: list[str] = dataclasses.field(default_factory=list)
+    cap_bytes: int | None = None
 
 
 def plan_search(config: RunConfig) -> Plan:
@@ -108,6 +109,7 @@ def plan_search(config: RunConfig) -> Plan:
         model=model,
         base_args=base,
         not_searched=dropped,
+        cap_bytes=cap.resolve(hardware.memory_bytes) if (cap := config.memory_cap_parsed) else None,
         study_name=config.study or default_study_name(config.model, space.name, workload.seq_len),
         storage=open_storage(config.storage_url),
     )

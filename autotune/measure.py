@@ -27,6 +27,10 @@ class MeasurementError(AutotuneError):
     """The trial ended before its measured window held a single step."""
 
 
+class TrialTimeout(RuntimeError):
+    """The trial ran past its time budget."""
+
+
 def _sync() -> None:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
@@ -70,6 +74,10 @@ class ThroughputCallback(TrainerCallback):
         now = time.perf_counter()
         step_s, self._last_edge = now - self._last_edge, now
         s = self.settings
+        if now - self._train_begin > s.trial_timeout_s:
+            raise TrialTimeout(
+                f"still training after {now - self._train_begin:.0f} s (limit {s.trial_timeout_s:.0f} s)"
+            )
         if not self.window_times_s and not warmup_done(
             self.warmup_times_s, s.warmup_steps, s.max_warmup_steps
         ):

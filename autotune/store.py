@@ -13,6 +13,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import StoreError, UsageError
+from autotune.feasibility import NOT_TRAINED, PastTrial
 from autotune.progress import TrialSummary
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
@@ -59,15 +60,20 @@ def _engine_kwargs(url: str) -> dict[str, Any]:
 SKIPPED_REASON = "unavailable"
 
 
-def is_skipped(trial: FrozenTrial) -> bool:
-    """A trial that was not trained because a knob value cannot run here."""
-    return trial.user_attrs.get("reason") == SKIPPED_REASON
+def was_trained(trial: FrozenTrial) -> bool:
+    """Whether a trial trained (or tried to): skipped, reused and predicted trials did not."""
+    return bool(trial.user_attrs.get("trained", trial.user_attrs.get("reason") not in NOT_TRAINED))
 
 
 def measured_count(study: optuna.Study) -> int:
     """Trials that count against the study's total budget: finished trials that tried to train,
-    whatever their outcome. Trials skipped as unavailable cost nothing and do not count."""
-    return sum(1 for t in study.get_trials(deepcopy=False, states=FINISHED) if not is_skipped(t))
+    whatever their outcome. Trials that were skipped, reused or predicted cost nothing."""
+    return sum(1 for t in study.get_trials(deepcopy=False, states=FINISHED) if was_trained(t))
+
+
+def as_past(trial: FrozenTrial) -> PastTrial:
+    """A finished trial as the pre-checks of a new trial see it."""
+    return PastTrial(trial.number, dict(trial.params), trial.user_attrs.get("reason"))
 
 
 def summarize_trial(trial: FrozenTrial) -> TrialSummary:
@@ -87,17 +93,33 @@ def summarize_trial(trial: FrozenTrial) -> TrialSummary:
 
 
 def ranked_trials(study: optuna.Study) -> list[TrialSummary]:
-    """Finished trials, best first: completed by tokens/s, then the rest by number."""
+    """Finished trials, best first: feasible completed ones by tokens/s (reused duplicates left
+    out of the ranking), then the rest by number."""
     summaries = [summarize_trial(t) for t in study.get_trials(deepcopy=False, states=FINISHED)]
     scored = sorted(
-        (s for s in summaries if s.state == "COMPLETE" and s.tokens_per_s is not None),
+        (s for s in summaries if _rankable(s)),
         key=lambda s: -float(s.tokens_per_s or 0.0),
     )
     rest = sorted((s for s in summaries if s not in scored), key=lambda s: s.number)
     return scored + rest
 
 
+def _rankable(summary: TrialSummary) -> bool:
+    return (
+        summary.state == "COMPLETE"
+        and summary.tokens_per_s is not None
+        and "duplicate_of" not in summary.attrs
+        and summary.attrs.get("feasible", True)
+    )
+
+
 def best_trial(study: optuna.Study) -> TrialSummary | None:
-    """The completed trial with the highest measured tokens/s, or None."""
+    """The best feasible trial: the finalists' winner when they were re-measured, else the completed
+    trial with the highest measured tokens/s. Never an infeasible trial."""
     ranked = ranked_trials(study)
-    return ranked[0] if ranked and ranked[0].state == "COMPLETE" else None
+    winner = study.user_attrs.get("winner")
+    if winner is not None:
+        for summary in ranked:
+            if summary.number == winner["number"] and _rankable(summary):
+                return summary
+    return ranked[0] if ranked and _rankable(ranked[0]) else None

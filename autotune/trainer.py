@@ -9,9 +9,11 @@ from the pristine base kwargs plus the trial's (so `__post_init__` runs), in pla
 local reference sees them), and resets the accelerator state (so the new mixed precision is taken
 when `_hp_search_setup` creates the trial's `Accelerator`).
 
-`train()` then turns the trial's measurement into the objective and the trial's user attrs, and
-turns a failed trial into a recorded result (`optuna.TrialPruned` with a reason) instead of an
-aborted search.
+Before anything is built, a trial is checked: a combination that cannot run here, the same
+parameters as a finished trial (its result is reused), or a configuration that needs at least the
+memory of one that ran out of it, ends there. `train()` then turns the trial's measurement into
+the objective and the trial's user attrs and constraints, and turns a failed or infeasible trial
+into a recorded result (`optuna.TrialPruned` with a reason) instead of an aborted search.
 """
 
 from __future__ import annotations
@@ -25,16 +27,19 @@ import optuna
 import torch
 from accelerate.state import AcceleratorState
 from accelerate.utils.memory import release_memory
+from optuna.trial import FrozenTrial
 from transformers import Trainer, TrainerCallback, TrainingArguments, default_data_collator
 from transformers.trainer_callback import PrinterCallback
+from transformers.trainer_utils import HPSearchBackend
 
 from autotune.availability import combination_unavailable
+from autotune.feasibility import constraint_values, find_dominating_oom, find_duplicate, memory_violation
 from autotune.knobs import Value, trial_kwargs
-from autotune.measure import ThroughputCallback
+from autotune.measure import ThroughputCallback, TrialTimeout
 from autotune.memory import release_device_memory
 from autotune.progress import Reporter, TrialSummary
 from autotune.space import precision_of
-from autotune.store import SKIPPED_REASON
+from autotune.store import FINISHED, as_past
 
 if TYPE_CHECKING:
     from autotune.driver import Plan
@@ -44,33 +49,62 @@ class NonFiniteLoss(RuntimeError):
     """The trial's training loss became NaN or infinite."""
 
 
-class Unavailable(RuntimeError):
-    """A knob value of the trial cannot run on this machine; nothing was trained."""
+class NotTrained(Exception):
+    """A pre-check decided the trial needs no training. `reason` is one of `NOT_TRAINED`."""
 
-    def __init__(self, knob: str, reason: str) -> None:
-        super().__init__(f"{knob}: {reason}")
+    reason = "not_trained"
+
+
+class Unavailable(NotTrained):
+    """A knob value of the trial cannot run on this machine."""
+
+    reason = "unavailable"
+
+    def __init__(self, knob: str, why: str) -> None:
+        super().__init__(f"{knob}: {why}")
         self.knob = knob
+
+
+class Reused(NotTrained):
+    """A finished trial has the same parameters: its result stands for this one."""
+
+    reason = "duplicate"
+
+    def __init__(self, past: FrozenTrial) -> None:
+        super().__init__(f"same parameters as trial {past.number}")
+        self.past = past
+
+
+class PredictedOOM(NotTrained):
+    """A configuration needing no more memory than this one already ran out of it."""
+
+    reason = "oom_predicted"
+
+    def __init__(self, number: int) -> None:
+        super().__init__(f"needs at least the memory of trial {number}, which did not fit")
+        self.number = number
 
 
 def failure_reason(exc: BaseException) -> str:
     """A machine-readable reason for an exception that ended a trial."""
     text = str(exc)
-    if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in text.lower():
+    if isinstance(exc, NotTrained):
+        return exc.reason
+    if isinstance(exc, torch.OutOfMemoryError | MemoryError) or "out of memory" in text.lower():
         return "oom"
-    if "DefaultCPUAllocator: can't allocate memory" in text or isinstance(exc, MemoryError):
+    if "DefaultCPUAllocator: can't allocate memory" in text:
         return "oom"
-    if isinstance(exc, Unavailable):
-        return SKIPPED_REASON
     if isinstance(exc, NonFiniteLoss):
         return "nan_loss"
+    if isinstance(exc, TrialTimeout):
+        return "timeout"
     if isinstance(exc, ModuleNotFoundError | ImportError):
         return "missing_package"
     module = type(exc).__module__
-    if (
-        module.startswith(("torch._dynamo", "torch._inductor"))
-        or "BackendCompilerFailed" in type(exc).__name__
-    ):
+    if module.startswith(("torch._dynamo", "torch._inductor")) or "CompilerFailed" in type(exc).__name__:
         return "compile_error"
+    if "no kernel image" in text or "not implemented for" in text:
+        return "missing_kernel"
     return "error"
 
 
@@ -84,6 +118,7 @@ class AutotuneTrainer(Trainer):
         measurement: the callback that times steps and measures peak memory.
         reporter: receives trial start and end events.
         callbacks: more Trainer callbacks (tests use them as probes).
+        debug: keep tracebacks of failed trials.
     """
 
     def __init__(
@@ -133,13 +168,28 @@ class AutotuneTrainer(Trainer):
         self.trial_values, self.trial_model_kwargs = values, model_kwargs
         if trial is not None:
             self.reporter.on_trial_start(getattr(trial, "number", -1), values)
-            # A space that does not search precision trains at the base config's.
-            checked = {"precision": precision_of(self.base_args), **values}
-            blocked = combination_unavailable(checked, self.plan.hardware, self.plan.model)
-            if blocked is not None:
-                raise Unavailable(*blocked)  # before any model, args or accelerator work
+            self._precheck(trial, values)  # before any model, args or accelerator work
         self._rebuild_args({**self.base_args, **args_kwargs})
         return super().call_model_init(trial)
+
+    def _precheck(self, trial: Any, values: dict[str, Value]) -> None:
+        # A space that does not search precision trains at the base config's.
+        checked = {"precision": precision_of(self.base_args), **values}
+        blocked = combination_unavailable(checked, self.plan.hardware, self.plan.model)
+        if blocked is not None:
+            raise Unavailable(*blocked)
+        if not isinstance(trial, optuna.Trial):
+            return
+        finished = [
+            t for t in trial.study.get_trials(deepcopy=False, states=FINISHED) if t.number != trial.number
+        ]
+        others = [as_past(t) for t in finished]
+        duplicate = find_duplicate(trial.params, others)
+        if duplicate is not None:
+            raise Reused(next(t for t in finished if t.number == duplicate.number))
+        dominating = find_dominating_oom(trial.params, others)
+        if dominating is not None:
+            raise PredictedOOM(dominating.number)
 
     def _rebuild_args(self, kwargs: dict[str, Any]) -> None:
         fresh = TrainingArguments(**kwargs)
@@ -160,54 +210,101 @@ class AutotuneTrainer(Trainer):
     ) -> Any:
         if trial is None:
             return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+        try:
+            attrs = self._measure(trial)
+        except Reused as reuse:
+            return self._reuse(trial, reuse.past)
+        except Exception as exc:
+            self._end_failed_trial(trial, exc)
+            raise optuna.TrialPruned(f"{failure_reason(exc)}: {_one_line(exc)}") from exc
+        over = memory_violation(attrs.get("peak_memory_bytes"), self.plan.cap_bytes)
+        if over > 0:
+            attrs.update(reason="over_memory_cap", message=_over_cap_message(attrs, self.plan.cap_bytes))
+            self._finish(trial, "PRUNED", attrs)
+            raise optuna.TrialPruned(attrs["message"])
+        self.objective: float | None = attrs["tokens_per_s"]
+        self._finish(trial, "COMPLETE", attrs)
+        return None
+
+    def _measure(self, trial: Any) -> dict[str, Any]:
+        """Train one trial through the stock loop and return its measurements."""
         if self._compiled_before:
             torch._dynamo.reset()  # drop the previous trial's graphs and guards
         try:
-            output = super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial, **kwargs)
-            self._compiled_before = bool(self.args.torch_compile)
-            attrs = self.measurement.result()
-            attrs["train_loss"] = output.training_loss
-            if not math.isfinite(output.training_loss):
-                raise NonFiniteLoss(f"training loss became {output.training_loss}")
-        except Exception as exc:
+            output = super().train(trial=trial)
+        finally:
             self._compiled_before = self._compiled_before or bool(self.args.torch_compile)
-            self._end_failed_trial(trial, exc)
-            raise optuna.TrialPruned(f"{failure_reason(exc)}: {_one_line(exc)}") from exc
-        self.objective: float | None = attrs["tokens_per_s"]
-        if isinstance(trial, optuna.Trial):
-            trial.set_constraint("runs_here", 0.0)
-            trial.set_constraint("finite_loss", 0.0)
-        self._record(trial, "COMPLETE", attrs)
-        return output
+        attrs = self.measurement.result()
+        attrs["train_loss"] = output.training_loss
+        if not math.isfinite(output.training_loss):
+            raise NonFiniteLoss(f"training loss became {output.training_loss}")
+        return attrs
+
+    def measure_config(self, params: dict[str, Value], number: int) -> dict[str, Any]:
+        """Measure a configuration again outside the search (finalist re-measurement).
+
+        Raises:
+            Exception: whatever training raised; memory is released either way.
+        """
+        self.hp_search_backend = HPSearchBackend.OPTUNA  # type: ignore[assignment]  # so the trial's Accelerator is made anew
+        try:
+            return self._measure(optuna.trial.FixedTrial(params, number))
+        finally:
+            self.hp_search_backend = None
+            self._release()
+
+    def _reuse(self, trial: Any, past: FrozenTrial) -> None:
+        attrs = {**past.user_attrs, "duplicate_of": past.number, "trained": False}
+        attrs["message"] = f"same parameters as trial {past.number}: its result is reused"
+        constraints = dict(past.constraints)
+        if past.state == optuna.trial.TrialState.COMPLETE:
+            self.objective = past.value
+            self._finish(trial, "COMPLETE", attrs, constraints)
+            return None
+        self._finish(trial, "PRUNED", attrs, constraints)
+        raise optuna.TrialPruned(attrs["message"])
 
     def _end_failed_trial(self, trial: Any, exc: BaseException) -> None:
-        reason = failure_reason(exc)
-        attrs: dict[str, Any] = {"reason": reason, "message": _one_line(exc)}
+        attrs: dict[str, Any] = {"reason": failure_reason(exc), "message": _one_line(exc)}
+        if isinstance(exc, NotTrained):
+            attrs["message"] = str(exc)
+            attrs["trained"] = False
         if isinstance(exc, Unavailable):
             attrs["unavailable_knob"] = exc.knob
-            attrs["message"] = str(exc)
-        if isinstance(trial, optuna.Trial):
-            # Constraints are read from storage by TPE (also after a resume); they must be set
-            # before the trial is pruned, and only COMPLETE and PRUNED trials use them.
-            trial.set_constraint("runs_here", 1.0 if reason == SKIPPED_REASON else 0.0)
-            trial.set_constraint("finite_loss", 1.0 if reason == "nan_loss" else 0.0)
-        if self.debug:
+        if isinstance(exc, PredictedOOM):
+            attrs["dominated_by"] = exc.number
+        if self.debug and not isinstance(exc, NotTrained):
             attrs["traceback"] = traceback.format_exc()[-2000:]
-        if not isinstance(exc, Unavailable):  # a skipped trial allocated nothing
-            # Stock Trainer skips release_memory when a trial raises: do it here, or memory creeps.
-            self.model_wrapped, self.model = release_memory(self.model_wrapped, self.model)
-            self.optimizer, self.lr_scheduler = None, None
-            self.accelerator.clear()
-            release_device_memory()
-        self._record(trial, "PRUNED", attrs)
+        if not isinstance(exc, NotTrained):  # a trial stopped by a pre-check allocated nothing
+            self._release()
+        self._finish(trial, "PRUNED", attrs)
 
-    def _record(self, trial: Any, state: str, attrs: dict[str, Any]) -> None:
+    def _release(self) -> None:
+        # Stock Trainer skips release_memory when a trial raises: do it here, or memory creeps.
+        self.model_wrapped, self.model = release_memory(self.model_wrapped, self.model)
+        self.optimizer, self.lr_scheduler = None, None
+        self.accelerator.clear()
+        release_device_memory()
+
+    def _finish(
+        self, trial: Any, state: str, attrs: dict[str, Any], constraints: dict[str, float] | None = None
+    ) -> None:
+        """Store a trial's outcome: constraints first (TPE reads them only from COMPLETE and
+        PRUNED trials, and they must be set before pruning), then user attrs, then tell the reporter."""
         attrs = {
+            "trained": True,
             **attrs,
             "training_args": _applied_args(self.trial_values),
             "model_kwargs": dict(self.trial_model_kwargs),
         }
+        if constraints is None:
+            constraints = constraint_values(
+                attrs.get("reason"), attrs.get("peak_memory_bytes"), self.plan.cap_bytes
+            )
+        attrs["feasible"] = state == "COMPLETE" and all(v <= 0 for v in constraints.values())
         if isinstance(trial, optuna.Trial):
+            for key, value in constraints.items():
+                trial.set_constraint(key, value)
             for key, value in attrs.items():
                 trial.set_user_attr(key, value)
         self.reporter.on_trial_end(
@@ -224,6 +321,11 @@ class AutotuneTrainer(Trainer):
                 attrs=attrs,
             )
         )
+
+
+def _over_cap_message(attrs: dict[str, Any], cap_bytes: int | None) -> str:
+    peak = attrs.get("peak_memory_bytes") or 0
+    return f"peak memory {peak / 2**20:.0f} MiB is over the cap of {(cap_bytes or 0) / 2**20:.0f} MiB"
 
 
 def _applied_args(values: dict[str, Value]) -> dict[str, Any]:
