@@ -142,6 +142,9 @@ class RunConfig:
         global_batch_size: hold per-device batch x accumulation x world size at this value.
         keep_semantics: hold precision, optimizer family and effective batch at the base config.
         base_args: a JSON/YAML file of `TrainingArguments` kwargs every trial starts from.
+        finalists: how many of the best trials are re-measured before the winner is declared
+            (0 or 1: none).
+        finalist_rounds: interleaved re-measurement rounds (A B C A B C ...).
     """
 
     model: str = "tiny-gpt2"
@@ -157,8 +160,15 @@ class RunConfig:
     global_batch_size: int | None = None
     keep_semantics: bool = False
     base_args: str | None = None
+    finalists: int = 3
+    finalist_rounds: int = 3
 
     def __post_init__(self) -> None:
+        if self.finalists < 0 or self.finalist_rounds < 1:
+            raise UsageError(
+                f"--finalists must be >= 0 and --finalist-rounds >= 1, got {self.finalists} and "
+                f"{self.finalist_rounds}"
+            )
         if self.global_batch_size is not None and self.global_batch_size < 1:
             raise UsageError(f"--global-batch-size must be at least 1, got {self.global_batch_size}")
         if self.keep_semantics and self.global_batch_size is not None:

@@ -23,8 +23,9 @@ from autotune.availability import Hardware, ModelSupport, detect_hardware, model
 from autotune.config import RunConfig, load_base_args
 from autotune.errors import StoreError
 from autotune.measure import ThroughputCallback
-from autotune.progress import Reporter, TrialSummary
+from autotune.progress import Reporter, TrialSummary, describe_params
 from autotune.space import SearchSpace, load_space
+from autotune.stats import rank_finalists, verdict
 from autotune.store import (
     FINISHED,
     best_trial,
@@ -53,6 +54,12 @@ class SearchResult:
     trials: list[TrialSummary]
     best: TrialSummary | None
     ran: int
+
+    @property
+    def verdict(self) -> str | None:
+        """How sure the answer is, when the finalists were re-measured."""
+        winner = self.study.user_attrs.get("winner")
+        return winner["verdict"] if winner and self.best and winner["number"] == self.best.number else None
 
     def best_config(self) -> dict[str, Any]:
         """The best trial as ``{"training_args": {...}, "model_kwargs": {...}}``."""
@@ -172,15 +179,14 @@ def _run_trials(
 ) -> None:
     """Run trials until `budget` more are measured.
 
-    Trials skipped as unavailable here cost milliseconds and do not count against the budget, so
-    the Trainer's search runs in rounds until the budget is met; a sampler that keeps proposing
-    only unavailable combinations is stopped after `max_skips` of them.
+    Trials that need no training (unavailable here, duplicates, predicted out of memory) cost
+    milliseconds and do not count against the budget, so the Trainer's search runs in rounds until
+    the budget is met; a sampler that keeps proposing only those is stopped after a bound. Then
+    the best few are re-measured to pick the winner.
     """
     from autotune.trainer import AutotuneTrainer  # imports Trainer machinery only when trials run
 
     target = measured_count(study) + budget
-    max_skips = max(20, 5 * budget)
-    skipped_before = _skipped_count(study)
     with tempfile.TemporaryDirectory(prefix="autotune-", dir=plan.config.output_dir) as scratch:
         measurement = ThroughputCallback(plan.config.measure, plan.workload.seq_len, reporter)
         trainer = AutotuneTrainer(
@@ -191,20 +197,67 @@ def _run_trials(
             callbacks=callbacks,
             debug=debug,
         )
-        while (missing := target - measured_count(study)) > 0:
-            skipped = _skipped_count(study) - skipped_before
-            if skipped >= max_skips:
-                reporter.on_note(
-                    f"stopped after {skipped} skipped trials: few combinations of this space run here"
-                )
-                return
-            if _distinct_params(study) >= plan.space.grid_size():
-                reporter.on_note(
-                    f"stopped: all {plan.space.grid_size()} combinations of the space were tried"
-                )
-                return
-            seed = plan.config.seed + len(study.get_trials(deepcopy=False))
-            _hyperparameter_search(trainer, plan, missing, seed)
+        _search_until_budget(trainer, plan, study, target, reporter)
+        _remeasure_finalists(trainer, plan, study, reporter)
+
+
+def _search_until_budget(
+    trainer: Any, plan: Plan, study: optuna.Study, target: int, reporter: Reporter
+) -> None:
+    max_skips = max(20, 5 * (target - measured_count(study)))
+    skipped_before = _skipped_count(study)
+    while (missing := target - measured_count(study)) > 0:
+        skipped = _skipped_count(study) - skipped_before
+        if skipped >= max_skips:
+            reporter.on_note(
+                f"stopped after {skipped} skipped trials: few combinations of this space run here"
+            )
+            return
+        if _distinct_params(study) >= plan.space.grid_size():
+            reporter.on_note(f"stopped: all {plan.space.grid_size()} combinations of the space were tried")
+            return
+        seed = plan.config.seed + len(study.get_trials(deepcopy=False))
+        _hyperparameter_search(trainer, plan, missing, seed)
+
+
+def _remeasure_finalists(trainer: Any, plan: Plan, study: optuna.Study, reporter: Reporter) -> None:
+    """Re-measure the best few trials in interleaved rounds (A B C A B C ...) and declare the
+    winner by median: a single window's luck (or a neighbour's noise) does not pick the answer."""
+    candidates = [
+        t for t in ranked_trials(study) if t.attrs.get("feasible") and "duplicate_of" not in t.attrs
+    ]
+    finalists = candidates[: plan.config.finalists]
+    if len(finalists) < 2:
+        return
+    rounds = plan.config.finalist_rounds
+    reporter.on_note(
+        f"re-measuring the top {len(finalists)} trials ({', '.join(str(f.number) for f in finalists)}) "
+        f"in {rounds} interleaved rounds"
+    )
+    samples: dict[int, list[float]] = {f.number: [] for f in finalists}
+    for round_number in range(1, rounds + 1):
+        for finalist in finalists:
+            try:
+                measured = trainer.measure_config(finalist.params, finalist.number)
+            except Exception as exc:  # a finalist that fails now is reported, not fatal
+                reporter.on_remeasure(finalist.number, round_number, None, f"{type(exc).__name__}: {exc}")
+                continue
+            samples[finalist.number].append(measured["tokens_per_s"])
+            reporter.on_remeasure(finalist.number, round_number, measured["tokens_per_s"], None)
+    ranked = rank_finalists(samples)
+    if not ranked:
+        return
+    by_number = {f.number: f for f in finalists}
+    winner = ranked[0]
+    study.set_user_attr("finalists", [f.to_dict() for f in ranked])
+    study.set_user_attr(
+        "winner",
+        {
+            "number": winner.number,
+            "median_tokens_per_s": winner.median,
+            "verdict": verdict(ranked, describe_params(by_number[winner.number].params)),
+        },
+    )
 
 
 def _distinct_params(study: optuna.Study) -> int:

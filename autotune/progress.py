@@ -33,6 +33,37 @@ class TrialSummary:
     attrs: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
+_SHORT = {
+    "per_device_train_batch_size": "bs",
+    "gradient_accumulation_steps": "ga",
+    "precision": "prec",
+    "optim": "optim",
+    "torch_compile": "compile",
+    "attn_implementation": "attn",
+    "activation_checkpointing": "ckpt",
+    "torch_compile_mode": "mode",
+    "dataloader_num_workers": "workers",
+    "dataloader_pin_memory": "pin",
+    "torch_empty_cache_steps": "empty_cache",
+}
+
+
+def short_name(knob: str) -> str:
+    """The short column name of a knob in tables and trial lines."""
+    return _SHORT.get(knob, knob)
+
+
+def format_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+def describe_params(params: dict[str, Any]) -> str:
+    """``bs=8 ga=1 prec=bf16 ...``: a trial's knob values in one short line."""
+    return " ".join(f"{short_name(k)}={format_value(v)}" for k, v in params.items())
+
+
 class Reporter:
     """Receives search events. This base class ignores them all; the CLI renders them with rich."""
 
@@ -47,6 +78,11 @@ class Reporter:
 
     def on_trial_end(self, trial: TrialSummary) -> None:
         """A trial ended, whatever its state."""
+
+    def on_remeasure(
+        self, number: int, round_number: int, tokens_per_s: float | None, error: str | None
+    ) -> None:
+        """A finalist was measured again (`error` set when that failed)."""
 
     def on_note(self, text: str) -> None:
         """Something the user should know that is not a trial (a search stopped early, ...)."""

@@ -107,3 +107,48 @@ def window_done(
     if steps >= max_steps or math.fsum(step_times_s) >= max_seconds:
         return True
     return steps >= min_steps and relative_ci_halfwidth(step_times_s) <= target_rel_ci
+
+
+@dataclass(frozen=True)
+class Finalist:
+    """One finalist after the interleaved re-measurement."""
+
+    number: int
+    tokens_per_s: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.tokens_per_s)
+
+    @property
+    def spread(self) -> float:
+        """Half the range of the re-measurements, relative to their median."""
+        return (max(self.tokens_per_s) - min(self.tokens_per_s)) / 2 / self.median
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "number": self.number,
+            "tokens_per_s": list(self.tokens_per_s),
+            "median": self.median,
+            "spread": self.spread,
+        }
+
+
+def rank_finalists(samples: dict[int, list[float]]) -> list[Finalist]:
+    """Finalists with at least one re-measurement, fastest median first."""
+    finalists = [Finalist(n, tuple(v)) for n, v in samples.items() if v]
+    return sorted(finalists, key=lambda f: -f.median)
+
+
+def verdict(ranked: Sequence[Finalist], label: str) -> str:
+    """How sure the winner is, in one line: its median, spread and lead over the runner-up."""
+    winner = ranked[0]
+    text = f"{label}: {winner.median / 1000:.1f}k tok/s ±{100 * winner.spread:.1f}%"
+    if len(ranked) < 2:
+        return text
+    runner_up = ranked[1]
+    ratio = winner.median / runner_up.median
+    text += f", {ratio:.2f}x the runner-up (trial {runner_up.number})"
+    if ratio - 1 <= winner.spread + runner_up.spread:
+        text += ": within the measurement spread, either is as good"
+    return text

@@ -334,6 +334,8 @@ def _applied_args(values: dict[str, Value]) -> dict[str, Any]:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    first = text[0] if text else ""
-    return f"{type(exc).__name__}: {first}"[:300]
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = lines[0] if lines else ""
+    if text.endswith(":") and len(lines) > 1:  # "backend='inductor' raised:" says nothing alone
+        text = f"{text} {lines[1]}"
+    return f"{type(exc).__name__}: {text}"[:300]

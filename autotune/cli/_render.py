@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from autotune.progress import Reporter, TrialSummary
+from autotune.progress import Reporter, TrialSummary, describe_params, format_value, short_name
 
 console = Console(width=None if sys.stdout.isatty() else 150)
 err_console = Console(stderr=True, soft_wrap=True)
@@ -19,21 +19,6 @@ err_console = Console(stderr=True, soft_wrap=True)
 def print_error(text: str) -> None:
     """One line on stderr, verbatim: no wrapping, no markup (paths may hold brackets)."""
     err_console.print(text, markup=False, highlight=False, soft_wrap=True)
-
-
-_SHORT = {
-    "per_device_train_batch_size": "bs",
-    "gradient_accumulation_steps": "ga",
-    "precision": "prec",
-    "optim": "optim",
-    "torch_compile": "compile",
-    "attn_implementation": "attn",
-    "activation_checkpointing": "ckpt",
-    "torch_compile_mode": "mode",
-    "dataloader_num_workers": "workers",
-    "dataloader_pin_memory": "pin",
-    "torch_empty_cache_steps": "empty_cache",
-}
 
 
 def format_bytes(n: float | None) -> str:
@@ -51,20 +36,14 @@ def format_rate(x: float | None) -> str:
     return f"{x / 1000:.1f}k" if x >= 1000 else f"{x:.1f}"
 
 
-def format_params(params: dict[str, Any]) -> str:
-    return " ".join(f"{_SHORT.get(k, k)}={_value(v)}" for k, v in params.items())
-
-
-def _value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "on" if v else "off"
-    return str(v)
-
-
 def trial_line(t: TrialSummary) -> str:
-    head = f"trial {t.number:>3}  {format_params(t.params)}"
+    head = f"trial {t.number:>3}  {describe_params(t.params)}"
     if t.reason == "unavailable":
         return f"{head}  [dim]skipped: {t.message}[/]"
+    if "duplicate_of" in t.attrs:
+        return f"{head}  [dim]{t.message}[/]"
+    if t.reason in ("oom_predicted", "over_estimate"):
+        return f"{head}  [yellow]not run[/] [dim]{t.reason}: {t.message}[/]"
     if t.state == "COMPLETE":
         ci = f" ±{100 * t.rel_ci_halfwidth:.1f}%" if t.rel_ci_halfwidth is not None else ""
         return (
@@ -80,7 +59,7 @@ def trials_table(trials: list[TrialSummary], title: str, limit: int | None = 10)
     table.add_column("#", justify="right")
     knob_names = list(dict.fromkeys(k for t in trials for k in t.params))
     for name in knob_names:
-        table.add_column(_SHORT.get(name, name))
+        table.add_column(short_name(name))
     table.add_column("tok/s", justify="right")
     table.add_column("±", justify="right")
     table.add_column("samples/s", justify="right")
@@ -90,7 +69,7 @@ def trials_table(trials: list[TrialSummary], title: str, limit: int | None = 10)
         state = "ok" if t.state == "COMPLETE" else f"{t.state.lower()} ({t.reason})"
         table.add_row(
             str(t.number),
-            *(_value(t.params.get(k, "-")) for k in knob_names),
+            *(format_value(t.params.get(k, "-")) for k in knob_names),
             format_rate(t.tokens_per_s),
             f"{100 * t.rel_ci_halfwidth:.1f}%" if t.rel_ci_halfwidth is not None else "-",
             format_rate(t.samples_per_s),
@@ -162,6 +141,15 @@ class RichReporter(Reporter):
             self._steps_task, description=f"trial {self._trial_number} {label}", completed=step
         )
 
+    def on_remeasure(
+        self, number: int, round_number: int, tokens_per_s: float | None, error: str | None
+    ) -> None:
+        if self._steps_task is not None:
+            self.progress.remove_task(self._steps_task)
+            self._steps_task = None
+        result = f"{format_rate(tokens_per_s)} tok/s" if error is None else f"failed: {error}"
+        self.console.print(f"  re-measure round {round_number}: trial {number}  {result}", highlight=False)
+
     def on_note(self, text: str) -> None:
         self.console.print(text, highlight=False, markup=False)
 
@@ -189,4 +177,6 @@ class RichReporter(Reporter):
             f"peak {format_bytes(best.peak_memory_bytes)}",
             highlight=False,
         )
+        if result.verdict:
+            self.console.print(f"[bold]verdict[/]: {result.verdict}", highlight=False)
         self.console.print_json(json.dumps(result.best_config()))

@@ -58,6 +58,16 @@ def search_command(
             "--base-args", help="JSON/YAML file of TrainingArguments kwargs every trial starts from."
         ),
     ] = None,
+    finalists: Annotated[
+        int,
+        typer.Option("--finalists", help="Re-measure this many of the best trials before choosing (0: off)."),
+    ] = 3,
+    finalist_rounds: Annotated[
+        int, typer.Option("--finalist-rounds", help="Interleaved re-measurement rounds of the finalists.")
+    ] = 3,
+    trial_timeout: Annotated[
+        float, typer.Option("--trial-timeout", help="Seconds a trial may train before it ends as a timeout.")
+    ] = 900.0,
     debug: DebugOpt = False,
 ) -> None:
     """Search the space for the configuration with the highest measured training throughput."""
@@ -71,6 +81,7 @@ def search_command(
         max_steps=max_steps,
         max_seconds=max_seconds,
         target_rel_ci=target_ci,
+        trial_timeout_s=trial_timeout,
     )
     config = RunConfig(
         model=model,
@@ -85,6 +96,8 @@ def search_command(
         global_batch_size=global_batch_size,
         keep_semantics=keep_semantics,
         base_args=base_args,
+        finalists=finalists,
+        finalist_rounds=finalist_rounds,
     )
     with RichReporter() as reporter:
         search(config, reporter=reporter, debug=debug)

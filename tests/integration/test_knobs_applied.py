@@ -110,6 +110,7 @@ def probed(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any
             storage=f"sqlite:///{folder / 'k.db'}",
             seq_len=32,
             measure=FAST,
+            finalists=0,
             callbacks=[probe],
             enqueue=enqueue,
         )

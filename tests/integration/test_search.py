@@ -29,7 +29,14 @@ def first_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, str, str]:
     space = write_space(folder, QUICK_KNOBS, name="small")
     storage = f"sqlite:///{folder / 'search.db'}"
     result = autotune.search(
-        model="tiny-gpt2", space=space, trials=4, storage=storage, seq_len=32, measure=FAST, seed=1
+        model="tiny-gpt2",
+        space=space,
+        trials=4,
+        storage=storage,
+        seq_len=32,
+        measure=FAST,
+        seed=1,
+        finalists=0,
     )
     return result, storage, space
 
@@ -74,7 +81,9 @@ def test_study_describes_itself(first_run: Any) -> None:
 
 def test_rerun_respects_the_total_budget(first_run: Any) -> None:
     result, storage, space = first_run
-    same = dict(model="tiny-gpt2", space=space, storage=storage, seq_len=32, measure=FAST, seed=1)
+    same = dict(
+        model="tiny-gpt2", space=space, storage=storage, seq_len=32, measure=FAST, seed=1, finalists=0
+    )
     again = autotune.search(trials=4, **same)
     assert again.ran == 0
     assert again.study.study_name == result.study.study_name
@@ -127,6 +136,7 @@ def test_a_failing_trial_is_recorded_and_the_search_goes_on(tmp_path: Path) -> N
         storage=f"sqlite:///{tmp_path / 'f.db'}",
         seq_len=16,
         measure=FAST,
+        finalists=0,
         callbacks=[FakeOOM(threshold=8)],
         enqueue=[{"per_device_train_batch_size": 8}, {"per_device_train_batch_size": 2}],
     )

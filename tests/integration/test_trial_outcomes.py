@@ -60,6 +60,7 @@ def test_unavailable_combination_is_skipped_without_training(
         storage=f"sqlite:///{tmp_path / 's.db'}",
         seq_len=16,
         measure=FAST,
+        finalists=0,
         callbacks=[probe],
         reporter=notes,
     )
@@ -98,6 +99,7 @@ def test_nan_loss_makes_a_trial_infeasible(tmp_path: Path) -> None:
         storage=f"sqlite:///{tmp_path / 'n.db'}",
         seq_len=16,
         measure=FAST,
+        finalists=0,
         callbacks=[PoisonWeights(batch_size=4)],
         enqueue=[{"per_device_train_batch_size": 4}, {"per_device_train_batch_size": 2}],
     )
@@ -145,6 +147,7 @@ def test_keep_semantics_holds_the_math_of_the_base_config(tmp_path: Path) -> Non
         storage=f"sqlite:///{tmp_path / 'k.db'}",
         seq_len=16,
         measure=FAST,
+        finalists=0,
         keep_semantics=True,
         base_args=str(base),
         callbacks=[probe],
@@ -170,6 +173,7 @@ def test_global_batch_size_restricts_the_splits(tmp_path: Path) -> None:
         storage=f"sqlite:///{tmp_path / 'g.db'}",
         seq_len=16,
         measure=FAST,
+        finalists=0,
         global_batch_size=16,
         callbacks=[probe],
     )
@@ -207,6 +211,7 @@ def test_skipped_trials_do_not_spend_the_budget(tmp_path: Path, monkeypatch: pyt
         storage=f"sqlite:///{tmp_path / 'b.db'}",
         seq_len=16,
         measure=FAST,
+        finalists=0,
         enqueue=[{"per_device_train_batch_size": 4}],
     )
     states = [(t.params["per_device_train_batch_size"], t.state, t.reason) for t in result.trials]

@@ -1,0 +1,216 @@
+"""Trustworthy trials: a memory cap on measured peaks, failures as results, no wasted trials, and a
+winner chosen by interleaved re-measurement."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from transformers import TrainerCallback
+
+import autotune
+from tests.helpers import FAST, KnobProbe, write_space
+
+
+class FakeOOM(TrainerCallback):
+    """Raises the real CUDA out-of-memory error (as accelerate's tests do) from batch `threshold` up."""
+
+    def __init__(self, threshold: int) -> None:
+        self.threshold = threshold
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if args.per_device_train_batch_size >= self.threshold:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+
+def test_fake_oom_larger_batches_are_predicted_not_trained(tmp_path: Path) -> None:
+    space = write_space(tmp_path, {"per_device_train_batch_size": [2, 4, 8, 16]})
+    probe = KnobProbe()
+    result = autotune.search(
+        model="tiny-gpt2",
+        space=space,
+        trials=3,
+        storage=f"sqlite:///{tmp_path / 'oom.db'}",
+        seq_len=16,
+        measure=FAST,
+        callbacks=[FakeOOM(threshold=8), probe],
+        enqueue=[{"per_device_train_batch_size": b} for b in (8, 16, 2, 4)],
+        finalists=0,
+    )
+    by_batch = {
+        t.params["per_device_train_batch_size"]: t for t in result.trials if "duplicate_of" not in t.attrs
+    }
+    assert by_batch[8].reason == "oom" and by_batch[8].state == "PRUNED"
+    assert by_batch[16].reason == "oom_predicted" and by_batch[16].state == "PRUNED"
+    assert by_batch[16].attrs["dominated_by"] == by_batch[8].number
+    assert by_batch[16].attrs["trained"] is False
+    assert 16 not in [seen["batch_size"] for seen in probe.trials]  # never reached training
+    frozen = {t.number: t for t in result.study.trials}
+    assert frozen[by_batch[8].number].constraints["memory"] > 0
+    assert frozen[by_batch[16].number].constraints["memory"] > 0
+    assert result.best is not None and result.best.params["per_device_train_batch_size"] in (2, 4)
+    assert result.best.attrs["feasible"] is True
+    assert result.ran == 3  # 8 (failed), 2 and 4: the predicted 16 cost nothing
+
+
+def test_real_cpu_memory_cap_makes_large_batches_infeasible(tmp_path: Path) -> None:
+    # Measured, not faked: at sequence length 256 a batch of 64 peaks near 1.2-1.5 GiB of RSS on
+    # tiny-gpt2, a batch of 1 near 0.5 GiB; a 900 MiB cap lies between.
+    space = write_space(tmp_path, {"per_device_train_batch_size": [1, 64]})
+    result = autotune.search(
+        model="tiny-gpt2",
+        space=space,
+        trials=2,
+        storage=f"sqlite:///{tmp_path / 'cap.db'}",
+        seq_len=256,
+        measure=FAST,
+        memory_cap="900MiB",
+        enqueue=[{"per_device_train_batch_size": 64}, {"per_device_train_batch_size": 1}],
+        finalists=0,
+    )
+    by_batch = {t.params["per_device_train_batch_size"]: t for t in result.trials}
+    big, small = by_batch[64], by_batch[1]
+    assert big.state == "PRUNED" and big.reason == "over_memory_cap"
+    assert big.attrs["peak_memory_bytes"] > 900 * 2**20
+    assert big.attrs["tokens_per_s"] > 0  # stored with its measurements
+    assert big.attrs["feasible"] is False
+    assert result.study.trials[big.number].constraints["memory"] > 0
+    assert small.state == "COMPLETE" and small.attrs["peak_memory_bytes"] <= 900 * 2**20
+    assert result.best is not None and result.best.number == small.number
+    # optuna's own best trial agrees: an infeasible trial has no value it could pick.
+    assert result.study.best_trial.number == small.number
+
+
+def test_repeated_trials_do_not_grow_baseline_memory(tmp_path: Path) -> None:
+    knobs = {"per_device_train_batch_size": [1, 64], "attn_implementation": ["eager", "sdpa"]}
+    space = write_space(tmp_path, {**knobs, "activation_checkpointing": [False, True]})
+    order = [
+        (64, "eager", False),
+        (1, "eager", False),
+        (64, "sdpa", True),
+        (64, "sdpa", False),
+        (64, "eager", True),
+        (1, "sdpa", True),
+    ]
+    result = autotune.search(
+        model="tiny-gpt2",
+        space=space,
+        trials=len(order),
+        storage=f"sqlite:///{tmp_path / 'creep.db'}",
+        seq_len=256,
+        measure=FAST,
+        enqueue=[
+            {"per_device_train_batch_size": b, "attn_implementation": a, "activation_checkpointing": c}
+            for b, a, c in order
+        ],
+        finalists=0,
+    )
+    starts = [t.attrs["rss_start_bytes"] for t in sorted(result.trials, key=lambda t: t.number)]
+    assert len(starts) == len(order)
+    # Each batch-64 trial peaks about 1 GiB above its start; what it leaves behind must stay small.
+    assert max(starts[2:]) - starts[1] < 64 * 2**20, [s / 2**20 for s in starts]
+
+
+def test_nan_compile_error_and_timeout_are_recorded_and_the_search_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_compile = torch.compile
+
+    def broken_compile(model: Any, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("backend") == "aot_eager":
+            raise torch._dynamo.exc.BackendCompilerFailed(
+                lambda *a: None, RuntimeError("injected compiler crash"), None
+            )
+        return real_compile(model, *args, **kwargs)
+
+    class Slow(TrainerCallback):
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if args.per_device_train_batch_size == 4:
+                time.sleep(0.3)
+
+    class Poison(TrainerCallback):
+        def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any) -> None:
+            if args.gradient_accumulation_steps == 2:
+                with torch.no_grad():
+                    next(model.parameters()).fill_(float("nan"))
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    knobs = {
+        "per_device_train_batch_size": [2, 4],
+        "gradient_accumulation_steps": [1, 2],
+        "torch_compile": ["off", "aot_eager"],
+    }
+    trials = [
+        {"per_device_train_batch_size": 2, "gradient_accumulation_steps": 1, "torch_compile": "aot_eager"},
+        {"per_device_train_batch_size": 2, "gradient_accumulation_steps": 2, "torch_compile": "off"},
+        {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 1, "torch_compile": "off"},
+        {"per_device_train_batch_size": 2, "gradient_accumulation_steps": 1, "torch_compile": "off"},
+    ]
+    measure = FAST.__class__(**{**FAST.__dict__, "trial_timeout_s": 0.5})
+    result = autotune.search(
+        model="tiny-gpt2",
+        space=write_space(tmp_path, knobs),
+        trials=4,
+        storage=f"sqlite:///{tmp_path / 'fail.db'}",
+        seq_len=16,
+        measure=measure,
+        callbacks=[Slow(), Poison()],
+        enqueue=trials,
+        finalists=0,
+    )
+    by_number = {t.number: t for t in result.trials}
+    assert [by_number[n].reason for n in range(4)] == ["compile_error", "nan_loss", "timeout", None]
+    assert "injected compiler crash" in (by_number[0].message or "")
+    assert result.best is not None and result.best.number == 3
+    assert all(by_number[n].attrs["trained"] for n in range(4))
+
+
+class SlowDown(TrainerCallback):
+    """A controlled slowdown: `delay_s` per step for one attention kernel, and a one-off handicap
+    for the other's first training, so the search alone would pick the wrong one."""
+
+    def __init__(self, slow: str, delay_s: float, handicapped: str, handicap_s: float) -> None:
+        self.slow, self.delay_s = slow, delay_s
+        self.handicapped, self.handicap_s = handicapped, handicap_s
+        self.seen: dict[str, int] = {}
+        self._current = ""
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any) -> None:
+        self._current = model.config._attn_implementation
+        self.seen[self._current] = self.seen.get(self._current, 0) + 1
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        if self._current == self.slow:
+            time.sleep(self.delay_s)
+        if self._current == self.handicapped and self.seen[self._current] == 1:
+            time.sleep(self.handicap_s)
+
+
+def test_interleaved_remeasurement_picks_the_truly_faster_config(tmp_path: Path) -> None:
+    # sdpa is made slower by 40 ms a step (several times a tiny step); eager carries a 200 ms a
+    # step handicap in its first (search) measurement only. The search ranks sdpa first; the
+    # interleaved re-measurement must find that eager is faster.
+    slowdown = SlowDown(slow="sdpa", delay_s=0.04, handicapped="eager", handicap_s=0.2)
+    result = autotune.search(
+        model="tiny-gpt2",
+        space=write_space(tmp_path, {"attn_implementation": ["eager", "sdpa"]}),
+        trials=2,
+        storage=f"sqlite:///{tmp_path / 'final.db'}",
+        seq_len=16,
+        measure=FAST,
+        callbacks=[slowdown],
+        enqueue=[{"attn_implementation": "eager"}, {"attn_implementation": "sdpa"}],
+        finalists=2,
+        finalist_rounds=3,
+    )
+    search_order = [t.params["attn_implementation"] for t in result.trials if t.state == "COMPLETE"]
+    assert search_order[0] == "sdpa"  # the search alone was fooled
+    finalists = result.study.user_attrs["finalists"]
+    assert [len(f["tokens_per_s"]) for f in finalists] == [3, 3]
+    assert slowdown.seen == {"eager": 4, "sdpa": 4}  # 1 search + 3 interleaved rounds each
+    assert result.best is not None and result.best.params == {"attn_implementation": "eager"}
+    assert result.verdict is not None and "x the runner-up" in result.verdict
+    assert finalists[0]["median"] > 1.5 * finalists[1]["median"]
