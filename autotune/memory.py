@@ -1,7 +1,10 @@
 """Peak memory of one trial: the one place that knows how each device reports it.
 
 CPU: the process's peak resident set (VmHWM), reset per trial through ``/proc/self/clear_refs``.
-CUDA: the caching allocator's peaks after a reset (allocated and reserved).
+CUDA: the caching allocator's peaks after a reset (allocated and reserved), and the process's
+device memory as NVML reports it, sampled in a background thread during the trial: that counts
+the CUDA context and buffers outside PyTorch's allocator. The trial's peak is the larger of the
+reserved peak and the NVML peak.
 """
 
 from __future__ import annotations
@@ -10,8 +13,11 @@ import contextlib
 import ctypes
 import ctypes.util
 import gc
-from dataclasses import dataclass
+import os
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -46,6 +52,73 @@ def release_device_memory() -> None:
         torch.cuda.empty_cache()
 
 
+class NvmlSampler:
+    """Samples this process's device memory through NVML until stopped; keeps the maximum.
+
+    Every NVML failure (no library, no permission, a PID namespace hiding the process) leaves
+    `peak_bytes` None: the allocator's figures still stand.
+
+    Args:
+        device_index: the torch CUDA device to watch.
+        interval_s: time between samples.
+        nvml: the `pynvml` module (a test passes a fake).
+    """
+
+    def __init__(self, device_index: int = 0, interval_s: float = 0.02, nvml: Any = None) -> None:
+        self.interval_s = interval_s
+        self.peak_bytes: int | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._nvml = nvml
+        self._handle: Any = None
+        self._device_index = device_index
+
+    def start(self) -> None:
+        try:
+            if self._nvml is None:
+                import pynvml
+
+                self._nvml = pynvml
+            self._nvml.nvmlInit()
+            self._handle = self._nvml_handle()
+        except Exception:
+            self._handle = None
+            return
+        self.peak_bytes = None
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="autotune-nvml", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> int | None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+        self.sample()  # one last look at the end of the trial
+        return self.peak_bytes
+
+    def sample(self) -> None:
+        if self._handle is None:
+            return
+        with contextlib.suppress(Exception):
+            for proc in self._nvml.nvmlDeviceGetComputeRunningProcesses(self._handle):
+                used = getattr(proc, "usedGpuMemory", None)
+                if proc.pid == os.getpid() and used:
+                    self.peak_bytes = max(self.peak_bytes or 0, int(used))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+    def _nvml_handle(self) -> Any:
+        # Torch and NVML may number devices differently (CUDA_VISIBLE_DEVICES): match by PCI bus.
+        with contextlib.suppress(Exception):
+            props = torch.cuda.get_device_properties(self._device_index)
+            domain, bus, device = (getattr(props, f"pci_{part}_id") for part in ("domain", "bus", "device"))
+            return self._nvml.nvmlDeviceGetHandleByPciBusId(f"{domain:08x}:{bus:02x}:{device:02x}.0")
+        return self._nvml.nvmlDeviceGetHandleByIndex(self._device_index)
+
+
 @dataclass
 class PeakMemoryMeter:
     """Measures the peak memory of the code between `reset` and `read`.
@@ -55,12 +128,16 @@ class PeakMemoryMeter:
     """
 
     device: str
+    nvml: NvmlSampler | None = field(default=None, repr=False)
 
     def reset(self) -> None:
         release_device_memory()
         if self.device == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
+            if self.nvml is None:
+                self.nvml = NvmlSampler(torch.cuda.current_device())
+            self.nvml.start()
             return
         try:
             _CLEAR_REFS.write_text("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
@@ -75,11 +152,13 @@ class PeakMemoryMeter:
             torch.cuda.synchronize()
             allocated = int(torch.cuda.max_memory_allocated())
             reserved = int(torch.cuda.max_memory_reserved())
+            nvml_peak = self.nvml.stop() if self.nvml is not None else None
             return {
-                "peak_memory_bytes": reserved,
+                "peak_memory_bytes": max(reserved, nvml_peak or 0),
                 "peak_allocated_bytes": allocated,
                 "peak_reserved_bytes": reserved,
-                "memory_source": "cuda_allocator",
+                "peak_nvml_bytes": nvml_peak,
+                "memory_source": "cuda_allocator+nvml" if nvml_peak else "cuda_allocator",
             }
         peak = _status_bytes("VmHWM")
         return {
