@@ -82,12 +82,12 @@ class Plan:
     model: ModelSupport
     base_args: dict[str, Any]
     study_name: str
-    storage: optuna.storages.RDBStorage
+    storage: Any
     not_searched: list[str] = dataclasses.field(default_factory=list)
     cap_bytes: int | None = None
 
 
-def plan_search(config: RunConfig) -> Plan:
+def plan_search(config: RunConfig, open_store: bool = True) -> Plan:
     """Resolve a run configuration: space, workload, hardware rules, base config, store.
 
     Raises:
@@ -118,7 +118,7 @@ def plan_search(config: RunConfig) -> Plan:
         not_searched=dropped,
         cap_bytes=cap.resolve(hardware.memory_bytes) if (cap := config.memory_cap_parsed) else None,
         study_name=config.study or default_study_name(config.model, space.name, workload.seq_len),
-        storage=open_storage(config.storage_url),
+        storage=open_storage(config.storage_url) if open_store else None,
     )
 
 
@@ -149,7 +149,7 @@ def search(
     reporter = reporter or Reporter()
     plan = plan_search(config)
 
-    with _quiet_libraries():
+    with quiet_libraries():
         study = optuna.create_study(
             storage=plan.storage, study_name=plan.study_name, direction="maximize", load_if_exists=True
         )
@@ -356,7 +356,7 @@ def _header(plan: Plan, done_before: int, remaining: int) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _quiet_libraries() -> Iterator[None]:
+def quiet_libraries() -> Iterator[None]:
     """Silence optuna's and transformers' per-trial INFO logs; reporters show trials instead."""
     optuna_level = optuna.logging.get_verbosity()
     hf_level = hf_logging.get_verbosity()

@@ -35,6 +35,11 @@ def _status_bytes(field_name: str) -> int | None:
     return None
 
 
+def rss_bytes() -> int | None:
+    """The process's resident set size now (Linux), or None."""
+    return _status_bytes("VmRSS")
+
+
 def _trim_heap() -> None:
     # Freed heap of earlier trials stays resident until it is returned to the OS; without this,
     # the next trial's peak hides under the previous one's.

@@ -33,6 +33,8 @@ from transformers.trainer_callback import PrinterCallback
 from transformers.trainer_utils import HPSearchBackend
 
 from autotune.availability import combination_unavailable
+from autotune.estimate import SAFETY_MARGIN, MemoryEstimate, clearly_over, relative_error
+from autotune.estimator import MemoryEstimator
 from autotune.feasibility import constraint_values, find_dominating_oom, find_duplicate, memory_violation
 from autotune.knobs import Value, trial_kwargs
 from autotune.measure import ThroughputCallback, TrialTimeout
@@ -73,6 +75,18 @@ class Reused(NotTrained):
     def __init__(self, past: FrozenTrial) -> None:
         super().__init__(f"same parameters as trial {past.number}")
         self.past = past
+
+
+class OverEstimate(NotTrained):
+    """The configuration's memory estimate is clearly over the cap."""
+
+    reason = "over_estimate"
+
+    def __init__(self, estimate_bytes: int, cap_bytes: int) -> None:
+        super().__init__(
+            f"estimated {estimate_bytes / 2**20:.0f} MiB is more than {100 * SAFETY_MARGIN:.0f}% over "
+            f"the cap of {cap_bytes / 2**20:.0f} MiB"
+        )
 
 
 class PredictedOOM(NotTrained):
@@ -141,6 +155,8 @@ class AutotuneTrainer(Trainer):
         self.trial_values: dict[str, Value] = {}
         self.trial_model_kwargs: dict[str, Any] = {}
         self._compiled_before = False
+        self.estimator = MemoryEstimator(plan.workload, plan.hardware.device, plan.base_args)
+        self._estimate: MemoryEstimate | None = None
         model_init: Callable[..., Any] = self._build_model
         super().__init__(
             model_init=model_init,
@@ -163,6 +179,7 @@ class AutotuneTrainer(Trainer):
         return self.space.suggest(trial)
 
     def call_model_init(self, trial: Any = None) -> torch.nn.Module:
+        self._estimate = None
         values = self.trial_values_of(trial)
         args_kwargs, model_kwargs = trial_kwargs(values)
         self.trial_values, self.trial_model_kwargs = values, model_kwargs
@@ -190,6 +207,16 @@ class AutotuneTrainer(Trainer):
         dominating = find_dominating_oom(trial.params, others)
         if dominating is not None:
             raise PredictedOOM(dominating.number)
+        self._estimate = self._estimate_memory(values)
+        cap = self.plan.cap_bytes
+        if cap is not None and self._estimate is not None and clearly_over(self._estimate.total_bytes, cap):
+            raise OverEstimate(self._estimate.total_bytes, cap)
+
+    def _estimate_memory(self, values: dict[str, Value]) -> MemoryEstimate | None:
+        try:
+            return self.estimator.estimate(values)
+        except Exception:  # an estimate that cannot be made must not cost the trial
+            return None
 
     def _rebuild_args(self, kwargs: dict[str, Any]) -> None:
         fresh = TrainingArguments(**kwargs)
@@ -296,6 +323,7 @@ class AutotuneTrainer(Trainer):
             **attrs,
             "training_args": _applied_args(self.trial_values),
             "model_kwargs": dict(self.trial_model_kwargs),
+            **self._estimate_attrs(attrs.get("peak_memory_bytes")),
         }
         if constraints is None:
             constraints = constraint_values(
@@ -321,6 +349,17 @@ class AutotuneTrainer(Trainer):
                 attrs=attrs,
             )
         )
+
+    def _estimate_attrs(self, peak_bytes: int | None) -> dict[str, Any]:
+        if self._estimate is None:
+            return {}
+        attrs: dict[str, Any] = {
+            "memory_estimate_bytes": self._estimate.total_bytes,
+            "memory_estimate": self._estimate.to_dict(),
+        }
+        if peak_bytes:
+            attrs["memory_estimate_error"] = relative_error(self._estimate.total_bytes, peak_bytes)
+        return attrs
 
 
 def _over_cap_message(attrs: dict[str, Any], cap_bytes: int | None) -> str:

@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from autotune.cli import _knobs, _search
+from autotune.cli import _estimate, _knobs, _search
 from autotune.cli._render import print_error
 from autotune.errors import AutotuneError
 
@@ -38,6 +38,7 @@ def _root(
 
 app.command("search")(_search.search_command)
 app.command("knobs")(_knobs.knobs_command)
+app.command("estimate")(_estimate.estimate_command)
 
 
 def _is_usage_error(exc: BaseException) -> bool:

@@ -44,14 +44,37 @@ def trial_line(t: TrialSummary) -> str:
         return f"{head}  [dim]{t.message}[/]"
     if t.reason in ("oom_predicted", "over_estimate"):
         return f"{head}  [yellow]not run[/] [dim]{t.reason}: {t.message}[/]"
-    if t.state == "COMPLETE":
+    if t.state == "COMPLETE" or t.reason == "over_memory_cap":
         ci = f" ±{100 * t.rel_ci_halfwidth:.1f}%" if t.rel_ci_halfwidth is not None else ""
+        verdict = "[green]ok[/]" if t.state == "COMPLETE" else "[red]over the memory cap[/]"
         return (
             f"{head}  [bold]{format_rate(t.tokens_per_s)} tok/s[/]{ci}  "
             f"{format_rate(t.samples_per_s)} samples/s  "
-            f"peak {format_bytes(t.peak_memory_bytes)}  [green]ok[/]"
+            f"peak {format_bytes(t.peak_memory_bytes)}{_estimate_text(t)}  {verdict}"
         )
     return f"{head}  [yellow]{t.state.lower()}[/] [dim]{t.reason}: {t.message}[/]"
+
+
+def _estimate_text(t: TrialSummary) -> str:
+    estimate, error = t.attrs.get("memory_estimate_bytes"), t.attrs.get("memory_estimate_error")
+    if estimate is None or error is None:
+        return ""
+    return f" (est. {format_bytes(estimate)}, {100 * error:+.0f}%)"
+
+
+def estimate_summary(trials: list[TrialSummary]) -> str | None:
+    """Mean and worst relative error of the memory estimate over trials that measured a peak."""
+    errors = [
+        abs(t.attrs["memory_estimate_error"])
+        for t in trials
+        if t.attrs.get("memory_estimate_error") is not None and "duplicate_of" not in t.attrs
+    ]
+    if not errors:
+        return None
+    return (
+        f"memory estimate vs measured peak over {len(errors)} trials: mean |error| "
+        f"{100 * sum(errors) / len(errors):.1f}%, worst {100 * max(errors):.1f}%"
+    )
 
 
 def trials_table(trials: list[TrialSummary], title: str, limit: int | None = 10) -> Table:
@@ -168,8 +191,11 @@ class RichReporter(Reporter):
             return
         self.console.print()
         self.console.print(trials_table(result.trials, f"Top trials of {result.study.study_name}"))
+        summary = estimate_summary(result.trials)
+        if summary:
+            self.console.print(summary, highlight=False)
         if result.best is None:
-            self.console.print("[yellow]no trial completed[/]: see the reasons above")
+            self.console.print("[yellow]no feasible trial[/]: see the reasons above")
             return
         best = result.best
         self.console.print(

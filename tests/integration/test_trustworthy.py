@@ -12,6 +12,7 @@ import torch
 from transformers import TrainerCallback
 
 import autotune
+from autotune.memory import rss_bytes
 from tests.helpers import FAST, KnobProbe, write_space
 
 
@@ -57,28 +58,28 @@ def test_fake_oom_larger_batches_are_predicted_not_trained(tmp_path: Path) -> No
 
 
 def test_real_cpu_memory_cap_makes_large_batches_infeasible(tmp_path: Path) -> None:
-    # Measured, not faked: at sequence length 256 a batch of 64 peaks near 1.2-1.5 GiB of RSS on
-    # tiny-gpt2, a batch of 1 near 0.5 GiB; a 900 MiB cap lies between.
+    # Measured, not faked: first measure the peaks of a batch of 1 and of 64 at sequence length
+    # 256 (about 0.5 GiB and 1.5 GiB of RSS on tiny-gpt2), then search again under a cap a fifth
+    # of the way down from the large peak: within the estimate's safety margin, so the large batch
+    # runs and its measured peak decides.
     space = write_space(tmp_path, {"per_device_train_batch_size": [1, 64]})
+    common = dict(model="tiny-gpt2", space=space, trials=2, seq_len=256, measure=FAST, finalists=0)
+    enqueue = [{"per_device_train_batch_size": 64}, {"per_device_train_batch_size": 1}]
+    free = autotune.search(storage=f"sqlite:///{tmp_path / 'free.db'}", enqueue=enqueue, **common)
+    peaks = {t.params["per_device_train_batch_size"]: t.attrs["peak_memory_bytes"] for t in free.trials}
+    cap = int(peaks[64] - 0.2 * (peaks[64] - peaks[1]))
+
     result = autotune.search(
-        model="tiny-gpt2",
-        space=space,
-        trials=2,
-        storage=f"sqlite:///{tmp_path / 'cap.db'}",
-        seq_len=256,
-        measure=FAST,
-        memory_cap="900MiB",
-        enqueue=[{"per_device_train_batch_size": 64}, {"per_device_train_batch_size": 1}],
-        finalists=0,
+        storage=f"sqlite:///{tmp_path / 'cap.db'}", memory_cap=f"{cap}B", enqueue=enqueue, **common
     )
     by_batch = {t.params["per_device_train_batch_size"]: t for t in result.trials}
     big, small = by_batch[64], by_batch[1]
-    assert big.state == "PRUNED" and big.reason == "over_memory_cap"
-    assert big.attrs["peak_memory_bytes"] > 900 * 2**20
+    assert big.state == "PRUNED" and big.reason == "over_memory_cap", big.message
+    assert big.attrs["peak_memory_bytes"] > cap
     assert big.attrs["tokens_per_s"] > 0  # stored with its measurements
     assert big.attrs["feasible"] is False
     assert result.study.trials[big.number].constraints["memory"] > 0
-    assert small.state == "COMPLETE" and small.attrs["peak_memory_bytes"] <= 900 * 2**20
+    assert small.state == "COMPLETE" and small.attrs["peak_memory_bytes"] <= cap
     assert result.best is not None and result.best.number == small.number
     # optuna's own best trial agrees: an infeasible trial has no value it could pick.
     assert result.study.best_trial.number == small.number
@@ -214,3 +215,34 @@ def test_interleaved_remeasurement_picks_the_truly_faster_config(tmp_path: Path)
     assert result.best is not None and result.best.params == {"attn_implementation": "eager"}
     assert result.verdict is not None and "x the runner-up" in result.verdict
     assert finalists[0]["median"] > 1.5 * finalists[1]["median"]
+
+
+def test_memory_estimate_is_stored_and_skips_what_is_clearly_over_the_cap(tmp_path: Path) -> None:
+    # A batch of 64 at sequence length 256 estimates about 1.1 GiB over the process's baseline
+    # (activations measured once at a batch of 2); with a cap 300 MiB over the baseline it is not
+    # trained at all. A batch of 1 runs and stores the estimate next to its measured peak.
+    probe = KnobProbe()
+    cap = (rss_bytes() or 0) + 300 * 2**20
+    result = autotune.search(
+        model="tiny-gpt2",
+        space=write_space(tmp_path, {"per_device_train_batch_size": [1, 64]}),
+        trials=1,
+        storage=f"sqlite:///{tmp_path / 'est.db'}",
+        seq_len=256,
+        measure=FAST,
+        memory_cap=f"{cap}B",
+        callbacks=[probe],
+        enqueue=[{"per_device_train_batch_size": 64}, {"per_device_train_batch_size": 1}],
+        finalists=0,
+    )
+    by_batch = {t.params["per_device_train_batch_size"]: t for t in result.trials}
+    big, small = by_batch[64], by_batch[1]
+    assert big.reason == "over_estimate" and big.attrs["trained"] is False
+    assert big.attrs["memory_estimate_bytes"] > cap * 1.25
+    assert [seen["batch_size"] for seen in probe.trials] == [1]
+    assert small.state == "COMPLETE"
+    estimate, peak = small.attrs["memory_estimate_bytes"], small.attrs["peak_memory_bytes"]
+    assert small.attrs["memory_estimate_error"] == pytest.approx((estimate - peak) / peak)
+    assert abs(small.attrs["memory_estimate_error"]) < 0.5  # the estimate is in the right range
+    parts = small.attrs["memory_estimate"]
+    assert parts["baseline_bytes"] + parts["static_bytes"] + parts["activation_bytes"] == estimate

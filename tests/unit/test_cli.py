@@ -313,3 +313,25 @@ def test_search_help_lists_every_flag(capsys):
         "--warmup-steps", "--max-steps", "--max-seconds", "--target-ci", "--debug",
     ):  # fmt: skip
         assert flag in out, flag
+
+
+def test_estimate_command_prints_the_table(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(
+            [
+                "estimate",
+                "--model",
+                "tiny-gpt2",
+                "--space",
+                "quick",
+                "--seq-len",
+                "32",
+                "--memory-cap",
+                "1GiB",
+            ]
+        )
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "Memory estimate (quick)" in out
+    assert "parameters" in out and "process baseline" in out
+    assert out.count("under") >= 1

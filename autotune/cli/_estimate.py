@@ -1,0 +1,86 @@
+"""`autotune estimate`: the memory estimate of every memory-relevant configuration of a space."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+# Knobs that change the estimate; the others do not move memory in this model.
+MEMORY_KNOBS = (
+    "per_device_train_batch_size",
+    "precision",
+    "optim",
+    "attn_implementation",
+    "activation_checkpointing",
+)
+
+
+def estimate_command(
+    model: Annotated[
+        str, typer.Option("--model", "-m", help="Preset, local directory or hub id.")
+    ] = "tiny-gpt2",
+    space: Annotated[str, typer.Option("--space", "-s", help="Shipped space name or YAML path.")] = "quick",
+    seq_len: Annotated[
+        int | None,
+        typer.Option("--seq-len", help="Tokens per sample. Default: the preset's.", show_default=False),
+    ] = None,
+    memory_cap: Annotated[
+        str | None, typer.Option("--memory-cap", help="Mark configurations over this cap (20GiB, 90%, ...).")
+    ] = None,
+    base_args: Annotated[
+        str | None,
+        typer.Option("--base-args", help="JSON/YAML TrainingArguments kwargs the trials start from."),
+    ] = None,
+) -> None:
+    """Print the estimated peak memory of each configuration of the space, before running any."""
+    from autotune.cli._render import console, format_bytes
+    from autotune.config import RunConfig
+    from autotune.driver import plan_search, quiet_libraries
+    from autotune.estimate import clearly_over
+    from autotune.estimator import MemoryEstimator
+    from autotune.progress import short_name
+
+    plan = plan_search(
+        RunConfig(model=model, space=space, seq_len=seq_len, memory_cap=memory_cap, base_args=base_args),
+        open_store=False,
+    )
+    estimator = MemoryEstimator(plan.workload, plan.hardware.device, plan.base_args)
+    names = [k for k in MEMORY_KNOBS if k in plan.space.knobs]
+    rows = []
+    with quiet_libraries():
+        for combo in itertools.product(*(plan.space.knobs[k] for k in names)):
+            values = {**plan.space.fixed, **dict(zip(names, combo, strict=True))}
+            rows.append((combo, estimator.estimate(values)))
+    rows.sort(key=lambda row: row[1].total_bytes)
+
+    console.print(
+        f"{plan.workload.name}: {estimator.n_params / 1e6:.2f}M parameters, seq len {plan.workload.seq_len}, "
+        f"on {plan.hardware.name}; process baseline {format_bytes(estimator.baseline_bytes)}",
+        highlight=False,
+    )
+    table = Table(title=f"Memory estimate ({plan.space.name})", title_justify="left")
+    for name in names:
+        table.add_column(short_name(name))
+    for column in ("weights+grads+optimizer", "activations", "total"):
+        table.add_column(column, justify="right")
+    if plan.cap_bytes is not None:
+        table.add_column(f"vs cap {format_bytes(plan.cap_bytes)}")
+    for combo, estimate in rows:
+        cells = [str(v) for v in combo]
+        cells += [
+            format_bytes(estimate.static_bytes),
+            format_bytes(estimate.activation_bytes),
+            format_bytes(estimate.total_bytes),
+        ]
+        if plan.cap_bytes is not None:
+            if clearly_over(estimate.total_bytes, plan.cap_bytes):
+                cells.append("[red]clearly over: skipped[/]")
+            elif estimate.total_bytes > plan.cap_bytes:
+                cells.append("[yellow]over: measured to decide[/]")
+            else:
+                cells.append("[green]under[/]")
+        table.add_row(*cells)
+    console.print(table)

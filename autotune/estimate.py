@@ -1,0 +1,83 @@
+"""Memory estimate of a configuration before it runs: pure arithmetic.
+
+Per parameter, as in the Transformers "anatomy of a model's memory" figures: weights take 4 bytes
+in fp32 and 6 under mixed precision (the fp32 master copy plus a half-precision copy); gradients 4;
+optimizer states 8 for AdamW (two moments), 2 for 8-bit AdamW, 4 for one-state optimizers (SGD
+with momentum, Adagrad, RMSprop). Transformers' plain `sgd` has no momentum (no state) and
+Adafactor's factored moments are negligible per parameter. Activations scale with the per-device
+batch, from a one-off measurement at a small batch (`autotune.estimator`); the process's baseline
+(libraries, CUDA context) comes on top.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from autotune.knobs import optimizer_family
+
+WEIGHT_BYTES = {"fp32": 4, "tf32": 4, "fp16": 6, "bf16": 6, "bf16+tf32": 6}
+GRADIENT_BYTES = 4
+OPTIMIZER_STATE_BYTES = {
+    "adamw": 8,
+    "adamw_8bit": 2,
+    "sgd": 0,
+    "adafactor": 0,
+    "adagrad": 4,
+    "rmsprop": 4,
+}
+# A configuration is skipped on its estimate only when it is this far over the cap: the estimate
+# guides, the measured peak decides.
+SAFETY_MARGIN = 0.25
+
+
+def precision_class(precision: str) -> str:
+    """Activations are stored in fp32 or in half precision."""
+    return "fp32" if precision in ("fp32", "tf32") else "half"
+
+
+def static_bytes(n_params: int, precision: str, optim: str) -> int:
+    """Weights, gradients and optimizer states of `n_params` parameters."""
+    state = OPTIMIZER_STATE_BYTES.get(optimizer_family(optim), 8)
+    return n_params * (WEIGHT_BYTES[precision] + GRADIENT_BYTES + state)
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """An estimate of a trial's peak memory, by part (bytes)."""
+
+    baseline_bytes: int
+    static_bytes: int
+    activation_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.baseline_bytes + self.static_bytes + self.activation_bytes
+
+    def to_dict(self) -> dict[str, int]:
+        return {**asdict(self), "total_bytes": self.total_bytes}
+
+
+def estimate_memory(
+    n_params: int,
+    precision: str,
+    optim: str,
+    batch_size: int,
+    activation_bytes_per_sample: float,
+    baseline_bytes: int,
+) -> MemoryEstimate:
+    """The estimated peak of one configuration."""
+    return MemoryEstimate(
+        baseline_bytes=baseline_bytes,
+        static_bytes=static_bytes(n_params, precision, optim),
+        activation_bytes=int(activation_bytes_per_sample * batch_size),
+    )
+
+
+def relative_error(estimate_bytes: int, measured_bytes: int) -> float:
+    """(estimate - measured) / measured: positive when the estimate is too high."""
+    return (estimate_bytes - measured_bytes) / measured_bytes
+
+
+def clearly_over(estimate_bytes: int, cap_bytes: int, margin: float = SAFETY_MARGIN) -> bool:
+    """Whether an estimate is over the cap by more than the safety margin."""
+    return estimate_bytes > cap_bytes * (1 + margin)

@@ -1,0 +1,124 @@
+"""Gathers what the memory estimate needs: the parameter count and, once per kind of activation
+(attention kernel, fp32 or half precision, checkpointing), the activation memory per sample from
+one forward and backward pass at a small batch on the trial device."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import torch
+
+from autotune.estimate import GRADIENT_BYTES, MemoryEstimate, estimate_memory, precision_class
+from autotune.memory import PeakMemoryMeter, release_device_memory, rss_bytes
+from autotune.space import precision_of
+from autotune.workload import Workload
+
+PROBE_BATCH = 2
+
+
+class MemoryEstimator:
+    """Estimates the peak memory of trial configurations of one workload on one device.
+
+    Args:
+        workload: the model and data.
+        device: ``"cuda"`` or ``"cpu"``.
+        base_args: the base `TrainingArguments` kwargs (precision and optimizer when a space does
+            not search them).
+    """
+
+    def __init__(self, workload: Workload, device: str, base_args: Mapping[str, Any] | None = None) -> None:
+        self.workload = workload
+        self.device = device
+        self.base_args = dict(base_args or {})
+        self._activations: dict[tuple[str, str, bool], float] = {}
+        self._baseline: int | None = None
+        self._n_params: int | None = None
+
+    @property
+    def n_params(self) -> int:
+        if self._n_params is None:
+            with torch.device("meta"):
+                model = self.workload.build_model({})
+            self._n_params = sum(p.numel() for p in model.parameters())
+        return self._n_params
+
+    def estimate(self, values: Mapping[str, Any]) -> MemoryEstimate:
+        """The estimate for a trial's knob values (missing knobs come from the base config)."""
+        precision = str(values.get("precision", precision_of(self.base_args)))
+        optim = str(values.get("optim", self.base_args.get("optim", "adamw_torch")))
+        batch = int(
+            values.get("per_device_train_batch_size", self.base_args.get("per_device_train_batch_size", 8))
+        )
+        attention = str(values.get("attn_implementation", "sdpa"))
+        checkpointing = bool(values.get("activation_checkpointing", False))
+        per_sample = self.activation_bytes_per_sample(attention, precision, checkpointing)
+        return estimate_memory(self.n_params, precision, optim, batch, per_sample, self.baseline_bytes)
+
+    @property
+    def baseline_bytes(self) -> int:
+        """What the process holds before any model: libraries on CPU, the CUDA context on GPU."""
+        if self._baseline is None:
+            release_device_memory()
+            meter = PeakMemoryMeter(self.device)
+            meter.reset()
+            measured = meter.read()
+            if self.device == "cuda":
+                nvml = measured.get("peak_nvml_bytes")
+                reserved = int(measured.get("peak_reserved_bytes") or 0)
+                self._baseline = max(0, int(nvml) - reserved) if nvml else 0
+            else:
+                self._baseline = int(measured.get("rss_start_bytes") or 0)
+        return self._baseline
+
+    def activation_bytes_per_sample(self, attention: str, precision: str, checkpointing: bool) -> float:
+        """Measured once per kind: (peak of a forward and backward - model - gradients) / batch."""
+        key = (attention, precision_class(precision), checkpointing)
+        if key not in self._activations:
+            self._activations[key] = self._measure(attention, precision, checkpointing)
+        return self._activations[key]
+
+    def _measure(self, attention: str, precision: str, checkpointing: bool) -> float:
+        _ = self.baseline_bytes  # measured before any probe model exists
+        model: Any = self.workload.build_model({"attn_implementation": attention}).to(self.device)
+        try:
+            if checkpointing:
+                model.activation_checkpointing_enable()
+            model.train()
+            batch = _batch(self.workload, self.device)
+            meter = PeakMemoryMeter(self.device)
+            meter.reset()
+            start = _current_bytes(self.device)
+            with _autocast(self.device, precision):
+                loss = model(**batch).loss
+            loss.backward()
+            measured = meter.read()
+            peak = int(measured.get("peak_allocated_bytes") or measured["peak_memory_bytes"] or 0)
+            grads = GRADIENT_BYTES * self.n_params
+            return max(0.0, (peak - start - grads) / PROBE_BATCH)
+        finally:
+            del model
+            release_device_memory()
+
+
+def _batch(workload: Workload, device: str) -> dict[str, torch.Tensor]:
+    dataset = workload.dataset(seed=0)
+    samples = [dataset[i] for i in range(PROBE_BATCH)]
+    return {key: torch.stack([s[key] for s in samples]).to(device) for key in samples[0]}
+
+
+def _current_bytes(device: str) -> int:
+    if device == "cuda":
+        return int(torch.cuda.memory_allocated())
+    return int(rss_bytes() or 0)
+
+
+@contextlib.contextmanager
+def _autocast(device: str, precision: str) -> Iterator[None]:
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "bf16+tf32": torch.bfloat16}.get(precision)
+    if dtype is None:
+        yield
+        return
+    with torch.autocast(device_type=device, dtype=dtype):
+        yield

@@ -1,0 +1,61 @@
+"""Memory estimate arithmetic (the Transformers "anatomy of a model's memory" figures)."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.estimate import (
+    SAFETY_MARGIN,
+    clearly_over,
+    estimate_memory,
+    precision_class,
+    relative_error,
+    static_bytes,
+)
+
+N = 1_000_000
+
+
+@pytest.mark.parametrize(
+    ("precision", "optim", "per_param"),
+    [
+        ("fp32", "adamw_torch", 4 + 4 + 8),
+        ("bf16", "adamw_torch", 6 + 4 + 8),
+        ("fp16", "adamw_torch_fused", 6 + 4 + 8),
+        ("tf32", "adamw_bnb_8bit", 4 + 4 + 2),
+        ("bf16+tf32", "paged_adamw_8bit", 6 + 4 + 2),
+        ("fp32", "sgd", 4 + 4 + 0),  # Transformers' sgd has no momentum: no state
+        ("fp32", "rmsprop", 4 + 4 + 4),
+        ("fp32", "adagrad", 4 + 4 + 4),
+        ("fp32", "adafactor", 4 + 4 + 0),
+    ],
+)
+def test_static_bytes_per_parameter(precision: str, optim: str, per_param: int) -> None:
+    assert static_bytes(N, precision, optim) == N * per_param
+
+
+def test_estimate_adds_baseline_static_and_batch_scaled_activations() -> None:
+    estimate = estimate_memory(N, "fp32", "adamw_torch", 8, 1000.5, 300)
+    assert estimate.static_bytes == 16 * N
+    assert estimate.activation_bytes == 8004
+    assert estimate.total_bytes == 300 + 16 * N + 8004
+    assert estimate.to_dict()["total_bytes"] == estimate.total_bytes
+
+
+def test_precision_class() -> None:
+    assert [precision_class(p) for p in ("fp32", "tf32", "fp16", "bf16", "bf16+tf32")] == [
+        "fp32",
+        "fp32",
+        "half",
+        "half",
+        "half",
+    ]
+
+
+def test_relative_error_and_clearly_over() -> None:
+    assert relative_error(110, 100) == pytest.approx(0.10)
+    assert relative_error(90, 100) == pytest.approx(-0.10)
+    cap = 1000
+    assert not clearly_over(int(cap * (1 + SAFETY_MARGIN)), cap)
+    assert clearly_over(int(cap * (1 + SAFETY_MARGIN)) + 1, cap)
+    assert not clearly_over(1100, cap)  # over, but within the margin: measured to decide
