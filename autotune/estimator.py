@@ -56,6 +56,11 @@ class MemoryEstimator:
         per_sample = self.activation_bytes_per_sample(attention, precision, checkpointing)
         return estimate_memory(self.n_params, precision, optim, batch, per_sample, self.baseline_bytes)
 
+    def refresh_baseline(self) -> None:
+        """Measure the baseline again before the next estimate: a process's baseline grows as
+        compiled kernels and caches accumulate over trials."""
+        self._baseline = None
+
     @property
     def baseline_bytes(self) -> int:
         """What the process holds before any model: libraries on CPU, the CUDA context on GPU."""

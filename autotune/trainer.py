@@ -214,6 +214,7 @@ class AutotuneTrainer(Trainer):
 
     def _estimate_memory(self, values: dict[str, Value]) -> MemoryEstimate | None:
         try:
+            self.estimator.refresh_baseline()
             return self.estimator.estimate(values)
         except Exception:  # an estimate that cannot be made must not cost the trial
             return None

@@ -89,7 +89,10 @@ def trials_table(trials: list[TrialSummary], title: str, limit: int | None = 10)
     table.add_column("peak mem", justify="right")
     table.add_column("state")
     for t in trials[:limit] if limit else trials:
-        state = "ok" if t.state == "COMPLETE" else f"{t.state.lower()} ({t.reason})"
+        if "duplicate_of" in t.attrs:
+            state = f"reused #{t.attrs['duplicate_of']}"
+        else:
+            state = "ok" if t.state == "COMPLETE" else f"{t.state.lower()} ({t.reason})"
         table.add_row(
             str(t.number),
             *(format_value(t.params.get(k, "-")) for k in knob_names),
@@ -199,10 +202,12 @@ class RichReporter(Reporter):
             return
         best = result.best
         self.console.print(
-            f"\n[bold]best[/]: trial {best.number}, {format_rate(best.tokens_per_s)} tokens/s, "
+            f"\n[bold]best[/]: trial {best.number} ({describe_params(best.params)}), "
+            f"{format_rate(best.tokens_per_s)} tok/s in the search, "
             f"peak {format_bytes(best.peak_memory_bytes)}",
             highlight=False,
+            soft_wrap=True,
         )
         if result.verdict:
-            self.console.print(f"[bold]verdict[/]: {result.verdict}", highlight=False)
+            self.console.print(f"[bold]re-measured[/]: {result.verdict}", highlight=False, soft_wrap=True)
         self.console.print_json(json.dumps(result.best_config()))
