@@ -15,6 +15,23 @@ from autotune.config import MeasureSettings
 FAST = MeasureSettings(warmup_steps=1, max_warmup_steps=2, min_steps=2, max_steps=3, max_seconds=10.0)
 
 
+def write_file(folder: Path, text: str, name: str = "space.yaml") -> Path:
+    path = folder / name
+    path.write_text(text)
+    return path
+
+
+class FakeOOM(TrainerCallback):
+    """Raises the real CUDA out-of-memory error (as accelerate's tests do) from batch `threshold` up."""
+
+    def __init__(self, threshold: int) -> None:
+        self.threshold = threshold
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if args.per_device_train_batch_size >= self.threshold:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+
 def write_space(folder: Path, knobs: dict[str, list[Any]], name: str = "probe") -> str:
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump({"knobs": knobs}))

@@ -9,11 +9,9 @@ from typing import Any
 
 import optuna
 import pytest
-import torch
-from transformers import TrainerCallback
 
 import autotune
-from tests.helpers import FAST, write_space
+from tests.helpers import FAST, FakeOOM, write_space
 
 QUICK_KNOBS = {
     "per_device_train_batch_size": [2, 4],
@@ -114,17 +112,6 @@ def test_optuna_cli_reads_the_store(first_run: Any) -> None:
     ).stdout
     assert '"tokens_per_s"' in out
     assert '"peak_memory_bytes"' in out
-
-
-class FakeOOM(TrainerCallback):
-    """Raises the real CUDA out-of-memory error (as accelerate's tests do) from batch `threshold` up."""
-
-    def __init__(self, threshold: int) -> None:
-        self.threshold = threshold
-
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if args.per_device_train_batch_size >= self.threshold:
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
 
 def test_a_failing_trial_is_recorded_and_the_search_goes_on(tmp_path: Path) -> None:

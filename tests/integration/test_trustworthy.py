@@ -13,18 +13,7 @@ from transformers import TrainerCallback
 
 import autotune
 from autotune.memory import rss_bytes
-from tests.helpers import FAST, KnobProbe, write_space
-
-
-class FakeOOM(TrainerCallback):
-    """Raises the real CUDA out-of-memory error (as accelerate's tests do) from batch `threshold` up."""
-
-    def __init__(self, threshold: int) -> None:
-        self.threshold = threshold
-
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if args.per_device_train_batch_size >= self.threshold:
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+from tests.helpers import FAST, FakeOOM, KnobProbe, write_space
 
 
 def test_fake_oom_larger_batches_are_predicted_not_trained(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import yaml
 from autotune.errors import SpaceError, UsageError
 from autotune.knobs import CATALOGUE, PRECISIONS
 from autotune.space import SearchSpace, builtin_spaces, load_space, parse_space
+from tests.helpers import write_file as write
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted(p.stem for p in (REPO / "search_spaces").glob("*.yaml"))
@@ -25,20 +26,6 @@ knobs:
   torch_compile: ["off", inductor]
   activation_checkpointing: [false, true]
 """
-
-
-@pytest.fixture(autouse=True)
-def _quiet_optuna():
-    level = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    yield
-    optuna.logging.set_verbosity(level)
-
-
-def write(tmp_path: Path, text: str, name: str = "space.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    return path
 
 
 def load_error(path: Path, pattern: str) -> SpaceError:

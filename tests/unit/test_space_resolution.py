@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from pathlib import Path
 
 import optuna
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from autotune.config import RunConfig, load_base_args
 from autotune.errors import SpaceError, UsageError
 from autotune.space import SearchSpace, SizeRule, global_batch_splits, load_space, parse_space, precision_of
+from tests.helpers import write_file as write
 
 BATCH = "per_device_train_batch_size"
 ACCUM = "gradient_accumulation_steps"
@@ -39,20 +39,6 @@ knobs:
   torch_compile: ["off", inductor]
   torch_compile_mode: [default, max-autotune]
 """
-
-
-@pytest.fixture(autouse=True)
-def _quiet_optuna():
-    level = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    yield
-    optuna.logging.set_verbosity(level)
-
-
-def write(tmp_path: Path, text: str, name: str = "space.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    return path
 
 
 def inline(knobs: dict, source: str = "<test>") -> SearchSpace:
