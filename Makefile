@@ -8,6 +8,7 @@ TORCH_VERSION ?= 2.13.0
 STAMP := $(VENV)/.installed
 
 RUN_ARGS ?= --model tiny-gpt2 --space quick --trials 8
+LINT_PATHS := autotune tests $(wildcard benchmarks/*.py)
 
 .PHONY: install run test test-unit lint format clean
 
@@ -30,13 +31,13 @@ test-unit: install
 	$(BIN)/python -m pytest -q tests/unit
 
 lint: install
-	$(BIN)/ruff check autotune tests benchmarks
-	$(BIN)/ruff format --check autotune tests benchmarks
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/mypy
 
 format: install
-	$(BIN)/ruff check --fix autotune tests benchmarks
-	$(BIN)/ruff format autotune tests benchmarks
+	$(BIN)/ruff check --fix $(LINT_PATHS)
+	$(BIN)/ruff format $(LINT_PATHS)
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .mypy_cache .ruff_cache autotune.db

@@ -145,6 +145,7 @@ class RunConfig:
         finalists: how many of the best trials are re-measured before the winner is declared
             (0 or 1: none).
         finalist_rounds: interleaved re-measurement rounds (A B C A B C ...).
+        allow_mismatch: fingerprint fields allowed to differ when continuing a stored study.
     """
 
     model: str = "tiny-gpt2"
@@ -162,6 +163,7 @@ class RunConfig:
     base_args: str | None = None
     finalists: int = 3
     finalist_rounds: int = 3
+    allow_mismatch: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.finalists < 0 or self.finalist_rounds < 1:
@@ -194,7 +196,18 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["storage"] = self.storage_url
+        data["allow_mismatch"] = list(self.allow_mismatch)
         return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], **overrides: Any) -> RunConfig:
+        """Rebuild a stored run configuration (``autotune resume``), with `overrides` on top."""
+        fields = {**data, **{k: v for k, v in overrides.items() if v is not None}}
+        if isinstance(fields.get("measure"), dict):
+            fields["measure"] = MeasureSettings(**fields["measure"])
+        fields["allow_mismatch"] = tuple(fields.get("allow_mismatch") or ())
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in fields.items() if k in known})
 
 
 # TrainingArguments fields a search controls itself: a base config may not set them.

@@ -22,14 +22,16 @@ from autotune import __version__
 from autotune.availability import Hardware, ModelSupport, detect_hardware, model_support, value_unavailable
 from autotune.config import RunConfig, load_base_args
 from autotune.errors import StoreError
+from autotune.fingerprint import check_resume, fingerprint
 from autotune.measure import ThroughputCallback
 from autotune.progress import Reporter, TrialSummary, describe_params
-from autotune.space import SearchSpace, load_space
+from autotune.space import SearchSpace, load_space, precision_of
 from autotune.stats import rank_finalists, verdict
 from autotune.store import (
     FINISHED,
     best_trial,
     default_study_name,
+    fail_interrupted_trials,
     measured_count,
     open_storage,
     ranked_trials,
@@ -54,6 +56,16 @@ class SearchResult:
     trials: list[TrialSummary]
     best: TrialSummary | None
     ran: int
+
+    @property
+    def speedup_over_baseline(self) -> float | None:
+        """The winner's throughput over the baseline's (re-measured median when there is one)."""
+        baseline = self.study.user_attrs.get("baseline") or {}
+        if self.best is None or not baseline.get("tokens_per_s"):
+            return None
+        winner = self.study.user_attrs.get("winner") or {}
+        best = winner.get("median_tokens_per_s") if winner.get("number") == self.best.number else None
+        return float(best or self.best.tokens_per_s or 0.0) / float(baseline["tokens_per_s"])
 
     @property
     def verdict(self) -> str | None:
@@ -154,7 +166,16 @@ def search(
             storage=plan.storage, study_name=plan.study_name, direction="maximize", load_if_exists=True
         )
         _check_direction(study)
-        _describe_study(study, plan)
+        current = fingerprint(plan)
+        stored = study.user_attrs.get("fingerprint")
+        if stored is None:
+            _describe_study(study, plan, current)
+        else:
+            for field in check_resume(plan.study_name, stored, current, config.allow_mismatch):
+                reporter.on_note(f"continuing although {field} differs (--allow-mismatch {field})")
+        interrupted = fail_interrupted_trials(study)
+        if interrupted:
+            reporter.on_note(f"trial(s) {', '.join(map(str, interrupted))} were interrupted: marked failed")
         done_before = measured_count(study)
         remaining = max(0, config.trials - done_before)
         reporter.on_search_start(_header(plan, done_before, remaining))
@@ -197,8 +218,57 @@ def _run_trials(
             callbacks=callbacks,
             debug=debug,
         )
+        if "baseline" not in study.user_attrs:
+            _measure_baseline(trainer, plan, study, reporter)
         _search_until_budget(trainer, plan, study, target, reporter)
         _remeasure_finalists(trainer, plan, study, reporter)
+
+
+def baseline_values(plan: Plan) -> dict[str, Any]:
+    """The knob values a user gets without autotune: the base config, else the Transformers
+    defaults (what `TrainingArguments()` and `from_pretrained` pick on this machine)."""
+    base = plan.base_args
+    compile_backend = base.get("torch_compile_backend") or ("inductor" if base.get("torch_compile") else None)
+    values: dict[str, Any] = {
+        "per_device_train_batch_size": int(base.get("per_device_train_batch_size", 8)),
+        "gradient_accumulation_steps": int(base.get("gradient_accumulation_steps", 1)),
+        "precision": precision_of(base),
+        "optim": str(base.get("optim", "adamw_torch")),
+        "torch_compile": compile_backend or "off",
+        "attn_implementation": "sdpa" if plan.model.sdpa else "eager",
+        "activation_checkpointing": bool(base.get("activation_checkpointing", False)),
+        "dataloader_num_workers": int(base.get("dataloader_num_workers", 0)),
+        # TrainingArguments pins memory by default, and turns it off itself without a GPU.
+        "dataloader_pin_memory": bool(base.get("dataloader_pin_memory", True)) and plan.hardware.cuda,
+        "torch_empty_cache_steps": int(base.get("torch_empty_cache_steps") or 0),
+    }
+    if compile_backend == "inductor":
+        values["torch_compile_mode"] = str(base.get("torch_compile_mode") or "default")
+    return values
+
+
+def _measure_baseline(trainer: Any, plan: Plan, study: optuna.Study, reporter: Reporter) -> None:
+    """Measure the baseline once per study, before the search: the speedup is stated against it."""
+    values = baseline_values(plan)
+    reporter.on_note(f"measuring the baseline: {describe_params(values)}")
+    try:
+        measured = trainer.measure_config(values, number=-1)
+    except Exception as exc:  # a baseline that fails is a fact to report, not a reason to stop
+        study.set_user_attr("baseline", {"params": values, "error": f"{type(exc).__name__}: {exc}"[:300]})
+        reporter.on_note(f"the baseline failed: {type(exc).__name__}: {exc}"[:300])
+        return
+    study.set_user_attr(
+        "baseline",
+        {
+            "params": values,
+            "tokens_per_s": measured["tokens_per_s"],
+            "samples_per_s": measured["samples_per_s"],
+            "peak_memory_bytes": measured["peak_memory_bytes"],
+            "rel_ci_halfwidth": measured["rel_ci_halfwidth"],
+        },
+    )
+    peak_mib = measured["peak_memory_bytes"] / 2**20
+    reporter.on_note(f"baseline: {measured['tokens_per_s'] / 1000:.1f}k tok/s, peak {peak_mib:.0f} MiB")
 
 
 def _search_until_budget(
@@ -321,10 +391,9 @@ def _check_direction(study: optuna.Study) -> None:
         )
 
 
-def _describe_study(study: optuna.Study, plan: Plan) -> None:
-    """Store what the study measures (once, at creation), for inspection and export."""
-    if "autotune_version" in study.user_attrs:
-        return
+def _describe_study(study: optuna.Study, plan: Plan, fingerprint: dict[str, Any]) -> None:
+    """Store what the study measures (once, at creation), for inspection, export and resume."""
+    study.set_user_attr("fingerprint", fingerprint)
     study.set_user_attr("autotune_version", __version__)
     study.set_user_attr("run_config", plan.config.to_dict())
     study.set_user_attr("workload", plan.workload.describe())

@@ -58,7 +58,7 @@ class PastTrial:
 def find_duplicate(params: Mapping[str, Any], past: Iterable[PastTrial]) -> PastTrial | None:
     """A finished trial with exactly these parameters that itself ran (not a reuse), if any."""
     for trial in past:
-        if dict(trial.params) == dict(params) and trial.reason not in ("duplicate",):
+        if dict(trial.params) == dict(params) and trial.reason not in ("duplicate", "interrupted"):
             return trial
     return None
 

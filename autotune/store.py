@@ -6,10 +6,14 @@ optuna's own CLI and optuna-dashboard read the same store.
 
 from __future__ import annotations
 
+import os
 import re
+import warnings
+from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import StoreError, UsageError
@@ -25,8 +29,18 @@ def default_study_name(model: str, space: str, seq_len: int) -> str:
     return f"{slug}-{space}-seq{seq_len}"
 
 
+HEARTBEAT_ENV = "AUTOTUNE_HEARTBEAT_S"
+INTERRUPTED = "interrupted"
+
+
+def heartbeat_interval_s() -> int:
+    """Seconds between a running trial's heartbeats (``AUTOTUNE_HEARTBEAT_S``, default 10). A
+    trial whose heartbeat is three intervals old belongs to a process that died."""
+    return max(1, int(os.environ.get(HEARTBEAT_ENV, "10")))
+
+
 def open_storage(url: str) -> optuna.storages.RDBStorage:
-    """Open (and create if needed) the RDB store at `url`.
+    """Open (and create if needed) the RDB store at `url`, with trial heartbeats on.
 
     Raises:
         UsageError: the URL is not a database URL.
@@ -38,7 +52,15 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
             "use sqlite:///autotune.db or postgresql://user@host:5432/db",
         )
     try:
-        return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
+        interval = heartbeat_interval_s()
+        with warnings.catch_warnings():  # heartbeats are "experimental" in optuna 5, and what we need
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RDBStorage(
+                url,
+                engine_kwargs=_engine_kwargs(url),
+                heartbeat_interval=interval,
+                grace_period=3 * interval,
+            )
     except ImportError as exc:
         raise StoreError(
             f"cannot open {url}: {exc}", "install the database driver (pip install autotune[postgres])"
@@ -60,9 +82,40 @@ def _engine_kwargs(url: str) -> dict[str, Any]:
 SKIPPED_REASON = "unavailable"
 
 
+def reason_of(trial: FrozenTrial) -> str | None:
+    """A trial's reason; a FAIL without one is a trial whose process died (optuna failed it)."""
+    reason = trial.user_attrs.get("reason")
+    if reason is None and trial.state == TrialState.FAIL:
+        return INTERRUPTED
+    return reason
+
+
 def was_trained(trial: FrozenTrial) -> bool:
-    """Whether a trial trained (or tried to): skipped, reused and predicted trials did not."""
-    return bool(trial.user_attrs.get("trained", trial.user_attrs.get("reason") not in NOT_TRAINED))
+    """Whether a trial counts as measured: skipped, reused, predicted and interrupted trials do not
+    (an interrupted configuration is tried again)."""
+    reason = reason_of(trial)
+    if reason == INTERRUPTED:
+        return False
+    return bool(trial.user_attrs.get("trained", reason not in NOT_TRAINED))
+
+
+def fail_interrupted_trials(study: optuna.Study) -> list[int]:
+    """Mark RUNNING trials whose heartbeat went stale (their process was killed) as FAIL with
+    reason ``interrupted``; return their numbers. Optuna would fail them too, without a reason."""
+    storage = study._storage  # optuna wraps an RDBStorage in a cache that keeps its heartbeat API
+    if not isinstance(storage, BaseHeartbeat) or storage.get_heartbeat_interval() is None:
+        return []
+    failed = []
+    for trial_id in storage._get_stale_trial_ids(study._study_id):
+        try:
+            storage.set_trial_user_attr(trial_id, "reason", INTERRUPTED)
+            storage.set_trial_user_attr(trial_id, "trained", False)
+            storage.set_trial_user_attr(trial_id, "message", "its process stopped (killed or crashed)")
+            if storage.set_trial_state_values(trial_id, state=TrialState.FAIL):
+                failed.append(storage.get_trial_number_from_id(trial_id))
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass  # another worker got there first
+    return failed
 
 
 def measured_count(study: optuna.Study) -> int:
@@ -73,7 +126,7 @@ def measured_count(study: optuna.Study) -> int:
 
 def as_past(trial: FrozenTrial) -> PastTrial:
     """A finished trial as the pre-checks of a new trial see it."""
-    return PastTrial(trial.number, dict(trial.params), trial.user_attrs.get("reason"))
+    return PastTrial(trial.number, dict(trial.params), reason_of(trial))
 
 
 def summarize_trial(trial: FrozenTrial) -> TrialSummary:
@@ -86,7 +139,7 @@ def summarize_trial(trial: FrozenTrial) -> TrialSummary:
         samples_per_s=attrs.get("samples_per_s"),
         peak_memory_bytes=attrs.get("peak_memory_bytes"),
         rel_ci_halfwidth=attrs.get("rel_ci_halfwidth"),
-        reason=attrs.get("reason"),
+        reason=reason_of(trial),
         message=attrs.get("message"),
         attrs=attrs,
     )
@@ -123,3 +176,29 @@ def best_trial(study: optuna.Study) -> TrialSummary | None:
             if summary.number == winner["number"] and _rankable(summary):
                 return summary
     return ranked[0] if ranked and _rankable(ranked[0]) else None
+
+
+def load_existing_study(url: str, name: str) -> optuna.Study:
+    """Load a stored study by name.
+
+    Raises:
+        UsageError: no study of that name in the store (the message lists those there are).
+    """
+    database = _sqlite_file(url)
+    if database is not None and not database.exists():  # reading must not create an empty store
+        raise UsageError(f"no study store at {url}: {database} does not exist", "pass --storage URL")
+    storage = open_storage(url)
+    names = optuna.get_all_study_names(storage)
+    if name not in names:
+        listed = ", ".join(sorted(names)) or "none"
+        raise UsageError(f"no study {name!r} in {url} (studies there: {listed})", "see `autotune studies`")
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+def _sqlite_file(url: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URL (None for other databases and in-memory SQLite)."""
+    prefix = "sqlite:///"
+    if not url.startswith(prefix):
+        return None
+    name = url[len(prefix) :].split("?", 1)[0]
+    return Path(name) if name and name != ":memory:" else None

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -274,9 +275,13 @@ class AutotuneTrainer(Trainer):
         Raises:
             Exception: whatever training raised; memory is released either way.
         """
-        self.hp_search_backend = HPSearchBackend.OPTUNA  # type: ignore[assignment]  # so the trial's Accelerator is made anew
+        # As inside hyperparameter_search, so that _hp_search_setup makes the trial's Accelerator.
+        self.hp_search_backend = HPSearchBackend.OPTUNA  # type: ignore[assignment]
+        self.hp_space = self.space.hp_space
         try:
-            return self._measure(optuna.trial.FixedTrial(params, number))
+            with warnings.catch_warnings():  # a baseline value outside the space's candidates is fine
+                warnings.simplefilter("ignore")
+                return self._measure(optuna.trial.FixedTrial(params, number))
         finally:
             self.hp_search_backend = None
             self._release()

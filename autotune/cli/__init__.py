@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from autotune.cli import _estimate, _knobs, _search
+from autotune.cli import _estimate, _export, _inspect, _knobs, _report, _search
 from autotune.cli._render import print_error
 from autotune.errors import AutotuneError
 
@@ -39,6 +39,11 @@ def _root(
 app.command("search")(_search.search_command)
 app.command("knobs")(_knobs.knobs_command)
 app.command("estimate")(_estimate.estimate_command)
+app.command("studies")(_inspect.studies_command)
+app.command("show")(_inspect.show_command)
+app.command("resume")(_inspect.resume_command)
+app.command("export")(_export.export_command)
+app.command("report")(_report.report_command)
 
 
 def _is_usage_error(exc: BaseException) -> bool:

@@ -77,6 +77,10 @@ def estimate_summary(trials: list[TrialSummary]) -> str | None:
     )
 
 
+def baseline_params(result: Any) -> dict[str, Any]:
+    return dict((result.study.user_attrs.get("baseline") or {}).get("params", {}))
+
+
 def trials_table(trials: list[TrialSummary], title: str, limit: int | None = 10) -> Table:
     table = Table(title=title, title_justify="left")
     table.add_column("#", justify="right")
@@ -210,4 +214,11 @@ class RichReporter(Reporter):
         )
         if result.verdict:
             self.console.print(f"[bold]re-measured[/]: {result.verdict}", highlight=False, soft_wrap=True)
+        if result.speedup_over_baseline is not None:
+            self.console.print(
+                f"[bold]speedup over the baseline[/] ({describe_params(baseline_params(result))}, "
+                f"measured first): {result.speedup_over_baseline:.2f}x",
+                highlight=False,
+                soft_wrap=True,
+            )
         self.console.print_json(json.dumps(result.best_config()))

@@ -68,6 +68,12 @@ def search_command(
     trial_timeout: Annotated[
         float, typer.Option("--trial-timeout", help="Seconds a trial may train before it ends as a timeout.")
     ] = 900.0,
+    allow_mismatch: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-mismatch", help="A fingerprint field allowed to differ when continuing (repeatable)."
+        ),
+    ] = None,
     debug: DebugOpt = False,
 ) -> None:
     """Search the space for the configuration with the highest measured training throughput."""
@@ -98,6 +104,7 @@ def search_command(
         base_args=base_args,
         finalists=finalists,
         finalist_rounds=finalist_rounds,
+        allow_mismatch=tuple(allow_mismatch or ()),
     )
     with RichReporter() as reporter:
         search(config, reporter=reporter, debug=debug)

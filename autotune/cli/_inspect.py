@@ -1,0 +1,109 @@
+"""`autotune studies`, `autotune show` and `autotune resume`: the store, read and continued."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from autotune.cli._options import DebugOpt, StorageOpt
+
+
+def studies_command(storage: StorageOpt = None) -> None:
+    """List the studies in a store: model, hardware, trials measured / budget, best tokens/s, state."""
+    import optuna
+    from rich.table import Table
+
+    from autotune.cli._render import console, format_rate
+    from autotune.config import RunConfig
+    from autotune.store import best_trial, measured_count, open_storage
+
+    url = RunConfig(storage=storage).storage_url
+    store = open_storage(url)
+    names = sorted(optuna.get_all_study_names(store))
+    if not names:
+        console.print(f"no studies in {url}", highlight=False)
+        return
+    table = Table(title=f"Studies in {url}", title_justify="left")
+    for column in ("study", "model", "seq len", "hardware", "measured / budget", "best tok/s", "state"):
+        table.add_column(column)
+    for name in names:
+        study = optuna.load_study(study_name=name, storage=store)
+        attrs = study.user_attrs
+        workload, device = attrs.get("workload", {}), attrs.get("device", {})
+        budget = (attrs.get("run_config") or {}).get("trials")
+        done = measured_count(study)
+        best = best_trial(study)
+        running = any(t.state == optuna.trial.TrialState.RUNNING for t in study.get_trials(deepcopy=False))
+        state = "running" if running else ("done" if budget is not None and done >= budget else "incomplete")
+        table.add_row(
+            name,
+            str(workload.get("model", "-")),
+            str(workload.get("seq_len", "-")),
+            f"{device.get('name', '-')} x{device.get('count', 1)}" if device else "-",
+            f"{done} / {budget if budget is not None else '-'}",
+            format_rate(best.tokens_per_s) if best else "-",
+            state,
+        )
+    console.print(table)
+
+
+def show_command(
+    study: Annotated[str, typer.Argument(help="Study name (see `autotune studies`).")],
+    storage: StorageOpt = None,
+    feasible: Annotated[bool, typer.Option("--feasible", help="Only feasible completed trials.")] = False,
+    failed: Annotated[
+        bool, typer.Option("--failed", help="Only trials that failed, were skipped or infeasible.")
+    ] = False,
+    limit: Annotated[int | None, typer.Option("--limit", help="Show at most this many rows.")] = None,
+) -> None:
+    """Show a study's trials, best first: knob values, tokens/s, samples/s, peak memory, state, reason."""
+    from autotune.cli._render import console, trials_table
+    from autotune.config import RunConfig
+    from autotune.errors import UsageError
+    from autotune.store import load_existing_study, ranked_trials
+
+    if feasible and failed:
+        raise UsageError("--feasible and --failed exclude each other", "pass one of them")
+    loaded = load_existing_study(RunConfig(storage=storage).storage_url, study)
+    trials = ranked_trials(loaded)
+    if feasible:
+        trials = [t for t in trials if t.state == "COMPLETE" and t.attrs.get("feasible", True)]
+    if failed:
+        trials = [t for t in trials if t.state != "COMPLETE" or not t.attrs.get("feasible", True)]
+    console.print(trials_table(trials, f"Trials of {study} ({len(trials)})", limit=limit))
+    for trial in trials[:limit] if limit else trials:
+        if trial.message and trial.state != "COMPLETE":
+            console.print(f"  #{trial.number} {trial.reason}: {trial.message}", highlight=False, markup=False)
+
+
+def resume_command(
+    study: Annotated[str, typer.Argument(help="Study name (see `autotune studies`).")],
+    storage: StorageOpt = None,
+    trials: Annotated[
+        int | None, typer.Option("--trials", "-n", help="A new total budget (default: the stored one).")
+    ] = None,
+    allow_mismatch: Annotated[
+        list[str] | None,
+        typer.Option("--allow-mismatch", help="A fingerprint field allowed to differ (repeatable)."),
+    ] = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Continue a stored study with the run configuration it was started with."""
+    from autotune.cli._render import RichReporter
+    from autotune.config import RunConfig
+    from autotune.driver import search
+    from autotune.errors import UsageError
+    from autotune.store import load_existing_study
+
+    url = RunConfig(storage=storage).storage_url
+    stored = load_existing_study(url, study).user_attrs.get("run_config")
+    if stored is None:
+        raise UsageError(
+            f"study {study!r} has no stored run configuration", "continue it with `autotune search`"
+        )
+    config = RunConfig.from_dict(
+        stored, storage=url, study=study, trials=trials, allow_mismatch=tuple(allow_mismatch or ())
+    )
+    with RichReporter() as reporter:
+        search(config, reporter=reporter, debug=debug)

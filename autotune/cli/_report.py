@@ -1,0 +1,37 @@
+"""`autotune report`: one self-contained HTML page (and optional PNGs) about a stored study."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from autotune.cli._options import StorageOpt
+
+
+def report_command(
+    study: Annotated[str, typer.Argument(help="Name of the study in the store.", show_default=False)],
+    storage: StorageOpt = None,
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="HTML file to write (opens with no server or network).")
+    ] = Path("report.html"),
+    png: Annotated[
+        bool, typer.Option("--png", help="Also write each figure as a PNG into <stem>_png/ next to the HTML.")
+    ] = False,
+) -> None:
+    """Write an HTML report of a study: history, throughput vs memory, importances, trial table."""
+    from autotune.cli._render import console
+    from autotune.config import RunConfig
+    from autotune.errors import UsageError
+    from autotune.report import write_report
+    from autotune.store import load_existing_study
+
+    try:
+        import plotly  # noqa: F401
+    except ImportError:
+        raise UsageError("autotune report needs plotly", "pip install 'autotune[report]'") from None
+    loaded = load_existing_study(RunConfig(storage=storage).storage_url, study)
+    png_dir = output.with_name(f"{output.stem}_png") if png else None
+    for path in write_report(loaded, output, png_dir):
+        console.print(f"wrote {path}", highlight=False, markup=False, soft_wrap=True)

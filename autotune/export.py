@@ -1,0 +1,391 @@
+"""Export a study's best trial as a config to paste into a real run.
+
+Pure: no torch or transformers import at module top (`TrainingArguments` defaults are read lazily,
+when a config is built). Everything comes from the store: no trial is run again.
+
+`select_trial` picks the trial (re-selecting under a new memory cap from the measured peaks),
+`export_config` turns it into ``{"training_args", "model_kwargs", "expected"}``, and one renderer per
+format turns that into text: `to_json`, `to_yaml`, `to_flags`, `to_accelerate`, `to_python`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from collections.abc import Callable
+from typing import Any
+
+import optuna
+
+from autotune.config import parse_memory_cap
+from autotune.errors import UsageError
+from autotune.progress import TrialSummary
+from autotune.store import FINISHED, best_trial, summarize_trial
+
+FORMATS = ("json", "yaml", "flags", "accelerate", "python")
+
+# Always exported, even at their TrainingArguments default: the batch split defines the run.
+_ALWAYS = ("per_device_train_batch_size", "gradient_accumulation_steps", "optim")
+# Precision flags are exported when on (off is their default and says nothing).
+_PRECISION_FLAGS = ("bf16", "fp16")
+# Fields whose None default is turned into this value by TrainingArguments.__post_init__.
+_EFFECTIVE_DEFAULTS: dict[str, Any] = {"activation_checkpointing": False, "gradient_checkpointing": False}
+# A trial pruned only for this reason was fully measured: a larger cap can take it.
+OVER_CAP_REASON = "over_memory_cap"
+
+
+# -- selection ---------------------------------------------------------------------------------
+
+
+def resolve_cap(study: optuna.Study, text: str) -> int:
+    """``--memory-cap`` text in bytes; a fraction (``90%``) is of the device the study ran on.
+
+    Raises:
+        UsageError: the text is not a cap, or is a fraction and the study does not know its device.
+    """
+    cap = parse_memory_cap(text)
+    if cap.kind == "bytes":
+        return cap.resolve(0)
+    total = (study.user_attrs.get("device") or {}).get("memory_bytes")
+    if not total:
+        raise UsageError(
+            f"--memory-cap {text}: study {study.study_name!r} does not record its device's memory",
+            "give the cap as a size, like 20GiB",
+        )
+    return cap.resolve(int(total))
+
+
+def select_trial(study: optuna.Study, cap_bytes: int | None, *, cap_text: str | None = None) -> TrialSummary:
+    """The trial to export: the study's best, or with `cap_bytes` the best whose measured peak fits.
+
+    Without a cap this is `autotune.store.best_trial` (the re-measured winner, never an infeasible
+    trial). With a cap the choice is remade from the stored measurements: the winner if it fits,
+    else the highest tokens/s among completed, non-duplicate trials with a finite loss and a peak
+    <= cap. The stored ``feasible`` flag was judged against the study's own cap, so it is not used;
+    trials pruned only for being over that cap were fully measured and count too.
+
+    Raises:
+        UsageError: no trial qualifies (the message names the cap and the smallest measured peak).
+    """
+    if cap_bytes is None:
+        best = best_trial(study)
+        if best is None:
+            raise UsageError(
+                f"study {study.study_name!r} has no feasible completed trial to export",
+                f"run more trials: {_search_command(study)}",
+            )
+        return best
+    summaries = [summarize_trial(t) for t in study.get_trials(deepcopy=False, states=FINISHED)]
+    measured = [s for s in summaries if _measured(s)]
+    fitting = [s for s in measured if int(s.peak_memory_bytes or 0) <= cap_bytes]
+    if not fitting:
+        cap_shown = cap_text or format_bytes(cap_bytes)
+        smallest = min(measured, key=lambda s: int(s.peak_memory_bytes or 0), default=None)
+        seen = (
+            f"the smallest measured peak is {format_bytes(int(smallest.peak_memory_bytes or 0))} "
+            f"(trial {smallest.number})"
+            if smallest is not None
+            else "no trial has a measured peak"
+        )
+        raise UsageError(
+            f"no trial of study {study.study_name!r} fits the memory cap {cap_shown}: {seen}",
+            f"search under that cap: {_search_command(study, cap_text or _cap_arg(cap_bytes))}",
+        )
+    winner = study.user_attrs.get("winner")
+    if winner is not None:
+        for summary in fitting:
+            if summary.number == winner.get("number"):
+                return summary
+    return max(fitting, key=lambda s: (float(s.tokens_per_s or 0.0), -s.number))
+
+
+def _measured(summary: TrialSummary) -> bool:
+    """A trial with full measurements that could be exported under some cap."""
+    if "duplicate_of" in summary.attrs or summary.tokens_per_s is None or summary.peak_memory_bytes is None:
+        return False
+    loss = summary.attrs.get("train_loss")
+    if loss is not None and not (isinstance(loss, (int, float)) and math.isfinite(loss)):
+        return False
+    if summary.state == "COMPLETE":
+        return True
+    return summary.state == "PRUNED" and summary.reason == OVER_CAP_REASON
+
+
+def _search_command(study: optuna.Study, cap: str | None = None) -> str:
+    run = study.user_attrs.get("run_config") or {}
+    workload = study.user_attrs.get("workload") or {}
+    parts = ["autotune", "search"]
+    model = workload.get("model") or run.get("model")
+    if model:
+        parts += ["--model", str(model)]
+    if run.get("space"):
+        parts += ["--space", str(run["space"])]
+    if workload.get("seq_len"):
+        parts += ["--seq-len", str(workload["seq_len"])]
+    if cap is not None:
+        parts += ["--memory-cap", cap]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def _cap_arg(cap_bytes: int) -> str:
+    return f"{math.floor(cap_bytes / 2**20)}MiB"
+
+
+def format_bytes(n: int) -> str:
+    """``653 MiB``, ``1.50 GiB``."""
+    if n >= 2**30:
+        return f"{n / 2**30:.2f} GiB"
+    return f"{n / 2**20:.0f} MiB"
+
+
+# -- the exported config -----------------------------------------------------------------------
+
+
+def export_config(study: optuna.Study, trial: TrialSummary) -> dict[str, Any]:
+    """``{"training_args", "model_kwargs", "expected"}`` for one trial of `study`.
+
+    ``training_args`` is the trial's applied `TrainingArguments` kwargs over the study's base config,
+    less what equals the `TrainingArguments` default (the batch split and optimizer are always kept,
+    bf16/fp16 when on). ``model_kwargs`` are the model-load kwargs (normally ``attn_implementation``;
+    a ``dtype`` only when the base config asked for one). ``expected`` is what the search measured.
+    """
+    base_args = dict(study.user_attrs.get("base_args") or {})
+    applied = dict(trial.attrs.get("training_args") or {})
+    training_args = _minimal_args({**base_args, **applied})
+
+    base_model = dict(study.user_attrs.get("base_model_kwargs") or {})
+    model_kwargs = {**base_model, **dict(trial.attrs.get("model_kwargs") or {})}
+    for key in ("dtype", "torch_dtype"):
+        if key not in base_model:
+            model_kwargs.pop(key, None)
+
+    workload = study.user_attrs.get("workload") or {}
+    run = study.user_attrs.get("run_config") or {}
+    baseline = study.user_attrs.get("baseline") or {}
+    tokens = float(trial.tokens_per_s) if trial.tokens_per_s is not None else None
+    base_tokens = baseline.get("tokens_per_s") if isinstance(baseline, dict) else None
+    speedup = round(tokens / float(base_tokens), 3) if tokens and base_tokens else None
+    winner = study.user_attrs.get("winner") or {}
+    remeasured = winner.get("median_tokens_per_s") if winner.get("number") == trial.number else None
+    expected = {
+        "tokens_per_s": tokens,
+        "peak_memory_bytes": trial.peak_memory_bytes,
+        "speedup_over_baseline": speedup,
+        "baseline_tokens_per_s": float(base_tokens) if base_tokens else None,
+        "remeasured_tokens_per_s": remeasured,
+        "trial": trial.number,
+        "study": study.study_name,
+        "model": workload.get("model") or run.get("model"),
+        "task": workload.get("task", "causal-lm"),
+        "seq_len": workload.get("seq_len") or run.get("seq_len"),
+        "device": (study.user_attrs.get("device") or {}).get("device"),
+    }
+    return {"training_args": training_args, "model_kwargs": model_kwargs, "expected": expected}
+
+
+def _minimal_args(merged: dict[str, Any]) -> dict[str, Any]:
+    defaults = training_args_defaults()
+    first = [k for k in _ALWAYS if k in merged]
+    out: dict[str, Any] = {}
+    for key in [*first, *(k for k in merged if k not in first)]:
+        value = merged[key]
+        if key in _ALWAYS or (key in _PRECISION_FLAGS and value is True):
+            out[key] = value
+            continue
+        default = defaults.get(key, _MISSING)
+        if value == default or (default is None and value == _EFFECTIVE_DEFAULTS.get(key, _MISSING)):
+            continue
+        out[key] = value
+    return out
+
+
+_MISSING = object()
+
+
+def training_args_defaults() -> dict[str, Any]:
+    """Field name -> default of the installed `TrainingArguments` (imported here, not at the top)."""
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    defaults: dict[str, Any] = {}
+    for f in dataclasses.fields(TrainingArguments):
+        if f.default is not dataclasses.MISSING:
+            value = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            value = f.default_factory()
+        else:
+            continue
+        defaults[f.name] = getattr(value, "value", value)  # enums (optim) compare as strings
+    return defaults
+
+
+# -- renderers ---------------------------------------------------------------------------------
+
+
+def expected_lines(config: dict[str, Any]) -> list[str]:
+    """The comment lines every text format starts with (without the comment marker)."""
+    exp = config["expected"]
+    what = f"study {exp['study']}, trial {exp['trial']}, model {exp['model']}"
+    if exp.get("seq_len"):
+        what += f" ({exp.get('task')}, seq len {exp['seq_len']})"
+    tokens = exp.get("tokens_per_s")
+    parts = [f"{tokens:,.0f} tokens/s" if tokens is not None else "throughput not measured"]
+    if exp.get("remeasured_tokens_per_s"):
+        parts[0] += f" (re-measured median {exp['remeasured_tokens_per_s']:,.0f})"
+    peak = exp.get("peak_memory_bytes")
+    parts.append(f"peak memory {format_bytes(int(peak))}" if peak is not None else "peak memory not measured")
+    speedup = exp.get("speedup_over_baseline")
+    if speedup is not None:
+        parts.append(f"{speedup:.2f}x the baseline ({exp['baseline_tokens_per_s']:,.0f} tokens/s)")
+    else:
+        parts.append("no baseline measured")
+    return [f"autotune export: {what}", f"expected: {', '.join(parts)}"]
+
+
+def _comment(config: dict[str, Any]) -> str:
+    return "".join(f"# {line}\n" for line in expected_lines(config))
+
+
+def _plain(config: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "training_args": dict(config["training_args"]),
+        "model_kwargs": dict(config["model_kwargs"]),
+        "expected": dict(config["expected"]),
+    }
+
+
+def to_json(config: dict[str, Any]) -> str:
+    """The config as JSON (the throughput, peak and speedup are under ``expected``)."""
+    return json.dumps(_plain(config), indent=2) + "\n"
+
+
+def to_yaml(config: dict[str, Any]) -> str:
+    """The config as YAML, with the expected numbers also as a comment on top."""
+    import yaml
+
+    return _comment(config) + yaml.safe_dump(_plain(config), sort_keys=False)
+
+
+def flag_args(training_args: dict[str, Any]) -> list[str]:
+    """`TrainingArguments` kwargs as `HfArgumentParser` command-line arguments that parse back to
+    the same values: a true boolean is a bare flag, anything else ``--name value``."""
+    args: list[str] = []
+    for key, value in training_args.items():
+        if value is None:
+            continue  # the exported args hold no None that differs from a default
+        if value is True:
+            args.append(f"--{key}")
+        elif isinstance(value, (list, tuple)):
+            args += [f"--{key}", *(str(v) for v in value)]
+        elif isinstance(value, dict):
+            args += [f"--{key}", json.dumps(value)]
+        else:
+            args += [f"--{key}", str(value)]
+    return args
+
+
+def to_flags(config: dict[str, Any]) -> str:
+    """Command-line flags for the Hugging Face example scripts (``run_clm.py`` and friends)."""
+    line = " ".join(shlex.quote(a) for a in flag_args(config["training_args"]))
+    text = _comment(config) + line + "\n"
+    model_kwargs = config["model_kwargs"]
+    if model_kwargs:
+        shown = " ".join(f"--{k} {shlex.quote(str(v))}" for k, v in model_kwargs.items())
+        kwargs = ", ".join(f"{k}={v!r}" for k, v in model_kwargs.items())
+        text += (
+            f"# model: {shown} (model-load kwargs, not TrainingArguments flags: the example scripts "
+            f"have no flag for them; pass {kwargs} to from_pretrained)\n"
+        )
+    return text
+
+
+_DYNAMO_BACKENDS = {"inductor", "aot_eager", "cudagraphs", "eager"}
+
+
+def accelerate_dict(config: dict[str, Any]) -> dict[str, Any]:
+    """The accelerate config (``accelerate launch --config_file``) for the exported trial."""
+    args = config["training_args"]
+    mixed = "bf16" if args.get("bf16") else "fp16" if args.get("fp16") else "no"
+    out: dict[str, Any] = {
+        "compute_environment": "LOCAL_MACHINE",
+        "distributed_type": "NO",
+        "mixed_precision": mixed,
+        "num_processes": 1,
+        "num_machines": 1,
+        "machine_rank": 0,
+        "main_training_function": "main",
+        "use_cpu": bool(args.get("use_cpu", config["expected"].get("device") == "cpu")),
+    }
+    backend = args.get("torch_compile_backend")
+    mode = args.get("torch_compile_mode")
+    if args.get("torch_compile") or backend or mode:
+        dynamo: dict[str, Any] = {"dynamo_backend": str(backend or "inductor").upper()}
+        if mode:
+            dynamo["dynamo_mode"] = str(mode)
+        out["dynamo_config"] = dynamo
+    return out
+
+
+def to_accelerate(config: dict[str, Any]) -> str:
+    """An accelerate config YAML: precision and torch.compile; the batch split and the rest stay
+    TrainingArguments (listed in a comment)."""
+    import yaml
+
+    rest = " ".join(shlex.quote(a) for a in flag_args(config["training_args"]))
+    text = _comment(config) + f"# TrainingArguments still to pass: {rest}\n"
+    if config["model_kwargs"]:
+        kwargs = ", ".join(f"{k}={v!r}" for k, v in config["model_kwargs"].items())
+        text += f"# model-load kwargs: from_pretrained(..., {kwargs})\n"
+    return text + yaml.safe_dump(accelerate_dict(config), sort_keys=False)
+
+
+def to_python(config: dict[str, Any]) -> str:
+    """A Python snippet that builds the `TrainingArguments` and loads the model."""
+    exp = config["expected"]
+    auto = (
+        "AutoModelForSequenceClassification"
+        if exp.get("task") == "sequence-classification"
+        else "AutoModelForCausalLM"
+    )
+    lines = [line.rstrip() for line in _comment(config).splitlines()]
+    lines += [
+        f"from transformers import {auto}, TrainingArguments",
+        "",
+        f"MODEL = {_py(str(exp.get('model') or 'your-model'))}  # a hub id or a local checkpoint directory",
+        "",
+        "training_args = TrainingArguments(",
+        '    output_dir="output",',
+        *(f"    {key}={_py(value)}," for key, value in config["training_args"].items()),
+        ")",
+    ]
+    kwargs = "".join(f", {key}={_py(value)}" for key, value in config["model_kwargs"].items())
+    lines.append(f"model = {auto}.from_pretrained(MODEL{kwargs})")
+    return "\n".join(lines) + "\n"
+
+
+def _py(value: Any) -> str:
+    """A Python literal for `value` (strings in double quotes, as the rest of the snippet)."""
+    return json.dumps(value) if isinstance(value, str) else repr(value)
+
+
+RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "json": to_json,
+    "yaml": to_yaml,
+    "flags": to_flags,
+    "accelerate": to_accelerate,
+    "python": to_python,
+}
+
+
+def render(config: dict[str, Any], fmt: str) -> str:
+    """`config` in format `fmt` (one of `FORMATS`).
+
+    Raises:
+        UsageError: an unknown format.
+    """
+    try:
+        return RENDERERS[fmt](config)
+    except KeyError:
+        raise UsageError(f"unknown export format {fmt!r}", f"use one of {', '.join(FORMATS)}") from None

@@ -1,0 +1,143 @@
+"""Exported configs round-trip through the tools that consume them, and really train."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from transformers import HfArgumentParser, Trainer, TrainingArguments
+
+from autotune.export import export_config, select_trial, to_accelerate, to_flags, to_json, to_python
+from autotune.store import summarize_trial
+from autotune.workload import resolve_workload
+from tests.unit.test_export import make_study, trial_spec
+
+MiB = 2**20
+KNOBS = (
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "bf16",
+    "fp16",
+    "optim",
+    "torch_compile",
+    "torch_compile_backend",
+    "activation_checkpointing",
+)
+
+
+@pytest.fixture(autouse=True)
+def _keep_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    # TrainingArguments(torch_compile=True) exports ACCELERATE_DYNAMO_* variables: keep them here.
+    monkeypatch.setattr(os, "environ", os.environ.copy())
+
+
+@pytest.fixture
+def study() -> optuna.Study:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return make_study(
+        None,
+        [
+            # 0: the best trial, without compile (so the Trainer run stays fast)
+            trial_spec(4, 2, "bf16", "adamw_torch", "off", "sdpa", True, 30000.0, 600),
+            # 1: compiles with inductor
+            trial_spec(8, 1, "bf16", "adamw_torch_fused", "inductor", "eager", False, 25000.0, 650),
+            # 2: fp32, sgd: the best under a small cap
+            trial_spec(4, 1, "fp32", "sgd", "off", "eager", False, 20000.0, 500),
+        ],
+        winner=0,
+    )
+
+
+def _config(study: optuna.Study, number: int) -> dict[str, Any]:
+    return export_config(study, summarize_trial(study.trials[number]))
+
+
+def _applied(study: optuna.Study, number: int, tmp_path: Path) -> TrainingArguments:
+    """What the trial itself trained with."""
+    return TrainingArguments(
+        output_dir=str(tmp_path), use_cpu=True, **study.trials[number].user_attrs["training_args"]
+    )
+
+
+def _same_knobs(a: TrainingArguments, b: TrainingArguments) -> None:
+    for knob in KNOBS:
+        assert getattr(a, knob) == getattr(b, knob), knob
+
+
+@pytest.mark.parametrize("number", [0, 1, 2])
+def test_json_training_args_reproduce_the_trial(study: optuna.Study, tmp_path: Path, number: int) -> None:
+    exported = json.loads(to_json(_config(study, number)))
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, **exported["training_args"])
+    _same_knobs(args, _applied(study, number, tmp_path))
+
+
+@pytest.mark.parametrize("number", [0, 1, 2])
+def test_flags_parse_back_to_the_same_values(study: optuna.Study, tmp_path: Path, number: int) -> None:
+    text = to_flags(_config(study, number))
+    flags = [a for line in text.splitlines() if not line.startswith("#") for a in shlex.split(line)]
+    parser = HfArgumentParser(TrainingArguments)
+    (parsed,) = parser.parse_args_into_dataclasses(args=["--output_dir", str(tmp_path), "--use_cpu", *flags])
+    _same_knobs(parsed, _applied(study, number, tmp_path))
+    assert parsed.tf32 is False  # set explicitly by the search, as the trial ran
+
+
+@pytest.mark.parametrize(
+    ("number", "precision", "backend"), [(0, "bf16", None), (1, "bf16", "INDUCTOR"), (2, "no", None)]
+)
+def test_accelerate_config_loads(
+    study: optuna.Study, tmp_path: Path, number: int, precision: str, backend: str | None
+) -> None:
+    from accelerate.commands.config.config_args import load_config_from_file
+    from accelerate.utils import DistributedType, DynamoBackend
+
+    path = tmp_path / "accelerate.yaml"
+    path.write_text(to_accelerate(_config(study, number)))
+    loaded = load_config_from_file(str(path))
+    assert loaded.mixed_precision == precision
+    assert loaded.distributed_type == DistributedType.NO
+    assert loaded.num_processes == 1
+    assert loaded.dynamo_config.get("dynamo_backend") == backend
+    if backend is not None:
+        DynamoBackend(backend)  # a value accelerate knows
+
+
+def test_python_snippet_compiles_and_builds_the_args(study: optuna.Study, tmp_path: Path) -> None:
+    text = to_python(_config(study, 1))
+    compile(text, "export.py", "exec")
+    # Run it with the model load stubbed out: the TrainingArguments it builds are the trial's.
+    namespace: dict[str, Any] = {}
+    text = text.replace('output_dir="output"', f"output_dir={str(tmp_path)!r}, use_cpu=True")
+    text = text.replace("model = ", "model_call = lambda: ")
+    exec(compile(text, "export.py", "exec"), namespace)
+    _same_knobs(namespace["training_args"], _applied(study, 1, tmp_path))
+
+
+def test_memory_cap_reselects(study: optuna.Study) -> None:
+    assert select_trial(study, None).number == 0
+    assert select_trial(study, 599 * MiB).number == 2
+    assert select_trial(study, 650 * MiB).number == 0  # the winner fits: kept
+
+
+def test_exported_json_trains(study: optuna.Study, tmp_path: Path) -> None:
+    exported = json.loads(to_json(_config(study, select_trial(study, None).number)))
+    assert "torch_compile" not in exported["training_args"]
+    workload = resolve_workload(exported["expected"]["model"], exported["expected"]["seq_len"])
+    model = workload.build_model(exported["model_kwargs"])
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        max_steps=2,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+        **exported["training_args"],
+    )
+    assert args.bf16 and args.activation_checkpointing and args.gradient_accumulation_steps == 2
+    output = Trainer(model=model, args=args, train_dataset=workload.dataset(0)).train()
+    assert output.global_step == 2
+    assert model.config._attn_implementation == "sdpa"

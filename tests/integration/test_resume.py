@@ -1,0 +1,135 @@
+"""Studies survive: kill -9 mid-trial and resume; fingerprints refuse a mismatched resume."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+import autotune
+from autotune.errors import UsageError
+from autotune.store import measured_count
+from tests.helpers import FAST, write_space
+
+
+def _wait_for(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _states(storage: str, name: str) -> list[optuna.trial.TrialState]:
+    try:
+        return [t.state for t in optuna.load_study(study_name=name, storage=storage).trials]
+    except KeyError:
+        return []
+
+
+def test_sigkill_mid_trial_then_resume(tmp_path: Path) -> None:
+    space = write_space(
+        tmp_path, {"per_device_train_batch_size": [1, 2, 4, 8], "precision": ["fp32", "bf16"]}
+    )
+    storage = f"sqlite:///{tmp_path / 'kill.db'}"
+    env = {**os.environ, "AUTOTUNE_HEARTBEAT_S": "1", "PYTHONUNBUFFERED": "1"}
+    # Each trial measures for ~2 s (a CI target it cannot reach), so a kill lands mid-trial.
+    args = [sys.executable, "-m", "autotune", "search", "--model", "tiny-gpt2", "--space", space]
+    args += ["--trials", "4", "--storage", storage, "--study", "kill", "--seq-len", "16", "--finalists", "0"]
+    args += ["--warmup-steps", "1", "--max-steps", "100000", "--max-seconds", "2", "--target-ci", "0.000001"]
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        _wait_for(
+            lambda: (
+                optuna.trial.TrialState.COMPLETE in _states(storage, "kill")
+                and _states(storage, "kill")[-1] == optuna.trial.TrialState.RUNNING
+            ),
+            timeout_s=180,
+            what="a finished trial and a running one",
+        )
+        time.sleep(0.5)  # well inside the running trial's measured window
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    before = optuna.load_study(study_name="kill", storage=storage).trials
+    completed_before = {
+        t.number: (t.params, t.value) for t in before if t.state == optuna.trial.TrialState.COMPLETE
+    }
+    killed = [t.number for t in before if t.state == optuna.trial.TrialState.RUNNING]
+    assert completed_before and len(killed) == 1
+
+    time.sleep(3.5)  # three heartbeat intervals: the killed trial's heartbeat is now stale
+    resumed = subprocess.run(
+        [sys.executable, "-m", "autotune", "resume", "kill", "--storage", storage],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert f"trial(s) {killed[0]} were interrupted" in resumed.stdout
+
+    study = optuna.load_study(study_name="kill", storage=storage)
+    after = {t.number: t for t in study.trials}
+    for number, (params, value) in completed_before.items():  # finished trials intact
+        assert after[number].params == params and after[number].value == value
+    interrupted = after[killed[0]]
+    assert interrupted.state == optuna.trial.TrialState.FAIL
+    assert interrupted.user_attrs["reason"] == "interrupted"
+    assert measured_count(study) == 4  # the total budget, exactly
+    trained = [t for t in study.trials if t.user_attrs.get("trained") and "duplicate_of" not in t.user_attrs]
+    params_trained = [tuple(sorted(t.params.items())) for t in trained]
+    assert len(params_trained) == len(set(params_trained))  # no finished trial ran again
+    assert not any(t.state == optuna.trial.TrialState.RUNNING for t in study.trials)
+
+
+@pytest.fixture(scope="module")
+def stored_study(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    folder = tmp_path_factory.mktemp("fp")
+    common = dict(
+        model="tiny-gpt2",
+        space=write_space(folder, {"per_device_train_batch_size": [1, 2]}),
+        storage=f"sqlite:///{folder / 'fp.db'}",
+        study="fp",
+        seq_len=16,
+        measure=FAST,
+        finalists=0,
+    )
+    autotune.search(trials=1, **common)
+    return common
+
+
+def test_resume_with_another_sequence_length_is_refused(stored_study: dict) -> None:
+    with pytest.raises(
+        UsageError, match=r"study 'fp' was measured differently \(seq_len: stored 16, now 32\)"
+    ) as info:
+        autotune.search(trials=2, **{**stored_study, "seq_len": 32})
+    assert "new --study name" in (info.value.hint or "")
+    assert "--allow-mismatch" not in (info.value.hint or "")  # not a field that may be overridden
+
+
+def test_resume_with_another_cap_needs_an_explicit_allowance(stored_study: dict) -> None:
+    with pytest.raises(UsageError, match="memory_cap: stored None, now '2GiB'") as info:
+        autotune.search(trials=1, memory_cap="2GiB", **stored_study)
+    assert "--allow-mismatch memory_cap" in (info.value.hint or "")
+    result = autotune.search(trials=1, memory_cap="2GiB", allow_mismatch=("memory_cap",), **stored_study)
+    assert result.ran == 0  # allowed through; the budget was already spent
+
+
+def test_an_unsafe_allowance_is_refused(stored_study: dict) -> None:
+    with pytest.raises(UsageError, match="--allow-mismatch seq_len is not allowed"):
+        autotune.search(trials=1, allow_mismatch=("seq_len",), **{**stored_study, "seq_len": 32})
+
+
+def test_a_larger_budget_is_no_mismatch(stored_study: dict) -> None:
+    result = autotune.search(trials=2, **stored_study)
+    assert result.ran == 1

@@ -1,0 +1,414 @@
+"""`autotune export`: choosing the trial (with and without a new memory cap) and every format."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import typer
+import yaml
+
+from autotune import cli
+from autotune.cli._export import export_command
+from autotune.errors import UsageError
+from autotune.export import (
+    FORMATS,
+    export_config,
+    render,
+    resolve_cap,
+    select_trial,
+    to_accelerate,
+    to_flags,
+    to_json,
+    to_python,
+    to_yaml,
+)
+from autotune.knobs import ATTENTION, COMPILE_BACKENDS, OPTIMIZERS, PRECISIONS, trial_kwargs
+from autotune.store import summarize_trial
+
+MiB = 2**20
+STUDY = "tiny-gpt2-cpu-seq128"
+DISTRIBUTIONS = {
+    "per_device_train_batch_size": optuna.distributions.CategoricalDistribution((4, 8, 16, 32)),
+    "gradient_accumulation_steps": optuna.distributions.CategoricalDistribution((1, 2)),
+    "precision": optuna.distributions.CategoricalDistribution(PRECISIONS),
+    "optim": optuna.distributions.CategoricalDistribution(OPTIMIZERS),
+    "torch_compile": optuna.distributions.CategoricalDistribution(COMPILE_BACKENDS),
+    "attn_implementation": optuna.distributions.CategoricalDistribution(ATTENTION),
+    "activation_checkpointing": optuna.distributions.CategoricalDistribution((False, True)),
+    "torch_compile_mode": optuna.distributions.CategoricalDistribution(("default", "max-autotune")),
+}
+
+
+def trial_spec(
+    bs: int,
+    ga: int,
+    precision: str,
+    optim: str,
+    compile_: str,
+    attn: str,
+    ckpt: bool,
+    tokens: float | None,
+    peak_mib: float | None,
+    *,
+    state: str = "COMPLETE",
+    reason: str | None = None,
+    loss: float = 7.5,
+    duplicate_of: int | None = None,
+    extra_model: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One trial shaped like the ones the search stores."""
+    params: dict[str, Any] = {
+        "per_device_train_batch_size": bs,
+        "gradient_accumulation_steps": ga,
+        "precision": precision,
+        "optim": optim,
+        "torch_compile": compile_,
+        "attn_implementation": attn,
+        "activation_checkpointing": ckpt,
+    }
+    args, model = trial_kwargs(params)
+    attrs: dict[str, Any] = {
+        "training_args": args,
+        "model_kwargs": {**model, **(extra_model or {})},
+        "tokens_per_s": tokens,
+        "samples_per_s": None if tokens is None else tokens / 128,
+        "peak_memory_bytes": None if peak_mib is None else int(peak_mib * MiB),
+        "feasible": state == "COMPLETE" and reason is None,
+        "reason": reason,
+        "trained": True,
+        "train_loss": loss,
+    }
+    if duplicate_of is not None:
+        attrs["duplicate_of"] = duplicate_of
+        attrs["trained"] = False
+    return {"params": params, "attrs": attrs, "state": state}
+
+
+def make_study(
+    folder: Path | None,
+    specs: list[dict[str, Any]],
+    *,
+    winner: int | None = None,
+    baseline: dict[str, Any] | None = None,
+    base_args: dict[str, Any] | None = None,
+    task: str = "causal-lm",
+    name: str = STUDY,
+    extra_attrs: dict[str, Any] | None = None,
+) -> optuna.Study:
+    """A finished autotune-like study in a SQLite file under `folder` (in memory without one)."""
+    storage = f"sqlite:///{folder / 'export.db'}" if folder is not None else optuna.storages.InMemoryStorage()
+    study = optuna.create_study(storage=storage, study_name=name, direction="maximize")
+    for spec in specs:
+        complete = spec["state"] == "COMPLETE"
+        study.add_trial(
+            optuna.trial.create_trial(
+                params=spec["params"],
+                distributions={k: DISTRIBUTIONS[k] for k in spec["params"]},
+                value=spec["attrs"]["tokens_per_s"] if complete else None,
+                user_attrs=spec["attrs"],
+                state=optuna.trial.TrialState[spec["state"]],
+            )
+        )
+    attrs: dict[str, Any] = {
+        "run_config": {"model": "tiny-gpt2", "space": "cpu", "seq_len": None, "memory_cap": "800MiB"},
+        "workload": {"model": "tiny-gpt2", "model_type": "gpt2", "task": task, "seq_len": 128},
+        "base_args": base_args or {},
+        "memory_cap": "800MiB",
+        "device": {"device": "cpu", "memory_bytes": 2000 * MiB},
+        **(extra_attrs or {}),
+    }
+    if winner is not None:
+        attrs["winner"] = {"number": winner, "median_tokens_per_s": 31000.0, "verdict": "..."}
+    if baseline is not None:
+        attrs["baseline"] = baseline
+    for key, value in attrs.items():
+        study.set_user_attr(key, value)
+    return study
+
+
+def standard_specs() -> list[dict[str, Any]]:
+    return [
+        # 0: the re-measured winner
+        trial_spec(8, 2, "bf16", "adamw_torch", "inductor", "sdpa", True, 30000.0, 700),
+        # 1: fastest, but over the study's 800 MiB cap: fully measured
+        trial_spec(16, 1, "bf16", "adamw_torch_fused", "off", "sdpa", False, 40000.0, 900,
+                   state="PRUNED", reason="over_memory_cap"),
+        # 2: slow and small
+        trial_spec(4, 1, "fp32", "sgd", "off", "eager", True, 20000.0, 500),
+        # 3: a reused duplicate of 2 (never exported itself)
+        trial_spec(4, 1, "fp32", "sgd", "off", "eager", True, 50000.0, 400, duplicate_of=2),
+        # 4: pruned for another reason: not a candidate under any cap
+        trial_spec(4, 2, "bf16", "sgd", "off", "eager", False, 60000.0, 300,
+                   state="PRUNED", reason="timeout"),
+        # 5: a non-finite loss (pruned, though its window was measured)
+        trial_spec(8, 2, "fp32", "sgd", "off", "eager", False, 55000.0, 350, loss=float("nan"),
+                   state="PRUNED", reason="nan_loss"),
+        # 6: mid-size
+        trial_spec(8, 1, "fp32", "adamw_torch", "off", "eager", False, 25000.0, 600),
+        # 7: skipped before training: no measurement at all
+        trial_spec(32, 2, "bf16", "adamw_torch", "off", "sdpa", False, None, None,
+                   state="PRUNED", reason="over_estimate"),
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory: pytest.TempPathFactory) -> tuple[optuna.Study, str]:
+    """The standard study in a SQLite file (made once: creating the schema is the slow part)."""
+    folder = tmp_path_factory.mktemp("store")
+    return make_study(folder, standard_specs(), winner=0), f"sqlite:///{folder / 'export.db'}"
+
+
+@pytest.fixture
+def study() -> optuna.Study:
+    return make_study(None, standard_specs(), winner=0)
+
+
+# -- selection ---------------------------------------------------------------------------------
+
+
+def test_no_cap_picks_the_winner(study: optuna.Study) -> None:
+    assert select_trial(study, None).number == 0
+
+
+def test_no_cap_without_winner_picks_fastest_feasible(tmp_path: Path) -> None:
+    # 1 is over the study's cap, 3 a duplicate, 4 and 5 pruned: 0 is the fastest that counts
+    assert select_trial(make_study(None, standard_specs()), None).number == 0
+
+
+def test_cap_ignores_a_completed_trial_with_a_non_finite_loss(tmp_path: Path) -> None:
+    specs = [
+        *standard_specs(),
+        trial_spec(4, 2, "fp32", "sgd", "off", "sdpa", False, 90000.0, 200, loss=float("inf")),
+    ]
+    assert select_trial(make_study(None, specs, winner=0), 650 * MiB).number == 6
+
+
+def test_cap_keeps_the_winner_when_it_fits(study: optuna.Study) -> None:
+    assert select_trial(study, 1024 * MiB).number == 0
+    assert select_trial(study, 700 * MiB).number == 0  # <= cap, not < cap
+
+
+def test_smaller_cap_reselects_another_trial(study: optuna.Study) -> None:
+    assert select_trial(study, 650 * MiB).number == 6
+    assert select_trial(study, 550 * MiB).number == 2
+
+
+def test_larger_cap_admits_trials_pruned_only_for_the_old_cap(tmp_path: Path) -> None:
+    study = make_study(None, standard_specs())  # no winner recorded
+    assert select_trial(study, 1000 * MiB).number == 1
+    assert select_trial(study, 850 * MiB).number == 0
+
+
+def test_no_trial_fits_names_cap_and_smallest_peak(study: optuna.Study) -> None:
+    with pytest.raises(UsageError) as info:
+        select_trial(study, 100 * MiB, cap_text="100MiB")
+    error = info.value
+    assert "100MiB" in error.message
+    assert "500 MiB" in error.message and "trial 2" in error.message
+    assert error.hint is not None and "autotune search" in error.hint
+    assert "--memory-cap 100MiB" in error.hint
+    assert error.exit_code == 2
+
+
+def test_study_without_feasible_trial_is_a_usage_error(tmp_path: Path) -> None:
+    spec = trial_spec(8, 1, "fp32", "sgd", "off", "eager", False, None, None, state="PRUNED", reason="oom")
+    with pytest.raises(UsageError, match="no feasible completed trial"):
+        select_trial(make_study(None, [spec]), None)
+
+
+def test_fractional_cap_is_of_the_study_device(study: optuna.Study) -> None:
+    assert resolve_cap(study, "50%") == 1000 * MiB
+    assert resolve_cap(study, "600MiB") == 600 * MiB
+    with pytest.raises(UsageError):
+        resolve_cap(study, "lots")
+
+
+# -- the exported config -----------------------------------------------------------------------
+
+
+def _config(study: optuna.Study, number: int) -> dict[str, Any]:
+    return export_config(study, summarize_trial(study.trials[number]))
+
+
+def test_config_keeps_what_the_search_set(study: optuna.Study) -> None:
+    config = _config(study, 0)
+    assert config["training_args"] == {
+        "per_device_train_batch_size": 8,
+        "gradient_accumulation_steps": 2,
+        "optim": "adamw_torch",
+        "bf16": True,
+        "tf32": False,
+        "torch_compile": True,
+        "torch_compile_backend": "inductor",
+        "activation_checkpointing": True,
+    }
+    assert config["model_kwargs"] == {"attn_implementation": "sdpa"}
+    expected = config["expected"]
+    assert expected["tokens_per_s"] == 30000.0
+    assert expected["peak_memory_bytes"] == 700 * MiB
+    assert expected["speedup_over_baseline"] is None
+    assert (expected["trial"], expected["study"], expected["model"]) == (0, STUDY, "tiny-gpt2")
+
+
+def test_config_drops_defaults_but_keeps_the_batch_split(study: optuna.Study) -> None:
+    args = _config(study, 6)["training_args"]
+    # bs 8, accumulation 1 are TrainingArguments defaults: kept anyway
+    assert args["per_device_train_batch_size"] == 8 and args["gradient_accumulation_steps"] == 1
+    for dropped in ("bf16", "fp16", "torch_compile", "torch_compile_backend", "activation_checkpointing"):
+        assert dropped not in args
+
+
+def test_config_merges_base_args(tmp_path: Path) -> None:
+    base = {"learning_rate": 1e-4, "weight_decay": 0.0, "per_device_train_batch_size": 2}
+    study = make_study(None, standard_specs(), winner=0, base_args=base)
+    args = _config(study, 0)["training_args"]
+    assert args["learning_rate"] == 1e-4
+    assert "weight_decay" not in args  # the default
+    assert args["per_device_train_batch_size"] == 8  # the trial's value wins
+
+
+def test_dtype_only_when_the_base_config_asked(tmp_path: Path) -> None:
+    spec = trial_spec(
+        8, 1, "bf16", "sgd", "off", "sdpa", False, 1000.0, 100, extra_model={"dtype": "bfloat16"}
+    )
+    plain = make_study(None, [spec])
+    assert _config(plain, 0)["model_kwargs"] == {"attn_implementation": "sdpa"}
+    asked = make_study(
+        tmp_path, [spec], name="asked", extra_attrs={"base_model_kwargs": {"dtype": "bfloat16"}}
+    )
+    assert _config(asked, 0)["model_kwargs"] == {"dtype": "bfloat16", "attn_implementation": "sdpa"}
+
+
+def test_speedup_over_baseline(tmp_path: Path) -> None:
+    baseline = {"tokens_per_s": 20000.0, "peak_memory_bytes": 600 * MiB, "training_args": {}}
+    study = make_study(None, standard_specs(), winner=0, baseline=baseline)
+    config = _config(study, 0)
+    assert config["expected"]["speedup_over_baseline"] == 1.5
+    for fmt in ("yaml", "flags", "accelerate", "python"):
+        assert "1.50x the baseline" in render(config, fmt)
+    assert json.loads(to_json(config))["expected"]["speedup_over_baseline"] == 1.5
+
+
+# -- renderers ---------------------------------------------------------------------------------
+
+
+def test_json_and_yaml_hold_the_same_config(study: optuna.Study) -> None:
+    config = _config(study, 0)
+    from_json = json.loads(to_json(config))
+    assert set(from_json) == {"training_args", "model_kwargs", "expected"}
+    assert yaml.safe_load(to_yaml(config)) == from_json
+    assert from_json["training_args"] == config["training_args"]
+
+
+def test_every_text_format_states_the_expectation(study: optuna.Study) -> None:
+    config = _config(study, 0)
+    for fmt in ("yaml", "flags", "accelerate", "python"):
+        text = render(config, fmt)
+        assert "30,000 tokens/s" in text and "peak memory 700 MiB" in text, fmt
+        assert "no baseline measured" in text, fmt
+
+
+def test_flags(study: optuna.Study) -> None:
+    text = to_flags(_config(study, 0))
+    lines = text.splitlines()
+    flags = next(line for line in lines if not line.startswith("#"))
+    assert flags == (
+        "--per_device_train_batch_size 8 --gradient_accumulation_steps 2 --optim adamw_torch --bf16 "
+        "--tf32 False --torch_compile --torch_compile_backend inductor --activation_checkpointing"
+    )
+    assert lines[-1].startswith("# model: --attn_implementation sdpa")
+    assert "from_pretrained" in lines[-1]
+
+
+def test_accelerate(study: optuna.Study) -> None:
+    data = yaml.safe_load(to_accelerate(_config(study, 0)))
+    assert data["compute_environment"] == "LOCAL_MACHINE"
+    assert data["distributed_type"] == "NO"
+    assert data["mixed_precision"] == "bf16"
+    assert data["num_processes"] == 1
+    assert data["use_cpu"] is True  # the study ran on a CPU
+    assert data["dynamo_config"] == {"dynamo_backend": "INDUCTOR"}
+    plain = yaml.safe_load(to_accelerate(_config(study, 6)))
+    assert plain["mixed_precision"] == "no" and "dynamo_config" not in plain
+
+
+def test_accelerate_compile_mode(tmp_path: Path) -> None:
+    spec = trial_spec(8, 1, "fp16", "sgd", "inductor", "sdpa", False, 1000.0, 100)
+    spec["params"]["torch_compile_mode"] = "max-autotune"
+    spec["attrs"]["training_args"]["torch_compile_mode"] = "max-autotune"
+    data = yaml.safe_load(to_accelerate(_config(make_study(None, [spec]), 0)))
+    assert data["mixed_precision"] == "fp16"
+    assert data["dynamo_config"] == {"dynamo_backend": "INDUCTOR", "dynamo_mode": "max-autotune"}
+
+
+def test_python_compiles_and_uses_the_task_class(study: optuna.Study, tmp_path: Path) -> None:
+    text = to_python(_config(study, 0))
+    compile(text, "export.py", "exec")
+    assert 'AutoModelForCausalLM.from_pretrained(MODEL, attn_implementation="sdpa")' in text
+    assert "bf16=True," in text and 'optim="adamw_torch",' in text
+    cls_study = make_study(None, standard_specs(), task="sequence-classification", name="cls")
+    cls_text = to_python(_config(cls_study, 0))
+    compile(cls_text, "export.py", "exec")
+    assert "AutoModelForSequenceClassification.from_pretrained(" in cls_text
+
+
+def test_unknown_format_is_a_usage_error(study: optuna.Study) -> None:
+    with pytest.raises(UsageError):
+        render(_config(study, 0), "xml")
+
+
+# -- the command -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def run_cli(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """`autotune.cli.main` with the export command registered on a fresh app."""
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    app.command("export")(export_command)
+
+    @app.callback()
+    def _root() -> None:
+        """autotune"""
+
+    monkeypatch.setattr(cli, "app", app)
+
+    def run(*args: str) -> int:
+        with pytest.raises(SystemExit) as info:
+            cli.main(["export", *args])
+        return int(info.value.code or 0)
+
+    return run
+
+
+def test_cli_prints_each_format(stored: tuple[optuna.Study, str], run_cli: Any, capsys: Any) -> None:
+    study, url = stored
+    for fmt in FORMATS:
+        assert run_cli(STUDY, "--storage", url, "--format", fmt) == 0
+        out = capsys.readouterr().out
+        assert out == render(_config(study, 0), fmt)
+
+
+def test_cli_writes_output_file_with_cap(
+    stored: tuple[optuna.Study, str], tmp_path: Path, run_cli: Any, capsys: Any
+) -> None:
+    url = stored[1]
+    target = tmp_path / "best.json"
+    assert run_cli(STUDY, "--storage", url, "-f", "json", "-o", str(target), "--memory-cap", "650MiB") == 0
+    out = capsys.readouterr().out
+    assert str(target) in out and len(out.strip().splitlines()) == 1
+    assert json.loads(target.read_text())["expected"]["trial"] == 6
+
+
+def test_cli_errors(stored: tuple[optuna.Study, str], run_cli: Any, capsys: Any) -> None:
+    url = stored[1]
+    assert run_cli("missing-study", "--storage", url) == 2
+    err = capsys.readouterr().err
+    assert "missing-study" in err and STUDY in err
+    assert run_cli(STUDY, "--storage", url, "--format", "xml") == 2
+    assert "xml" in capsys.readouterr().err
+    assert run_cli(STUDY, "--storage", url, "--memory-cap", "1MiB") == 2
+    assert "--memory-cap 1MiB" in capsys.readouterr().err
