@@ -146,6 +146,8 @@ class RunConfig:
             (0 or 1: none).
         finalist_rounds: interleaved re-measurement rounds (A B C A B C ...).
         allow_mismatch: fingerprint fields allowed to differ when continuing a stored study.
+        measure_baseline: measure the base config (or the Transformers defaults) once, before a new
+            study's first trial, so the result can state its speedup.
     """
 
     model: str = "tiny-gpt2"
@@ -164,6 +166,7 @@ class RunConfig:
     finalists: int = 3
     finalist_rounds: int = 3
     allow_mismatch: tuple[str, ...] = ()
+    measure_baseline: bool = True
 
     def __post_init__(self) -> None:
         if self.finalists < 0 or self.finalist_rounds < 1:

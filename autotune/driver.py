@@ -218,7 +218,7 @@ def _run_trials(
             callbacks=callbacks,
             debug=debug,
         )
-        if "baseline" not in study.user_attrs:
+        if plan.config.measure_baseline and "baseline" not in study.user_attrs:
             _measure_baseline(trainer, plan, study, reporter)
         _search_until_budget(trainer, plan, study, target, reporter)
         _remeasure_finalists(trainer, plan, study, reporter)
@@ -252,7 +252,7 @@ def _measure_baseline(trainer: Any, plan: Plan, study: optuna.Study, reporter: R
     values = baseline_values(plan)
     reporter.on_note(f"measuring the baseline: {describe_params(values)}")
     try:
-        measured = trainer.measure_config(values, number=-1)
+        measured = trainer.measure_config(values, number=-1, verbatim=True)
     except Exception as exc:  # a baseline that fails is a fact to report, not a reason to stop
         study.set_user_attr("baseline", {"params": values, "error": f"{type(exc).__name__}: {exc}"[:300]})
         reporter.on_note(f"the baseline failed: {type(exc).__name__}: {exc}"[:300])

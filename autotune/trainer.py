@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import traceback
-import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -158,6 +157,7 @@ class AutotuneTrainer(Trainer):
         self._compiled_before = False
         self.estimator = MemoryEstimator(plan.workload, plan.hardware.device, plan.base_args)
         self._estimate: MemoryEstimate | None = None
+        self._verbatim_values: dict[str, Value] | None = None
         model_init: Callable[..., Any] = self._build_model
         super().__init__(
             model_init=model_init,
@@ -175,6 +175,8 @@ class AutotuneTrainer(Trainer):
         """The knob values of a trial: sampled (optuna), replayed (`FixedTrial`) or given (Ray dict)."""
         if trial is None:
             return {}
+        if self._verbatim_values is not None:
+            return dict(self._verbatim_values)
         if isinstance(trial, dict):
             return self.space.complete(trial)
         return self.space.suggest(trial)
@@ -269,8 +271,9 @@ class AutotuneTrainer(Trainer):
             raise NonFiniteLoss(f"training loss became {output.training_loss}")
         return attrs
 
-    def measure_config(self, params: dict[str, Value], number: int) -> dict[str, Any]:
-        """Measure a configuration again outside the search (finalist re-measurement).
+    def measure_config(self, params: dict[str, Value], number: int, verbatim: bool = False) -> dict[str, Any]:
+        """Measure a configuration outside the search: a finalist again (its params are a point of
+        the space), or with `verbatim` any knob values at all (the baseline).
 
         Raises:
             Exception: whatever training raised; memory is released either way.
@@ -278,12 +281,14 @@ class AutotuneTrainer(Trainer):
         # As inside hyperparameter_search, so that _hp_search_setup makes the trial's Accelerator.
         self.hp_search_backend = HPSearchBackend.OPTUNA  # type: ignore[assignment]
         self.hp_space = self.space.hp_space
+        if verbatim:
+            self._verbatim_values = dict(params)
+            self.hp_space = lambda trial: {}
         try:
-            with warnings.catch_warnings():  # a baseline value outside the space's candidates is fine
-                warnings.simplefilter("ignore")
-                return self._measure(optuna.trial.FixedTrial(params, number))
+            return self._measure(optuna.trial.FixedTrial({} if verbatim else params, number))
         finally:
             self.hp_search_backend = None
+            self._verbatim_values = None
             self._release()
 
     def _reuse(self, trial: Any, past: FrozenTrial) -> None:

@@ -74,6 +74,10 @@ def search_command(
             "--allow-mismatch", help="A fingerprint field allowed to differ when continuing (repeatable)."
         ),
     ] = None,
+    baseline: Annotated[
+        bool,
+        typer.Option("--baseline/--no-baseline", help="Measure the base config first, to state the speedup."),
+    ] = True,
     debug: DebugOpt = False,
 ) -> None:
     """Search the space for the configuration with the highest measured training throughput."""
@@ -105,6 +109,7 @@ def search_command(
         finalists=finalists,
         finalist_rounds=finalist_rounds,
         allow_mismatch=tuple(allow_mismatch or ()),
+        measure_baseline=baseline,
     )
     with RichReporter() as reporter:
         search(config, reporter=reporter, debug=debug)

@@ -111,6 +111,7 @@ def probed(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any
             seq_len=32,
             measure=FAST,
             finalists=0,
+            measure_baseline=False,
             callbacks=[probe],
             enqueue=enqueue,
         )

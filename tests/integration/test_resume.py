@@ -103,6 +103,7 @@ def stored_study(tmp_path_factory: pytest.TempPathFactory) -> dict:
         seq_len=16,
         measure=FAST,
         finalists=0,
+        measure_baseline=False,
     )
     autotune.search(trials=1, **common)
     return common

@@ -11,7 +11,7 @@ import optuna
 import pytest
 
 import autotune
-from tests.helpers import FAST, FakeOOM, write_space
+from tests.helpers import FAST, FakeOOM, KnobProbe, write_space
 
 QUICK_KNOBS = {
     "per_device_train_batch_size": [2, 4],
@@ -35,6 +35,7 @@ def first_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, str, str]:
         measure=FAST,
         seed=1,
         finalists=0,
+        measure_baseline=False,
     )
     return result, storage, space
 
@@ -80,7 +81,14 @@ def test_study_describes_itself(first_run: Any) -> None:
 def test_rerun_respects_the_total_budget(first_run: Any) -> None:
     result, storage, space = first_run
     same = dict(
-        model="tiny-gpt2", space=space, storage=storage, seq_len=32, measure=FAST, seed=1, finalists=0
+        model="tiny-gpt2",
+        space=space,
+        storage=storage,
+        seq_len=32,
+        measure=FAST,
+        seed=1,
+        finalists=0,
+        measure_baseline=False,
     )
     again = autotune.search(trials=4, **same)
     assert again.ran == 0
@@ -124,6 +132,7 @@ def test_a_failing_trial_is_recorded_and_the_search_goes_on(tmp_path: Path) -> N
         seq_len=16,
         measure=FAST,
         finalists=0,
+        measure_baseline=False,
         callbacks=[FakeOOM(threshold=8)],
         enqueue=[{"per_device_train_batch_size": 8}, {"per_device_train_batch_size": 2}],
     )
@@ -150,3 +159,28 @@ def test_cli_runs_a_search_end_to_end(tmp_path: Path) -> None:
     assert '"per_device_train_batch_size"' in proc.stdout  # the best config is printed
     study = optuna.load_study(study_name="cli-study", storage=storage)
     assert len(study.trials) == 2
+
+
+def test_the_baseline_is_measured_first_and_the_speedup_stated(tmp_path: Path) -> None:
+    probe = KnobProbe()
+    result = autotune.search(
+        model="tiny-gpt2",
+        space=write_space(tmp_path, {"per_device_train_batch_size": [2, 4]}),
+        trials=1,
+        storage=f"sqlite:///{tmp_path / 'base.db'}",
+        seq_len=16,
+        measure=FAST,
+        finalists=0,
+        callbacks=[probe],
+    )
+    baseline = result.study.user_attrs["baseline"]
+    # The Transformers defaults: batch 8, fp32, AdamW, no compile, the model's sdpa attention.
+    assert baseline["params"]["per_device_train_batch_size"] == 8
+    assert baseline["params"]["precision"] == "fp32"
+    assert baseline["params"]["optim"] == "adamw_torch"
+    assert baseline["params"]["torch_compile"] == "off"
+    assert baseline["tokens_per_s"] > 0 and baseline["peak_memory_bytes"] > 0
+    assert probe.trials[0]["batch_size"] == 8  # measured before any trial
+    assert len(result.study.trials) == 1  # the baseline is not a trial of the search
+    assert result.best is not None
+    assert result.speedup_over_baseline == pytest.approx(result.best.tokens_per_s / baseline["tokens_per_s"])

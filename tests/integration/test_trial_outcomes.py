@@ -61,6 +61,7 @@ def test_unavailable_combination_is_skipped_without_training(
         seq_len=16,
         measure=FAST,
         finalists=0,
+        measure_baseline=False,
         callbacks=[probe],
         reporter=notes,
     )
@@ -100,6 +101,7 @@ def test_nan_loss_makes_a_trial_infeasible(tmp_path: Path) -> None:
         seq_len=16,
         measure=FAST,
         finalists=0,
+        measure_baseline=False,
         callbacks=[PoisonWeights(batch_size=4)],
         enqueue=[{"per_device_train_batch_size": 4}, {"per_device_train_batch_size": 2}],
     )
@@ -148,6 +150,7 @@ def test_keep_semantics_holds_the_math_of_the_base_config(tmp_path: Path) -> Non
         seq_len=16,
         measure=FAST,
         finalists=0,
+        measure_baseline=False,
         keep_semantics=True,
         base_args=str(base),
         callbacks=[probe],
@@ -174,6 +177,7 @@ def test_global_batch_size_restricts_the_splits(tmp_path: Path) -> None:
         seq_len=16,
         measure=FAST,
         finalists=0,
+        measure_baseline=False,
         global_batch_size=16,
         callbacks=[probe],
     )
@@ -212,6 +216,7 @@ def test_skipped_trials_do_not_spend_the_budget(tmp_path: Path, monkeypatch: pyt
         seq_len=16,
         measure=FAST,
         finalists=0,
+        measure_baseline=False,
         enqueue=[{"per_device_train_batch_size": 4}],
     )
     states = [(t.params["per_device_train_batch_size"], t.state, t.reason) for t in result.trials]

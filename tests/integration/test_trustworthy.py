@@ -29,6 +29,7 @@ def test_fake_oom_larger_batches_are_predicted_not_trained(tmp_path: Path) -> No
         callbacks=[FakeOOM(threshold=8), probe],
         enqueue=[{"per_device_train_batch_size": b} for b in (8, 16, 2, 4)],
         finalists=0,
+        measure_baseline=False,
     )
     by_batch = {
         t.params["per_device_train_batch_size"]: t for t in result.trials if "duplicate_of" not in t.attrs
@@ -48,15 +49,23 @@ def test_fake_oom_larger_batches_are_predicted_not_trained(tmp_path: Path) -> No
 
 def test_real_cpu_memory_cap_makes_large_batches_infeasible(tmp_path: Path) -> None:
     # Measured, not faked: first measure the peaks of a batch of 1 and of 64 at sequence length
-    # 256 (about 0.5 GiB and 1.5 GiB of RSS on tiny-gpt2), then search again under a cap a fifth
-    # of the way down from the large peak: within the estimate's safety margin, so the large batch
-    # runs and its measured peak decides.
+    # 256 (about 0.5 GiB and 1.5 GiB of RSS on tiny-gpt2), then search again under a cap a tenth
+    # of the way down from the large peak: well within the estimate's safety margin, so the large
+    # batch runs and its measured peak decides.
     space = write_space(tmp_path, {"per_device_train_batch_size": [1, 64]})
-    common = dict(model="tiny-gpt2", space=space, trials=2, seq_len=256, measure=FAST, finalists=0)
+    common = dict(
+        model="tiny-gpt2",
+        space=space,
+        trials=2,
+        seq_len=256,
+        measure=FAST,
+        finalists=0,
+        measure_baseline=False,
+    )
     enqueue = [{"per_device_train_batch_size": 64}, {"per_device_train_batch_size": 1}]
     free = autotune.search(storage=f"sqlite:///{tmp_path / 'free.db'}", enqueue=enqueue, **common)
     peaks = {t.params["per_device_train_batch_size"]: t.attrs["peak_memory_bytes"] for t in free.trials}
-    cap = int(peaks[64] - 0.2 * (peaks[64] - peaks[1]))
+    cap = int(peaks[64] - 0.1 * (peaks[64] - peaks[1]))
 
     result = autotune.search(
         storage=f"sqlite:///{tmp_path / 'cap.db'}", memory_cap=f"{cap}B", enqueue=enqueue, **common
@@ -97,6 +106,7 @@ def test_repeated_trials_do_not_grow_baseline_memory(tmp_path: Path) -> None:
             for b, a, c in order
         ],
         finalists=0,
+        measure_baseline=False,
     )
     starts = [t.attrs["rss_start_bytes"] for t in sorted(result.trials, key=lambda t: t.number)]
     assert len(starts) == len(order)
@@ -150,6 +160,7 @@ def test_nan_compile_error_and_timeout_are_recorded_and_the_search_goes_on(
         callbacks=[Slow(), Poison()],
         enqueue=trials,
         finalists=0,
+        measure_baseline=False,
     )
     by_number = {t.number: t for t in result.trials}
     assert [by_number[n].reason for n in range(4)] == ["compile_error", "nan_loss", "timeout", None]
@@ -194,6 +205,7 @@ def test_interleaved_remeasurement_picks_the_truly_faster_config(tmp_path: Path)
         callbacks=[slowdown],
         enqueue=[{"attn_implementation": "eager"}, {"attn_implementation": "sdpa"}],
         finalists=2,
+        measure_baseline=False,
         finalist_rounds=3,
     )
     search_order = [t.params["attn_implementation"] for t in result.trials if t.state == "COMPLETE"]
@@ -223,6 +235,7 @@ def test_memory_estimate_is_stored_and_skips_what_is_clearly_over_the_cap(tmp_pa
         callbacks=[probe],
         enqueue=[{"per_device_train_batch_size": 64}, {"per_device_train_batch_size": 1}],
         finalists=0,
+        measure_baseline=False,
     )
     by_batch = {t.params["per_device_train_batch_size"]: t for t in result.trials}
     big, small = by_batch[64], by_batch[1]
