@@ -59,13 +59,15 @@ class SearchResult:
 
     @property
     def speedup_over_baseline(self) -> float | None:
-        """The winner's throughput over the baseline's (re-measured median when there is one)."""
+        """The winner's throughput over the baseline's: both re-measured medians, interleaved,
+        when the finalists were re-measured; else the search window over the baseline window."""
         baseline = self.study.user_attrs.get("baseline") or {}
         if self.best is None or not baseline.get("tokens_per_s"):
             return None
         winner = self.study.user_attrs.get("winner") or {}
-        best = winner.get("median_tokens_per_s") if winner.get("number") == self.best.number else None
-        return float(best or self.best.tokens_per_s or 0.0) / float(baseline["tokens_per_s"])
+        if winner.get("number") == self.best.number and baseline.get("remeasured_median"):
+            return float(winner["median_tokens_per_s"]) / float(baseline["remeasured_median"])
+        return float(self.best.tokens_per_s or 0.0) / float(baseline["tokens_per_s"])
 
     @property
     def verdict(self) -> str | None:
@@ -290,43 +292,51 @@ def _search_until_budget(
         _hyperparameter_search(trainer, plan, missing, seed)
 
 
+BASELINE = -1  # the baseline's number among the finalists
+
+
 def _remeasure_finalists(trainer: Any, plan: Plan, study: optuna.Study, reporter: Reporter) -> None:
-    """Re-measure the best few trials in interleaved rounds (A B C A B C ...) and declare the
-    winner by median: a single window's luck (or a neighbour's noise) does not pick the answer."""
+    """Re-measure the best few trials, and the baseline, in interleaved rounds (A B C A B C ...)
+    and declare the winner by median: a single window's luck (or a neighbour's noise) does not pick
+    the answer, and the speedup over the baseline is measured under the same conditions."""
     candidates = [
         t for t in ranked_trials(study) if t.attrs.get("feasible") and "duplicate_of" not in t.attrs
     ]
     finalists = candidates[: plan.config.finalists]
-    if len(finalists) < 2:
+    baseline = study.user_attrs.get("baseline") or {}
+    contestants: dict[int, tuple[dict[str, Any], bool]] = {f.number: (f.params, False) for f in finalists}
+    if baseline.get("tokens_per_s") and finalists:
+        contestants[BASELINE] = (baseline["params"], True)
+    if len(contestants) < 2:
         return
     rounds = plan.config.finalist_rounds
-    reporter.on_note(
-        f"re-measuring the top {len(finalists)} trials ({', '.join(str(f.number) for f in finalists)}) "
-        f"in {rounds} interleaved rounds"
-    )
-    samples: dict[int, list[float]] = {f.number: [] for f in finalists}
+    named = ", ".join("the baseline" if n == BASELINE else str(n) for n in contestants)
+    reporter.on_note(f"re-measuring trials {named} in {rounds} interleaved rounds")
+    samples: dict[int, list[float]] = {number: [] for number in contestants}
     for round_number in range(1, rounds + 1):
-        for finalist in finalists:
+        for number, (params, verbatim) in contestants.items():
             try:
-                measured = trainer.measure_config(finalist.params, finalist.number)
+                measured = trainer.measure_config(params, number, verbatim=verbatim)
             except Exception as exc:  # a finalist that fails now is reported, not fatal
-                reporter.on_remeasure(finalist.number, round_number, None, f"{type(exc).__name__}: {exc}")
+                reporter.on_remeasure(number, round_number, None, f"{type(exc).__name__}: {exc}")
                 continue
-            samples[finalist.number].append(measured["tokens_per_s"])
-            reporter.on_remeasure(finalist.number, round_number, measured["tokens_per_s"], None)
+            samples[number].append(measured["tokens_per_s"])
+            reporter.on_remeasure(number, round_number, measured["tokens_per_s"], None)
     ranked = rank_finalists(samples)
-    if not ranked:
+    trials_ranked = [f for f in ranked if f.number != BASELINE]
+    if not trials_ranked:
         return
     by_number = {f.number: f for f in finalists}
-    winner = ranked[0]
+    winner = trials_ranked[0]
+    text = verdict(trials_ranked, describe_params(by_number[winner.number].params))
+    remeasured_baseline = next((f for f in ranked if f.number == BASELINE), None)
+    if remeasured_baseline is not None:
+        study.set_user_attr("baseline", {**baseline, "remeasured_median": remeasured_baseline.median})
+        if remeasured_baseline.median >= winner.median:
+            text += "; the baseline measured as fast or faster: keep it"
     study.set_user_attr("finalists", [f.to_dict() for f in ranked])
     study.set_user_attr(
-        "winner",
-        {
-            "number": winner.number,
-            "median_tokens_per_s": winner.median,
-            "verdict": verdict(ranked, describe_params(by_number[winner.number].params)),
-        },
+        "winner", {"number": winner.number, "median_tokens_per_s": winner.median, "verdict": text}
     )
 
 

@@ -178,7 +178,8 @@ class RichReporter(Reporter):
             self.progress.remove_task(self._steps_task)
             self._steps_task = None
         result = f"{format_rate(tokens_per_s)} tok/s" if error is None else f"failed: {error}"
-        self.console.print(f"  re-measure round {round_number}: trial {number}  {result}", highlight=False)
+        who = "baseline" if number < 0 else f"trial {number}"
+        self.console.print(f"  re-measure round {round_number}: {who}  {result}", highlight=False)
 
     def on_note(self, text: str) -> None:
         self.console.print(text, highlight=False, markup=False)

@@ -184,3 +184,26 @@ def test_the_baseline_is_measured_first_and_the_speedup_stated(tmp_path: Path) -
     assert len(result.study.trials) == 1  # the baseline is not a trial of the search
     assert result.best is not None
     assert result.speedup_over_baseline == pytest.approx(result.best.tokens_per_s / baseline["tokens_per_s"])
+
+
+def test_the_baseline_is_remeasured_with_the_finalists(tmp_path: Path) -> None:
+    result = autotune.search(
+        model="tiny-gpt2",
+        space=write_space(tmp_path, {"per_device_train_batch_size": [2, 4]}),
+        trials=2,
+        storage=f"sqlite:///{tmp_path / 'base2.db'}",
+        seq_len=16,
+        measure=FAST,
+        finalists=2,
+        finalist_rounds=2,
+    )
+    finalists = {f["number"]: f for f in result.study.user_attrs["finalists"]}
+    assert set(finalists) == {-1, 0, 1}  # the baseline competes under the same conditions
+    assert all(len(f["tokens_per_s"]) == 2 for f in finalists.values())
+    baseline = result.study.user_attrs["baseline"]
+    assert baseline["remeasured_median"] == finalists[-1]["median"]
+    winner = result.study.user_attrs["winner"]
+    assert winner["number"] in (0, 1)
+    assert result.speedup_over_baseline == pytest.approx(
+        winner["median_tokens_per_s"] / finalists[-1]["median"]
+    )
