@@ -35,6 +35,7 @@ from autotune.store import (
     measured_count,
     open_storage,
     ranked_trials,
+    speedup_over_baseline,
 )
 from autotune.workload import Workload, resolve_workload
 
@@ -59,15 +60,9 @@ class SearchResult:
 
     @property
     def speedup_over_baseline(self) -> float | None:
-        """The winner's throughput over the baseline's: both re-measured medians, interleaved,
-        when the finalists were re-measured; else the search window over the baseline window."""
-        baseline = self.study.user_attrs.get("baseline") or {}
-        if self.best is None or not baseline.get("tokens_per_s"):
-            return None
-        winner = self.study.user_attrs.get("winner") or {}
-        if winner.get("number") == self.best.number and baseline.get("remeasured_median"):
-            return float(winner["median_tokens_per_s"]) / float(baseline["remeasured_median"])
-        return float(self.best.tokens_per_s or 0.0) / float(baseline["tokens_per_s"])
+        """The winner's throughput over the baseline's (see `autotune.store.speedup_over_baseline`)."""
+        compared = speedup_over_baseline(self.study, self.best) if self.best is not None else None
+        return compared[0] if compared else None
 
     @property
     def verdict(self) -> str | None:

@@ -21,7 +21,7 @@ import optuna
 from autotune.config import parse_memory_cap
 from autotune.errors import UsageError
 from autotune.progress import TrialSummary
-from autotune.store import FINISHED, best_trial, summarize_trial
+from autotune.store import FINISHED, best_trial, speedup_over_baseline, summarize_trial
 
 FORMATS = ("json", "yaml", "flags", "accelerate", "python")
 
@@ -162,10 +162,9 @@ def export_config(study: optuna.Study, trial: TrialSummary) -> dict[str, Any]:
 
     workload = study.user_attrs.get("workload") or {}
     run = study.user_attrs.get("run_config") or {}
-    baseline = study.user_attrs.get("baseline") or {}
     tokens = float(trial.tokens_per_s) if trial.tokens_per_s is not None else None
-    base_tokens = baseline.get("tokens_per_s") if isinstance(baseline, dict) else None
-    speedup = round(tokens / float(base_tokens), 3) if tokens and base_tokens else None
+    compared = speedup_over_baseline(study, trial)
+    speedup, base_tokens = (round(compared[0], 3), compared[1]) if compared else (None, None)
     winner = study.user_attrs.get("winner") or {}
     remeasured = winner.get("median_tokens_per_s") if winner.get("number") == trial.number else None
     expected = {
@@ -238,7 +237,9 @@ def expected_lines(config: dict[str, Any]) -> list[str]:
     parts.append(f"peak memory {format_bytes(int(peak))}" if peak is not None else "peak memory not measured")
     speedup = exp.get("speedup_over_baseline")
     if speedup is not None:
-        parts.append(f"{speedup:.2f}x the baseline ({exp['baseline_tokens_per_s']:,.0f} tokens/s)")
+        parts.append(
+            f"{speedup:.2f}x the baseline (measured at {exp['baseline_tokens_per_s']:,.0f} tokens/s)"
+        )
     else:
         parts.append("no baseline measured")
     return [f"autotune export: {what}", f"expected: {', '.join(parts)}"]

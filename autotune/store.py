@@ -202,3 +202,20 @@ def _sqlite_file(url: str) -> Path | None:
         return None
     name = url[len(prefix) :].split("?", 1)[0]
     return Path(name) if name and name != ":memory:" else None
+
+
+def speedup_over_baseline(study: optuna.Study, trial: TrialSummary) -> tuple[float, float] | None:
+    """(speedup, baseline tokens/s) of a trial over the study's baseline: re-measured medians,
+    interleaved, when this trial is the re-measured winner and the baseline was re-measured with
+    it; else the trial's search window over the baseline's first window. None without a baseline."""
+    baseline = study.user_attrs.get("baseline") or {}
+    if not baseline.get("tokens_per_s"):
+        return None
+    winner = study.user_attrs.get("winner") or {}
+    if winner.get("number") == trial.number and baseline.get("remeasured_median"):
+        base = float(baseline["remeasured_median"])
+        return float(winner["median_tokens_per_s"]) / base, base
+    if trial.tokens_per_s is None:
+        return None
+    base = float(baseline["tokens_per_s"])
+    return float(trial.tokens_per_s) / base, base

@@ -217,8 +217,8 @@ class RichReporter(Reporter):
             self.console.print(f"[bold]re-measured[/]: {result.verdict}", highlight=False, soft_wrap=True)
         if result.speedup_over_baseline is not None:
             self.console.print(
-                f"[bold]speedup over the baseline[/] ({describe_params(baseline_params(result))}, "
-                f"measured first): {result.speedup_over_baseline:.2f}x",
+                f"[bold]speedup over the baseline[/] ({describe_params(baseline_params(result))}): "
+                f"{result.speedup_over_baseline:.2f}x",
                 highlight=False,
                 soft_wrap=True,
             )
