@@ -438,7 +438,8 @@ def _header(study: optuna.Study, data: ReportData) -> str:
         parts = []
         for f in finalists:
             spread = f" ±{100 * f['spread']:.1f}%" if f.get("spread") is not None else ""
-            parts.append(f"#{f.get('number')} {_rate(f.get('median'))} tok/s{spread}")
+            who = "baseline" if f.get("number", 0) < 0 else f"#{f.get('number')}"
+            parts.append(f"{who} {_rate(f.get('median'))} tok/s{spread}")
         rows.append(("finalists (median of re-measurements)", ", ".join(parts)))
     body = "\n".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in rows)
     return f"<h1>autotune report: {html.escape(data.study_name)}</h1>\n<dl class='header'>\n{body}\n</dl>"

@@ -120,6 +120,13 @@ def test_optuna_cli_reads_the_store(first_run: Any) -> None:
     ).stdout
     assert '"tokens_per_s"' in out
     assert '"peak_memory_bytes"' in out
+    studies = subprocess.run(
+        [str(optuna_cli), "studies", "--storage", storage, "-f", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert result.study.study_name in studies
 
 
 def test_a_failing_trial_is_recorded_and_the_search_goes_on(tmp_path: Path) -> None:
