@@ -203,27 +203,46 @@ def _hover(p: _Point) -> str:
     )
 
 
-def _history_figure(data: ReportData) -> Any:
+def _feasibility_traces(points: list[Any], x_of: Any, labelled: bool) -> list[Any]:
+    """One scatter trace of feasible and one of infeasible points (tokens/s against `x_of`)."""
     import plotly.graph_objects as go
 
-    fig = go.Figure()
+    traces = []
     for feasible, name, colour, symbol in (
         (True, "feasible", FEASIBLE_COLOUR, "circle"),
         (False, "infeasible", INFEASIBLE_COLOUR, "x"),
     ):
-        pts = [p for p in data.history if p.feasible == feasible]
-        if pts:
-            fig.add_trace(
-                go.Scatter(
-                    x=[p.number for p in pts],
-                    y=[p.tokens_per_s for p in pts],
-                    mode="markers",
-                    name=name,
-                    marker={"color": colour, "symbol": symbol, "size": 9},
-                    hovertext=[_hover(p) for p in pts],
-                    hoverinfo="text",
-                )
+        pts = [p for p in points if p.feasible == feasible]
+        if not pts:
+            continue
+        extra: dict[str, Any] = {"mode": "markers"}
+        if labelled:
+            extra = {
+                "mode": "markers+text",
+                "text": [f"#{p.number}" for p in pts],
+                "textposition": "top center",
+                "customdata": [p.peak_bytes for p in pts],
+            }
+        traces.append(
+            go.Scatter(
+                x=[x_of(p) for p in pts],
+                y=[p.tokens_per_s for p in pts],
+                name=name,
+                marker={"color": colour, "symbol": symbol, "size": 10 if labelled else 9},
+                hovertext=[_hover(p) for p in pts],
+                hoverinfo="text",
+                **extra,
             )
+        )
+    return traces
+
+
+def _history_figure(data: ReportData) -> Any:
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for trace in _feasibility_traces(data.history, lambda p: p.number, labelled=False):
+        fig.add_trace(trace)
     if data.best_so_far:
         fig.add_trace(
             go.Scatter(
@@ -244,26 +263,8 @@ def _throughput_memory_figure(data: ReportData) -> Any:
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    for feasible, name, colour, symbol in (
-        (True, "feasible", FEASIBLE_COLOUR, "circle"),
-        (False, "infeasible", INFEASIBLE_COLOUR, "x"),
-    ):
-        pts = [p for p in data.scatter if p.feasible == feasible]
-        if pts:
-            fig.add_trace(
-                go.Scatter(
-                    x=[_mib(p.peak_bytes) for p in pts],
-                    y=[p.tokens_per_s for p in pts],
-                    mode="markers+text",
-                    text=[f"#{p.number}" for p in pts],
-                    textposition="top center",
-                    name=name,
-                    marker={"color": colour, "symbol": symbol, "size": 10},
-                    customdata=[p.peak_bytes for p in pts],
-                    hovertext=[_hover(p) for p in pts],
-                    hoverinfo="text",
-                )
-            )
+    for trace in _feasibility_traces(data.scatter, lambda p: _mib(p.peak_bytes), labelled=True):
+        fig.add_trace(trace)
     if data.front:
         fig.add_trace(
             go.Scatter(
