@@ -167,3 +167,44 @@ def test_stored_training_args_match_the_params(probed: Any) -> None:
         assert stored["bf16"] is (trial.params["precision"] == "bf16")
         assert stored["torch_compile"] is (trial.params["torch_compile"] != "off")
         assert trial.attrs["model_kwargs"] == {"attn_implementation": trial.params["attn_implementation"]}
+
+
+def test_values_survive_the_trip_through_a_fixed_trial(tmp_path_factory: pytest.TempPathFactory) -> None:
+    # Non-zero DDP ranks receive the trial as optuna.trial.FixedTrial(params); the finalists are
+    # re-measured the same way. The values must reach training exactly as on rank 0.
+    from autotune.driver import plan_search
+    from autotune.measure import ThroughputCallback
+    from autotune.progress import Reporter
+    from autotune.trainer import AutotuneTrainer
+
+    folder = tmp_path_factory.mktemp("fixed")
+    knobs = {
+        "per_device_train_batch_size": [4, 8],
+        "precision": ["fp32", "bf16"],
+        "optim": ["adamw_torch", "adamw_torch_fused"],
+        "attn_implementation": ["eager", "sdpa"],
+        "activation_checkpointing": [False, True],
+    }
+    config = autotune.RunConfig(model="tiny-gpt2", space=write_space(folder, knobs), seq_len=16, measure=FAST)
+    plan = plan_search(config, open_store=False)
+    probe = KnobProbe()
+    base = {"output_dir": str(folder), "max_steps": FAST.step_budget, "report_to": "none", "use_cpu": True}
+    base.update(save_strategy="no", logging_strategy="no", disable_tqdm=True)
+    trainer = AutotuneTrainer(
+        plan=plan,
+        base_args=base,
+        measurement=ThroughputCallback(FAST, 16, Reporter()),
+        reporter=Reporter(),
+        callbacks=[probe],
+    )
+    first = {k: v[1] for k, v in knobs.items()}
+    second = {k: v[0] for k, v in knobs.items()}
+    for number, params in enumerate((first, second)):
+        measured = trainer.measure_config(params, number)
+        assert measured["tokens_per_s"] > 0
+    for seen, params in zip(probe.trials, (first, second), strict=True):
+        assert seen["batch_size"] == params["per_device_train_batch_size"]
+        assert seen["output_dtypes"] == {DTYPE[params["precision"]]}
+        assert seen["fused"] is (params["optim"] == "adamw_torch_fused")
+        assert seen["attn_implementation"] == params["attn_implementation"]
+        assert seen["checkpointing"] is params["activation_checkpointing"]
