@@ -214,3 +214,38 @@ def test_the_baseline_is_remeasured_with_the_finalists(tmp_path: Path) -> None:
     assert result.speedup_over_baseline == pytest.approx(
         winner["median_tokens_per_s"] / finalists[-1]["median"]
     )
+
+
+def test_optuna_dashboard_reads_the_store(first_run: Any) -> None:
+    # optuna-dashboard's own API, called through its WSGI app (no server, no network).
+    import io
+    import json
+    import sys
+
+    dashboard = pytest.importorskip("optuna_dashboard")
+    result, storage, _ = first_run
+    app = dashboard.wsgi(storage)
+
+    def get(path: str) -> Any:
+        environ = {
+            "REQUEST_METHOD": "GET",
+            "PATH_INFO": path,
+            "QUERY_STRING": "",
+            "SERVER_NAME": "localhost",
+            "SERVER_PORT": "80",
+            "wsgi.input": io.BytesIO(),
+            "wsgi.errors": sys.stderr,
+            "wsgi.url_scheme": "http",
+        }
+        status: list[str] = []
+        body = b"".join(app(environ, lambda s, headers, exc_info=None: status.append(s)))
+        assert status[0].startswith("200"), status
+        return json.loads(body)
+
+    summaries = get("/api/studies")["study_summaries"]
+    summary = next(s for s in summaries if s["study_name"] == result.study.study_name)
+    detail = get(f"/api/studies/{summary['study_id']}")
+    assert {"fingerprint", "workload", "space"} <= {a["key"] for a in detail["user_attrs"]}
+    assert len(detail["trials"]) == len(result.study.trials)
+    trial_attrs = {a["key"] for a in detail["trials"][0]["user_attrs"]}
+    assert {"tokens_per_s", "peak_memory_bytes", "training_args"} <= trial_attrs
