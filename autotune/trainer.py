@@ -36,6 +36,7 @@ from autotune.availability import combination_unavailable
 from autotune.estimate import SAFETY_MARGIN, MemoryEstimate, clearly_over, relative_error
 from autotune.estimator import MemoryEstimator
 from autotune.feasibility import constraint_values, find_dominating_oom, find_duplicate, memory_violation
+from autotune.flops import flops_per_token, mfu, model_shape
 from autotune.knobs import Value, trial_kwargs
 from autotune.measure import ThroughputCallback, TrialTimeout
 from autotune.memory import release_device_memory
@@ -335,6 +336,7 @@ class AutotuneTrainer(Trainer):
             "training_args": _applied_args(self.trial_values),
             "model_kwargs": dict(self.trial_model_kwargs),
             **self._estimate_attrs(attrs.get("peak_memory_bytes")),
+            **self._mfu_attrs(attrs.get("tokens_per_s")),
         }
         if constraints is None:
             constraints = constraint_values(
@@ -360,6 +362,22 @@ class AutotuneTrainer(Trainer):
                 attrs=attrs,
             )
         )
+
+    def _mfu_attrs(self, tokens_per_s: float | None) -> dict[str, Any]:
+        if tokens_per_s is None:
+            return {}
+        try:
+            layers, hidden = model_shape(self.workload.config)
+            per_token = flops_per_token(self.estimator.n_params, layers, hidden, self.workload.seq_len)
+        except Exception:  # a model whose parameters cannot be counted gets no MFU
+            return {}
+        hardware = self.plan.hardware
+        precision = str(self.trial_values.get("precision", precision_of(self.base_args)))
+        device = hardware.name if hardware.cuda else ""
+        return {
+            "model_flops_per_token": per_token,
+            "mfu": mfu(tokens_per_s, per_token, device, precision, devices=int(self.args.world_size)),
+        }
 
     def _estimate_attrs(self, peak_bytes: int | None) -> dict[str, Any]:
         if self._estimate is None:

@@ -91,6 +91,9 @@ def trials_table(trials: list[TrialSummary], title: str, limit: int | None = 10)
     table.add_column("±", justify="right")
     table.add_column("samples/s", justify="right")
     table.add_column("peak mem", justify="right")
+    with_mfu = any(t.attrs.get("mfu") is not None for t in trials)
+    if with_mfu:
+        table.add_column("MFU", justify="right")
     table.add_column("state")
     for t in trials[:limit] if limit else trials:
         if "duplicate_of" in t.attrs:
@@ -104,6 +107,11 @@ def trials_table(trials: list[TrialSummary], title: str, limit: int | None = 10)
             f"{100 * t.rel_ci_halfwidth:.1f}%" if t.rel_ci_halfwidth is not None else "-",
             format_rate(t.samples_per_s),
             format_bytes(t.peak_memory_bytes),
+            *(
+                [f"{100 * t.attrs['mfu']:.1f}%" if t.attrs.get("mfu") is not None else "-"]
+                if with_mfu
+                else []
+            ),
             state,
         )
     return table

@@ -9,6 +9,7 @@ from typing import Any
 
 import optuna
 import pytest
+import torch
 
 import autotune
 from tests.helpers import FAST, FakeOOM, KnobProbe, write_space
@@ -52,6 +53,9 @@ def test_four_trials_complete_with_measurements(first_run: Any) -> None:
         # Tokens are counted from the batch shape: samples x sequence length.
         assert trial.attrs["tokens_per_s"] == pytest.approx(trial.attrs["samples_per_s"] * 32)
         assert trial.attrs["measured_steps"] >= FAST.min_steps
+        assert trial.attrs["model_flops_per_token"] > 0
+        if not torch.cuda.is_available():
+            assert trial.attrs["mfu"] is None  # no peak FLOPS for a CPU: never guessed
         assert trial.attrs["warmup_steps"] >= FAST.warmup_steps
 
 

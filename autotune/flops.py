@@ -1,0 +1,61 @@
+"""Model FLOPs utilisation (MFU): the share of the device's peak FLOPS a trial's throughput uses.
+
+Pure arithmetic. Per token, training costs about 6N FLOPs for N parameters (forward 2N, backward
+4N) plus the attention scores, 12 * layers * hidden * sequence length (the PaLM appendix B
+estimate nanoGPT's `estimate_mfu` cites: 6N + 12LHQT with H heads of size Q, H * Q = hidden).
+Peak FLOPS come from a table of known devices (dense, no sparsity); an unknown device or a CPU gets
+no MFU at all, never a guess.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# Dense peak TFLOPS by (device name fragment, numeric format). Vendor datasheets.
+_PEAK_TFLOPS: tuple[tuple[str, dict[str, float]], ...] = (
+    ("H200", {"bf16": 989.0, "fp16": 989.0, "tf32": 494.0, "fp32": 67.0}),
+    ("H100 PCIe", {"bf16": 756.0, "fp16": 756.0, "tf32": 378.0, "fp32": 51.0}),
+    ("H100", {"bf16": 989.0, "fp16": 989.0, "tf32": 494.0, "fp32": 67.0}),
+    ("A100", {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5}),
+    ("L40S", {"bf16": 362.0, "fp16": 362.0, "tf32": 183.0, "fp32": 91.6}),
+    ("L4", {"bf16": 121.0, "fp16": 121.0, "tf32": 60.0, "fp32": 30.3}),
+    ("A10G", {"bf16": 70.0, "fp16": 70.0, "tf32": 35.0, "fp32": 31.2}),
+    ("T4", {"fp16": 65.0, "fp32": 8.1}),
+    ("V100", {"fp16": 125.0, "fp32": 15.7}),
+)
+
+# The format the matrix multiplications of a trial run in, per precision knob value.
+_MATMUL_FORMAT = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16", "bf16+tf32": "bf16"}
+
+
+def flops_per_token(n_params: int, n_layers: int, hidden: int, seq_len: int) -> float:
+    """Training FLOPs per token: 6N + 12 * layers * hidden * sequence length."""
+    return 6.0 * n_params + 12.0 * n_layers * hidden * seq_len
+
+
+def peak_flops(device_name: str, precision: str) -> float | None:
+    """The device's dense peak FLOPS for a precision, or None when the device is not in the table."""
+    matmul = _MATMUL_FORMAT.get(precision)
+    for fragment, peaks in _PEAK_TFLOPS:
+        if re.search(rf"\b{re.escape(fragment)}\b", device_name):  # an "RTX A1000" is no A100
+            tflops = peaks.get(matmul or "")
+            return tflops * 1e12 if tflops is not None else None
+    return None
+
+
+def mfu(
+    tokens_per_s: float, model_flops_per_token: float, device_name: str, precision: str, devices: int = 1
+) -> float | None:
+    """Model FLOPs utilisation of a whole job over `devices` devices, or None for unknown devices."""
+    peak = peak_flops(device_name, precision)
+    if peak is None or devices < 1:
+        return None
+    return tokens_per_s * model_flops_per_token / (peak * devices)
+
+
+def model_shape(config: Any) -> tuple[int, int]:
+    """(layers, hidden size) of a transformers config, whatever its naming."""
+    layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None) or 0
+    hidden = getattr(config, "hidden_size", None) or getattr(config, "n_embd", None) or 0
+    return int(layers), int(hidden)

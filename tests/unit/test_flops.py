@@ -1,0 +1,72 @@
+"""MFU arithmetic and the peak-FLOPS table (an unknown device gets no MFU, never a guess)."""
+
+from __future__ import annotations
+
+import pytest
+from transformers import GPT2Config, LlamaConfig
+
+from autotune.flops import flops_per_token, mfu, model_shape, peak_flops
+
+
+def test_flops_per_token_is_6n_plus_the_attention_term() -> None:
+    # GPT-2 124M at 1024 tokens: 6 * 124e6 + 12 * 12 * 768 * 1024
+    assert flops_per_token(124_000_000, 12, 768, 1024) == 6 * 124_000_000 + 12 * 12 * 768 * 1024
+
+
+@pytest.mark.parametrize(
+    ("device", "precision", "tflops"),
+    [
+        ("NVIDIA H100 80GB HBM3", "bf16", 989.0),
+        ("NVIDIA H100 80GB HBM3", "bf16+tf32", 989.0),
+        ("NVIDIA H100 80GB HBM3", "tf32", 494.0),
+        ("NVIDIA H100 PCIe", "bf16", 756.0),
+        ("NVIDIA H200", "fp16", 989.0),
+        ("NVIDIA A100-SXM4-80GB", "fp32", 19.5),
+        ("NVIDIA L4", "bf16", 121.0),
+        ("NVIDIA L40S", "bf16", 362.0),
+    ],
+)
+def test_peak_flops_of_known_devices(device: str, precision: str, tflops: float) -> None:
+    assert peak_flops(device, precision) == pytest.approx(tflops * 1e12)
+
+
+@pytest.mark.parametrize(
+    ("device", "precision"),
+    [
+        ("cpu", "fp32"),
+        ("", "bf16"),
+        ("NVIDIA RTX A1000", "bf16"),
+        ("Tesla T4", "bf16"),
+        ("NVIDIA GB300", "bf16"),
+    ],
+)
+def test_no_mfu_for_unknown_devices_or_formats(device: str, precision: str) -> None:
+    assert peak_flops(device, precision) is None
+    assert mfu(1e5, 1e9, device, precision) is None
+
+
+def test_mfu_of_a_whole_job() -> None:
+    # 400k tokens/s at 1e9 FLOPs per token on two A100s in bf16: 4e14 / (2 * 312e12)
+    assert mfu(400_000, 1e9, "NVIDIA A100-SXM4-40GB", "bf16", devices=2) == pytest.approx(4e14 / 624e12)
+
+
+def test_model_shape_reads_both_namings() -> None:
+    assert model_shape(GPT2Config(n_layer=3, n_embd=96)) == (3, 96)
+    assert model_shape(LlamaConfig(num_hidden_layers=5, hidden_size=128)) == (5, 128)
+
+
+def test_trial_table_shows_mfu_only_when_known() -> None:
+    from rich.console import Console
+
+    from autotune.cli._render import trials_table
+    from autotune.progress import TrialSummary
+
+    def render(attrs: dict) -> str:
+        trial = TrialSummary(0, {"precision": "bf16"}, "COMPLETE", 1000.0, 10.0, 2**30, 0.01, attrs=attrs)
+        console = Console(width=200, record=True)
+        console.print(trials_table([trial], "t"))
+        return console.export_text()
+
+    assert "MFU" not in render({"mfu": None})
+    shown = render({"mfu": 0.4123})
+    assert "MFU" in shown and "41.2%" in shown
