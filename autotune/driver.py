@@ -18,7 +18,6 @@ import optuna
 from transformers import TrainerCallback
 from transformers.utils import logging as hf_logging
 
-from autotune import __version__
 from autotune.availability import Hardware, ModelSupport, detect_hardware, model_support, value_unavailable
 from autotune.config import RunConfig, load_base_args
 from autotune.errors import StoreError
@@ -399,11 +398,9 @@ def _check_direction(study: optuna.Study) -> None:
 def _describe_study(study: optuna.Study, plan: Plan, fingerprint: dict[str, Any]) -> None:
     """Store what the study measures (once, at creation), for inspection, export and resume."""
     study.set_user_attr("fingerprint", fingerprint)
-    study.set_user_attr("autotune_version", __version__)
     study.set_user_attr("run_config", plan.config.to_dict())
     study.set_user_attr("workload", plan.workload.describe())
     study.set_user_attr("space", plan.space.describe())
-    study.set_user_attr("space_fingerprint", plan.space.fingerprint())
     study.set_user_attr("memory_cap", plan.config.memory_cap)
     study.set_user_attr("base_args", plan.base_args)
     study.set_user_attr("device", plan.hardware.to_dict())

@@ -18,10 +18,10 @@ from typing import Any
 
 import optuna
 
-from autotune.config import parse_memory_cap
 from autotune.errors import UsageError
+from autotune.feasibility import OVER_MEMORY_CAP
 from autotune.progress import TrialSummary
-from autotune.store import FINISHED, best_trial, speedup_over_baseline, summarize_trial
+from autotune.store import FINISHED, best_trial, speedup_over_baseline, study_cap_bytes, summarize_trial
 
 FORMATS = ("json", "yaml", "flags", "accelerate", "python")
 
@@ -31,29 +31,14 @@ _ALWAYS = ("per_device_train_batch_size", "gradient_accumulation_steps", "optim"
 _PRECISION_FLAGS = ("bf16", "fp16")
 # Fields whose None default is turned into this value by TrainingArguments.__post_init__.
 _EFFECTIVE_DEFAULTS: dict[str, Any] = {"activation_checkpointing": False, "gradient_checkpointing": False}
-# A trial pruned only for this reason was fully measured: a larger cap can take it.
-OVER_CAP_REASON = "over_memory_cap"
 
 
 # -- selection ---------------------------------------------------------------------------------
 
 
 def resolve_cap(study: optuna.Study, text: str) -> int:
-    """``--memory-cap`` text in bytes; a fraction (``90%``) is of the device the study ran on.
-
-    Raises:
-        UsageError: the text is not a cap, or is a fraction and the study does not know its device.
-    """
-    cap = parse_memory_cap(text)
-    if cap.kind == "bytes":
-        return cap.resolve(0)
-    total = (study.user_attrs.get("device") or {}).get("memory_bytes")
-    if not total:
-        raise UsageError(
-            f"--memory-cap {text}: study {study.study_name!r} does not record its device's memory",
-            "give the cap as a size, like 20GiB",
-        )
-    return cap.resolve(int(total))
+    """``--memory-cap`` text in bytes (see `autotune.store.study_cap_bytes`)."""
+    return study_cap_bytes(study, text)
 
 
 def select_trial(study: optuna.Study, cap_bytes: int | None, *, cap_text: str | None = None) -> TrialSummary:
@@ -109,7 +94,9 @@ def _measured(summary: TrialSummary) -> bool:
         return False
     if summary.state == "COMPLETE":
         return True
-    return summary.state == "PRUNED" and summary.reason == OVER_CAP_REASON
+    return (
+        summary.state == "PRUNED" and summary.reason == OVER_MEMORY_CAP
+    )  # fully measured: a larger cap can take it
 
 
 def _search_command(study: optuna.Study, cap: str | None = None) -> str:
@@ -300,9 +287,6 @@ def to_flags(config: dict[str, Any]) -> str:
             f"have no flag for them; pass {kwargs} to from_pretrained)\n"
         )
     return text
-
-
-_DYNAMO_BACKENDS = {"inductor", "aot_eager", "cudagraphs", "eager"}
 
 
 def accelerate_dict(config: dict[str, Any]) -> dict[str, Any]:

@@ -18,10 +18,9 @@ from typing import Any
 
 # Reasons of trials that did not train: they cost nothing and do not spend the budget.
 NOT_TRAINED = ("unavailable", "duplicate", "oom_predicted", "over_estimate")
+OVER_MEMORY_CAP = "over_memory_cap"  # measured, but its peak is over the cap
 # Reasons that mean "this configuration does not fit in memory".
-OUT_OF_MEMORY = ("oom", "over_memory_cap", "oom_predicted", "over_estimate")
-
-CONSTRAINTS = ("runs_here", "finite_loss", "memory")
+OUT_OF_MEMORY = ("oom", OVER_MEMORY_CAP, "oom_predicted", "over_estimate")
 
 # Larger number: more activation memory at the same batch.
 _PRECISION_MEMORY_RANK = {"fp16": 0, "bf16": 0, "bf16+tf32": 0, "fp32": 1, "tf32": 1}

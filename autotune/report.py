@@ -19,7 +19,7 @@ from optuna.trial import TrialState
 
 from autotune.errors import UsageError
 from autotune.progress import TrialSummary, describe_params, format_value, short_name
-from autotune.store import best_trial, measured_count, ranked_trials
+from autotune.store import best_trial, measured_count, ranked_trials, study_cap_bytes
 
 MIB = 2**20
 FEASIBLE_COLOUR = "#1f77b4"
@@ -76,19 +76,13 @@ def _is_feasible(t: TrialSummary) -> bool:
 
 def memory_cap_bytes(study: optuna.Study) -> int | None:
     """The study's memory cap in bytes, or None when it has none (or it cannot be read)."""
-    from autotune.config import parse_memory_cap
-
     text = study.user_attrs.get("memory_cap")
     if not text:
         return None
-    device_bytes = int((study.user_attrs.get("device") or {}).get("memory_bytes") or 0)
     try:
-        cap = parse_memory_cap(str(text))
+        return study_cap_bytes(study, str(text))
     except UsageError:
         return None
-    if cap.kind == "fraction" and device_bytes <= 0:
-        return None
-    return cap.resolve(device_bytes)
 
 
 def collect(study: optuna.Study) -> ReportData:

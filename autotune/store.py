@@ -16,6 +16,7 @@ import optuna
 from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.config import parse_memory_cap
 from autotune.errors import StoreError, UsageError
 from autotune.feasibility import NOT_TRAINED, PastTrial
 from autotune.progress import TrialSummary
@@ -77,9 +78,6 @@ def _engine_kwargs(url: str) -> dict[str, Any]:
     if url.startswith("sqlite"):
         return {"connect_args": {"timeout": 60}}
     return {"pool_pre_ping": True}
-
-
-SKIPPED_REASON = "unavailable"
 
 
 def reason_of(trial: FrozenTrial) -> str | None:
@@ -219,3 +217,19 @@ def speedup_over_baseline(study: optuna.Study, trial: TrialSummary) -> tuple[flo
         return None
     base = float(baseline["tokens_per_s"])
     return float(trial.tokens_per_s) / base, base
+
+
+def study_cap_bytes(study: optuna.Study, text: str) -> int:
+    """A memory cap in bytes for a stored study: a fraction (``90%``) is of the device it ran on.
+
+    Raises:
+        UsageError: not a cap, or a fraction and the study does not record its device's memory.
+    """
+    cap = parse_memory_cap(text)
+    total = int((study.user_attrs.get("device") or {}).get("memory_bytes") or 0)
+    if cap.kind == "fraction" and total <= 0:
+        raise UsageError(
+            f"--memory-cap {text}: study {study.study_name!r} does not record its device's memory",
+            "give the cap as a size, like 20GiB",
+        )
+    return cap.resolve(total)

@@ -35,7 +35,13 @@ from transformers.trainer_utils import HPSearchBackend
 from autotune.availability import combination_unavailable
 from autotune.estimate import SAFETY_MARGIN, MemoryEstimate, clearly_over, relative_error
 from autotune.estimator import MemoryEstimator
-from autotune.feasibility import constraint_values, find_dominating_oom, find_duplicate, memory_violation
+from autotune.feasibility import (
+    OVER_MEMORY_CAP,
+    constraint_values,
+    find_dominating_oom,
+    find_duplicate,
+    memory_violation,
+)
 from autotune.flops import flops_per_token, mfu, model_shape
 from autotune.knobs import Value, trial_kwargs
 from autotune.measure import ThroughputCallback, TrialTimeout
@@ -251,7 +257,7 @@ class AutotuneTrainer(Trainer):
             raise optuna.TrialPruned(f"{failure_reason(exc)}: {_one_line(exc)}") from exc
         over = memory_violation(attrs.get("peak_memory_bytes"), self.plan.cap_bytes)
         if over > 0:
-            attrs.update(reason="over_memory_cap", message=_over_cap_message(attrs, self.plan.cap_bytes))
+            attrs.update(reason=OVER_MEMORY_CAP, message=_over_cap_message(attrs, self.plan.cap_bytes))
             self._finish(trial, "PRUNED", attrs)
             raise optuna.TrialPruned(attrs["message"])
         self.objective: float | None = attrs["tokens_per_s"]

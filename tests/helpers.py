@@ -13,6 +13,8 @@ from autotune.config import MeasureSettings
 
 # Enough steps to pass through warm-up into a measured window, few enough for a test.
 FAST = MeasureSettings(warmup_steps=1, max_warmup_steps=2, min_steps=2, max_steps=3, max_seconds=10.0)
+# A search that measures only its own trials: fast windows, no baseline, no finalist re-measurement.
+FAST_RUN = {"measure": FAST, "finalists": 0, "measure_baseline": False}
 
 
 def write_file(folder: Path, text: str, name: str = "space.yaml") -> Path:

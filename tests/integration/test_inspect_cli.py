@@ -10,7 +10,7 @@ import pytest
 import autotune
 from autotune.cli import main
 from autotune.store import measured_count
-from tests.helpers import FAST, FakeOOM, write_space
+from tests.helpers import FAST_RUN, FakeOOM, write_space
 
 
 def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -31,9 +31,7 @@ def stored(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         storage=storage,
         study="inspect",
         seq_len=16,
-        measure=FAST,
-        finalists=0,
-        measure_baseline=False,
+        **FAST_RUN,
         callbacks=[FakeOOM(threshold=8)],
         enqueue=[{"per_device_train_batch_size": 8}, {"per_device_train_batch_size": 2}],
     )

@@ -15,7 +15,7 @@ import pytest
 import autotune
 from autotune.errors import UsageError
 from autotune.store import measured_count
-from tests.helpers import FAST, write_space
+from tests.helpers import FAST_RUN, write_space
 
 
 def _wait_for(predicate, timeout_s: float, what: str) -> None:
@@ -101,9 +101,7 @@ def stored_study(tmp_path_factory: pytest.TempPathFactory) -> dict:
         storage=f"sqlite:///{folder / 'fp.db'}",
         study="fp",
         seq_len=16,
-        measure=FAST,
-        finalists=0,
-        measure_baseline=False,
+        **FAST_RUN,
     )
     autotune.search(trials=1, **common)
     return common

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import autotune
-from tests.helpers import FAST, FakeOOM, KnobProbe, write_space
+from tests.helpers import FAST, FAST_RUN, FakeOOM, KnobProbe, write_space
 
 QUICK_KNOBS = {
     "per_device_train_batch_size": [2, 4],
@@ -33,10 +33,8 @@ def first_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, str, str]:
         trials=4,
         storage=storage,
         seq_len=32,
-        measure=FAST,
         seed=1,
-        finalists=0,
-        measure_baseline=False,
+        **FAST_RUN,
     )
     return result, storage, space
 
@@ -89,10 +87,8 @@ def test_rerun_respects_the_total_budget(first_run: Any) -> None:
         space=space,
         storage=storage,
         seq_len=32,
-        measure=FAST,
         seed=1,
-        finalists=0,
-        measure_baseline=False,
+        **FAST_RUN,
     )
     again = autotune.search(trials=4, **same)
     assert again.ran == 0
@@ -141,9 +137,7 @@ def test_a_failing_trial_is_recorded_and_the_search_goes_on(tmp_path: Path) -> N
         trials=2,
         storage=f"sqlite:///{tmp_path / 'f.db'}",
         seq_len=16,
-        measure=FAST,
-        finalists=0,
-        measure_baseline=False,
+        **FAST_RUN,
         callbacks=[FakeOOM(threshold=8)],
         enqueue=[{"per_device_train_batch_size": 8}, {"per_device_train_batch_size": 2}],
     )

@@ -16,7 +16,7 @@ from autotune.availability import Hardware
 from autotune.cli import main
 from autotune.progress import Reporter
 from autotune.workload import Workload
-from tests.helpers import FAST, KnobProbe, write_space
+from tests.helpers import FAST_RUN, KnobProbe, write_space
 
 H100 = Hardware(
     device="cuda",
@@ -59,9 +59,7 @@ def test_unavailable_combination_is_skipped_without_training(
         trials=1,
         storage=f"sqlite:///{tmp_path / 's.db'}",
         seq_len=16,
-        measure=FAST,
-        finalists=0,
-        measure_baseline=False,
+        **FAST_RUN,
         callbacks=[probe],
         reporter=notes,
     )
@@ -99,9 +97,7 @@ def test_nan_loss_makes_a_trial_infeasible(tmp_path: Path) -> None:
         trials=2,
         storage=f"sqlite:///{tmp_path / 'n.db'}",
         seq_len=16,
-        measure=FAST,
-        finalists=0,
-        measure_baseline=False,
+        **FAST_RUN,
         callbacks=[PoisonWeights(batch_size=4)],
         enqueue=[{"per_device_train_batch_size": 4}, {"per_device_train_batch_size": 2}],
     )
@@ -148,9 +144,7 @@ def test_keep_semantics_holds_the_math_of_the_base_config(tmp_path: Path) -> Non
         trials=3,
         storage=f"sqlite:///{tmp_path / 'k.db'}",
         seq_len=16,
-        measure=FAST,
-        finalists=0,
-        measure_baseline=False,
+        **FAST_RUN,
         keep_semantics=True,
         base_args=str(base),
         callbacks=[probe],
@@ -175,9 +169,7 @@ def test_global_batch_size_restricts_the_splits(tmp_path: Path) -> None:
         trials=3,
         storage=f"sqlite:///{tmp_path / 'g.db'}",
         seq_len=16,
-        measure=FAST,
-        finalists=0,
-        measure_baseline=False,
+        **FAST_RUN,
         global_batch_size=16,
         callbacks=[probe],
     )
@@ -214,9 +206,7 @@ def test_skipped_trials_do_not_spend_the_budget(tmp_path: Path, monkeypatch: pyt
         trials=2,
         storage=f"sqlite:///{tmp_path / 'b.db'}",
         seq_len=16,
-        measure=FAST,
-        finalists=0,
-        measure_baseline=False,
+        **FAST_RUN,
         enqueue=[{"per_device_train_batch_size": 4}],
     )
     states = [(t.params["per_device_train_batch_size"], t.state, t.reason) for t in result.trials]

@@ -13,7 +13,7 @@ from transformers import TrainerCallback
 
 import autotune
 from autotune.memory import rss_bytes
-from tests.helpers import FAST, FakeOOM, KnobProbe, write_space
+from tests.helpers import FAST, FAST_RUN, FakeOOM, KnobProbe, write_space
 
 
 def test_fake_oom_larger_batches_are_predicted_not_trained(tmp_path: Path) -> None:
@@ -25,11 +25,9 @@ def test_fake_oom_larger_batches_are_predicted_not_trained(tmp_path: Path) -> No
         trials=3,
         storage=f"sqlite:///{tmp_path / 'oom.db'}",
         seq_len=16,
-        measure=FAST,
+        **FAST_RUN,
         callbacks=[FakeOOM(threshold=8), probe],
         enqueue=[{"per_device_train_batch_size": b} for b in (8, 16, 2, 4)],
-        finalists=0,
-        measure_baseline=False,
     )
     by_batch = {
         t.params["per_device_train_batch_size"]: t for t in result.trials if "duplicate_of" not in t.attrs
@@ -58,9 +56,7 @@ def test_real_cpu_memory_cap_makes_large_batches_infeasible(tmp_path: Path) -> N
         space=space,
         trials=2,
         seq_len=256,
-        measure=FAST,
-        finalists=0,
-        measure_baseline=False,
+        **FAST_RUN,
     )
     enqueue = [{"per_device_train_batch_size": 64}, {"per_device_train_batch_size": 1}]
     free = autotune.search(storage=f"sqlite:///{tmp_path / 'free.db'}", enqueue=enqueue, **common)
@@ -100,13 +96,11 @@ def test_repeated_trials_do_not_grow_baseline_memory(tmp_path: Path) -> None:
         trials=len(order),
         storage=f"sqlite:///{tmp_path / 'creep.db'}",
         seq_len=256,
-        measure=FAST,
         enqueue=[
             {"per_device_train_batch_size": b, "attn_implementation": a, "activation_checkpointing": c}
             for b, a, c in order
         ],
-        finalists=0,
-        measure_baseline=False,
+        **FAST_RUN,
     )
     starts = [t.attrs["rss_start_bytes"] for t in sorted(result.trials, key=lambda t: t.number)]
     assert len(starts) == len(order)
@@ -156,11 +150,9 @@ def test_nan_compile_error_and_timeout_are_recorded_and_the_search_goes_on(
         trials=4,
         storage=f"sqlite:///{tmp_path / 'fail.db'}",
         seq_len=16,
-        measure=measure,
         callbacks=[Slow(), Poison()],
         enqueue=trials,
-        finalists=0,
-        measure_baseline=False,
+        **{**FAST_RUN, "measure": measure},
     )
     by_number = {t.number: t for t in result.trials}
     assert [by_number[n].reason for n in range(4)] == ["compile_error", "nan_loss", "timeout", None]
@@ -230,12 +222,10 @@ def test_memory_estimate_is_stored_and_skips_what_is_clearly_over_the_cap(tmp_pa
         trials=1,
         storage=f"sqlite:///{tmp_path / 'est.db'}",
         seq_len=256,
-        measure=FAST,
+        **FAST_RUN,
         memory_cap=f"{cap}B",
         callbacks=[probe],
         enqueue=[{"per_device_train_batch_size": 64}, {"per_device_train_batch_size": 1}],
-        finalists=0,
-        measure_baseline=False,
     )
     by_batch = {t.params["per_device_train_batch_size"]: t for t in result.trials}
     big, small = by_batch[64], by_batch[1]
