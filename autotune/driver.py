@@ -23,6 +23,7 @@ from autotune.config import RunConfig, load_base_args
 from autotune.errors import StoreError
 from autotune.fingerprint import check_resume, fingerprint
 from autotune.measure import ThroughputCallback
+from autotune.memory import frozen_heap
 from autotune.progress import Reporter, TrialSummary, describe_params
 from autotune.space import SearchSpace, load_space, precision_of
 from autotune.stats import rank_finalists, verdict
@@ -201,23 +202,37 @@ def _run_trials(
     the budget is met; a sampler that keeps proposing only those is stopped after a bound. Then
     the best few are re-measured to pick the winner.
     """
-    from autotune.trainer import AutotuneTrainer  # imports Trainer machinery only when trials run
-
     target = measured_count(study) + budget
-    with tempfile.TemporaryDirectory(prefix="autotune-", dir=plan.config.output_dir) as scratch:
-        measurement = ThroughputCallback(plan.config.measure, plan.workload.seq_len, reporter)
-        trainer = AutotuneTrainer(
-            plan=plan,
-            base_args=_base_args(plan, scratch),
-            measurement=measurement,
-            reporter=reporter,
-            callbacks=callbacks,
-            debug=debug,
-        )
+    with (
+        contextlib.ExitStack() as stack,
+        tempfile.TemporaryDirectory(prefix="autotune-", dir=plan.config.output_dir) as scratch,
+    ):
+        trainer = build_trainer(plan, scratch, reporter, callbacks, debug)
+        stack.enter_context(frozen_heap())
         if plan.config.measure_baseline and "baseline" not in study.user_attrs:
             _measure_baseline(trainer, plan, study, reporter)
         _search_until_budget(trainer, plan, study, target, reporter)
         _remeasure_finalists(trainer, plan, study, reporter)
+
+
+def build_trainer(
+    plan: Plan,
+    output_dir: str,
+    reporter: Reporter,
+    callbacks: Sequence[TrainerCallback] = (),
+    debug: bool = False,
+) -> Any:
+    """The `AutotuneTrainer` that runs a plan's trials (and benchmarks' measurements)."""
+    from autotune.trainer import AutotuneTrainer  # imports Trainer machinery only when trials run
+
+    return AutotuneTrainer(
+        plan=plan,
+        base_args=base_training_args(plan, output_dir),
+        measurement=ThroughputCallback(plan.config.measure, plan.workload.seq_len, reporter),
+        reporter=reporter,
+        callbacks=callbacks,
+        debug=debug,
+    )
 
 
 def baseline_values(plan: Plan) -> dict[str, Any]:
@@ -365,7 +380,7 @@ def _hyperparameter_search(trainer: Any, plan: Plan, n_trials: int, seed: int) -
             raise
 
 
-def _base_args(plan: Plan, output_dir: str) -> dict[str, Any]:
+def base_training_args(plan: Plan, output_dir: str) -> dict[str, Any]:
     """`TrainingArguments` kwargs every trial starts from: the user's base config, then what a
     throughput trial needs (train only; save, evaluate and log nothing)."""
     return {

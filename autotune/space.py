@@ -121,6 +121,19 @@ class SearchSpace:
         self.suggest(trial)
         return {}
 
+    def grid(self) -> list[dict[str, Value]]:
+        """Every point of the space, complete (as `suggest` would return it), in product order of
+        the knobs; a knob that another one requires is varied only where it applies."""
+        self._check_resolved()
+        points: list[dict[str, Value]] = [{}]
+        for name, candidates in self.knobs.items():
+            points = [
+                {**point, name: value} if self._applies(name, point) else point
+                for point in points
+                for value in (candidates if self._applies(name, point) else candidates[:1])
+            ]
+        return [self.complete(point) for point in points]
+
     def grid_size(self) -> int:
         size = 1
         for values in self.knobs.values():

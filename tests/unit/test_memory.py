@@ -77,3 +77,24 @@ def test_cuda_meter_reports_allocator_and_nvml() -> None:
     measured = meter.read()
     assert measured["peak_allocated_bytes"] >= 512 * 2**20
     assert measured["peak_memory_bytes"] >= measured["peak_reserved_bytes"]
+
+
+def test_frozen_heap_keeps_old_objects_out_of_collections_and_new_garbage_collectable() -> None:
+    import gc
+    import weakref
+
+    from autotune.memory import frozen_heap
+
+    class Node:
+        pass
+
+    assert gc.get_freeze_count() == 0
+    with frozen_heap():
+        assert gc.get_freeze_count() > 1000  # the libraries' objects
+        cycle = Node()
+        cycle.self = cycle  # type: ignore[attr-defined]
+        alive = weakref.ref(cycle)
+        del cycle
+        gc.collect()
+        assert alive() is None, "garbage made inside the block must still be collected"
+    assert gc.get_freeze_count() == 0

@@ -299,3 +299,34 @@ def test_grid_size(space):
         data = yaml.safe_load((REPO / "search_spaces" / f"{name}.yaml").read_text())
         if all(isinstance(v, list) for v in data["knobs"].values()):
             assert load_space(name).grid_size() == math.prod(len(v) for v in data["knobs"].values())
+
+
+def test_grid_enumerates_every_point_once_with_conditional_knobs(tmp_path):
+    path = write(
+        tmp_path,
+        "knobs:\n"
+        "  per_device_train_batch_size: [4, 8]\n"
+        "  torch_compile: ['off', inductor]\n"
+        "  torch_compile_mode: [default, max-autotune-no-cudagraphs]\n",
+    )
+    grid = load_space(path).grid()
+    # The mode varies only where inductor applies: 2 batches x (off + inductor x 2 modes).
+    assert len(grid) == 6
+    assert len({tuple(sorted(p.items())) for p in grid}) == 6
+    assert {"per_device_train_batch_size": 4, "torch_compile": "off"} in grid
+    assert all(("torch_compile_mode" in p) == (p["torch_compile"] == "inductor") for p in grid)
+    # Every point is one `suggest` can return.
+    for point in grid:
+        assert load_space(path).suggest(optuna.trial.FixedTrial(point)) == point
+
+
+def test_grid_needs_resolved_size_rules(tmp_path):
+    path = write(tmp_path, "knobs:\n  per_device_train_batch_size: {min: 8, max: 64, multiple_of: auto}\n")
+    with pytest.raises(SpaceError, match="not resolved"):
+        load_space(path).grid()
+    assert [p["per_device_train_batch_size"] for p in load_space(path).for_hardware(8, "gpu").grid()] == [
+        8,
+        16,
+        32,
+        64,
+    ]

@@ -1,0 +1,132 @@
+"""``make bench``: run the CPU benchmarks (items 1-4) and rewrite ``benchmarks/RESULTS.md``.
+
+    python benchmarks/bench.py            # everything, about 30 minutes on 2 CPU cores
+    python benchmarks/bench.py --only replay,noise
+
+The grid tables in ``benchmarks/data/`` are measured by ``make bench-grid`` (`grid.py`); this
+script only reads them. Raw results go to ``benchmarks/results/<item>.json``; RESULTS.md is
+written from all of them, so one item can be refreshed without re-running the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import noise  # noqa: E402
+import quality  # noqa: E402
+import replay  # noqa: E402
+from grid import SPACE, grid_path  # noqa: E402
+from harness import Bench, machine  # noqa: E402
+from results_md import write_results  # noqa: E402
+
+RESULTS = HERE / "results"
+GRID_MODELS = ("tiny-gpt2", "tiny-llama")
+PRESETS = ("tiny-gpt2", "tiny-llama", "tiny-bert")
+ITEMS = ("replay", "quality", "cost", "noise")
+
+
+def process_start(runs: int = 3) -> dict[str, float]:
+    """Seconds from launching a process to the CLI answering, and to the trial machinery loaded."""
+    python = sys.executable
+    autotune = str(Path(python).with_name("autotune"))
+    timings: dict[str, list[float]] = {"cli_help_s": [], "import_trainer_s": []}
+    for _ in range(runs):
+        for name, command in (
+            ("cli_help_s", [autotune, "--help"]),
+            ("import_trainer_s", [python, "-c", "import autotune.trainer"]),
+        ):
+            start = time.perf_counter()
+            subprocess.run(command, check=True, capture_output=True)
+            timings[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in timings.items()}
+
+
+def heap_freeze_saving(model: str, measurements: int = 5) -> dict[str, float]:
+    """Per-measurement set-up time with the heap frozen (as searches run) and without."""
+    out = {}
+    for frozen in (False, True):
+        with Bench(model, SPACE, freeze_heap=frozen) as bench:
+            params = bench.baseline()
+            bench.measure(params, verbatim=True)  # first one builds caches either way
+            setups = [bench.measure(params, verbatim=True).setup_s for _ in range(measurements)]
+        out["frozen_setup_s" if frozen else "unfrozen_setup_s"] = statistics.median(setups)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default=",".join(ITEMS), help=f"comma-separated subset of {ITEMS}")
+    parser.add_argument("--seeds", type=int, default=30, help="replay seeds per strategy")
+    parser.add_argument("--trials", type=int, default=10, help="trial budget of the real searches")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved comparison rounds")
+    parser.add_argument("--repeats", type=int, default=10, help="noise: repeats per configuration")
+    parser.add_argument("--searches", type=int, default=10, help="noise: repeated searches")
+    args = parser.parse_args()
+    only = [item.strip() for item in args.only.split(",") if item.strip()]
+    unknown = [item for item in only if item not in ITEMS]
+    if unknown:
+        parser.error(f"unknown item(s) {unknown}: choose from {', '.join(ITEMS)}")
+    RESULTS.mkdir(exist_ok=True)
+    missing = [m for m in GRID_MODELS if not grid_path(m).exists()]
+    if missing and ("replay" in only or "noise" in only):
+        sys.exit(f"no grid table for {', '.join(missing)}: run `make bench-grid` first")
+
+    def save(item: str, data: dict[str, Any]) -> None:
+        data = {"machine": machine(), "args": vars(args), **data}
+        (RESULTS / f"{item}.json").write_text(json.dumps(data, indent=1, default=str))
+        print(f"[bench] wrote results/{item}.json", flush=True)
+
+    if "replay" in only:
+        started = time.perf_counter()
+        print("[bench] item 1: replaying search strategies on the measured grids", flush=True)
+        save("replay", {**replay.run(GRID_MODELS, seeds=args.seeds), "wall_s": time.perf_counter() - started})
+    if "quality" in only or "cost" in only:
+        runs = {}
+        for model in PRESETS:
+            print(f"[bench] items 2-3: searching {model} ({args.trials} trials) and comparing", flush=True)
+            runs[model] = quality.run(model, args.trials, args.rounds)
+        save("quality", {"presets": runs})
+        print("[bench] item 3: process start and per-trial set-up", flush=True)
+        save("cost", {"process_start": process_start(), "heap_freeze": heap_freeze_saving("tiny-gpt2")})
+    if "noise" in only:
+        print(f"[bench] item 4: {args.repeats} interleaved repeats, {args.searches} searches", flush=True)
+        table = replay.load_table("tiny-gpt2")
+        best = max(
+            (k for k in table.configs if table.feasible(k, None)),
+            key=lambda k: table.configs[k].true_tokens_per_s or 0.0,
+        )
+        with Bench("tiny-gpt2", SPACE) as bench:
+            defaults = bench.baseline()
+        configs = {
+            "defaults": defaults,
+            "grid_best": table.configs[best].params,
+            "bs32_bf16_eager": {
+                **defaults,
+                "per_device_train_batch_size": 32,
+                "precision": "bf16",
+                "attn_implementation": "eager",
+            },
+        }
+        save(
+            "noise",
+            {
+                "repeats": noise.repeats("tiny-gpt2", configs, args.repeats),
+                "searches": noise.repeated_searches("tiny-gpt2", args.searches),
+            },
+        )
+    path = write_results(RESULTS, HERE / "RESULTS.md")
+    print(f"[bench] wrote {path}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""Measure configurations outside a search, with the code a search uses for its trials.
+
+`Bench` builds the same plan, `AutotuneTrainer` and `ThroughputCallback` as `autotune search`, so a
+benchmark's figures come from the measurement protocol the search itself runs (warm-up excluded,
+adaptive window, peak memory), and a failure is a recorded reason, as in a trial.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import platform
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from autotune.config import MeasureSettings, RunConfig
+from autotune.driver import Plan, baseline_values, build_trainer, plan_search, quiet_libraries
+from autotune.knobs import Value
+from autotune.memory import frozen_heap
+from autotune.progress import Reporter
+from autotune.trainer import failure_reason
+
+
+@dataclasses.dataclass
+class Measurement:
+    """One configuration measured once.
+
+    Attributes:
+        params: the knob values.
+        tokens_per_s: steady-state throughput, or None when the configuration failed.
+        peak_memory_bytes: the trial's peak (CPU: process RSS high-water mark).
+        rss_start_bytes: the process's memory when the trial began (CPU).
+        wall_s: the whole measurement, model build to release.
+        warmup_s: warm-up steps (compilation included).
+        window_s: the measured window.
+        reason: why it failed (``oom``, ``compile_error``, ...), None when it ran.
+    """
+
+    params: dict[str, Value]
+    tokens_per_s: float | None
+    peak_memory_bytes: int | None
+    rss_start_bytes: int | None
+    wall_s: float
+    warmup_s: float
+    window_s: float
+    reason: str | None = None
+    message: str | None = None
+    rel_ci_halfwidth: float | None = None
+
+    @property
+    def setup_s(self) -> float:
+        """Everything that is neither warm-up nor window: model build, Trainer and Accelerator
+        set-up, data loader, and memory release after the trial."""
+        return max(0.0, self.wall_s - self.warmup_s - self.window_s)
+
+
+class Bench:
+    """Measures configurations of one workload with the search's own trainer.
+
+    Args:
+        model: a preset or model path, as for ``autotune search --model``.
+        space: a shipped space name or YAML path; its values are what `grid` enumerates.
+        measure: the measurement protocol (the search's default unless given).
+        seed: model initialisation and data seed.
+        freeze_heap: as a search does, keep the long-lived objects out of the garbage collector's
+            walks (False: measure what that saves).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        space: str,
+        measure: MeasureSettings | None = None,
+        seed: int = 0,
+        freeze_heap: bool = True,
+    ) -> None:
+        config = RunConfig(model=model, space=space, seed=seed, measure=measure or MeasureSettings())
+        self.plan: Plan = plan_search(config, open_store=False)
+        self._scratch = tempfile.mkdtemp(prefix="autotune-bench-")
+        with quiet_libraries():
+            self.trainer = build_trainer(self.plan, self._scratch, Reporter())
+        self._heap = contextlib.ExitStack()  # as a search does around its trials
+        if freeze_heap:
+            self._heap.enter_context(frozen_heap())
+
+    def grid(self) -> list[dict[str, Value]]:
+        """Every configuration of the space that can run on this machine."""
+        return self.plan.space.grid()
+
+    def baseline(self) -> dict[str, Value]:
+        """The Transformers defaults on this machine, as knob values."""
+        return baseline_values(self.plan)
+
+    def measure(self, params: Mapping[str, Value], verbatim: bool = False) -> Measurement:
+        """Measure `params` once (`verbatim`: knob values outside the space, such as the baseline)."""
+        start = time.perf_counter()
+        with quiet_libraries():
+            try:
+                attrs = self.trainer.measure_config(dict(params), number=0, verbatim=verbatim)
+            except Exception as exc:
+                callback = self.trainer.measurement
+                return Measurement(
+                    params=dict(params),
+                    tokens_per_s=None,
+                    peak_memory_bytes=None,
+                    rss_start_bytes=None,
+                    wall_s=time.perf_counter() - start,
+                    warmup_s=sum(callback.warmup_times_s),
+                    window_s=sum(callback.window_times_s),
+                    reason=failure_reason(exc),
+                    message=f"{type(exc).__name__}: {exc}".splitlines()[0][:200],
+                )
+        return Measurement(
+            params=dict(params),
+            tokens_per_s=attrs["tokens_per_s"],
+            peak_memory_bytes=attrs.get("peak_memory_bytes"),
+            rss_start_bytes=attrs.get("rss_start_bytes"),
+            wall_s=time.perf_counter() - start,
+            warmup_s=attrs["warmup_s"],
+            window_s=attrs["window_s"],
+            rel_ci_halfwidth=attrs.get("rel_ci_halfwidth"),
+        )
+
+    def estimate_bytes(self, params: Mapping[str, Value]) -> int | None:
+        """autotune's memory estimate for `params` (what the search would skip on)."""
+        estimate = self.trainer._estimate_memory(dict(params))
+        return None if estimate is None else int(estimate.total_bytes)
+
+    def close(self) -> None:
+        self._heap.close()
+        shutil.rmtree(self._scratch, ignore_errors=True)
+
+    def __enter__(self) -> Bench:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+        shutil.rmtree(self._scratch, ignore_errors=True)
+
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on."""
+    import optuna
+    import transformers
+
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+        ).stdout.strip()
+    except OSError:
+        commit = ""
+    return {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": cpu,
+        "cores": torch.get_num_threads(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "optuna": optuna.__version__,
+        "commit": commit,
+    }

@@ -1,0 +1,140 @@
+"""How far one measurement can be trusted (item 4).
+
+- Repeats: a few configurations measured 10 times each, interleaved (A B C A B C ...), with the
+  search's adaptive window and with a fixed 5-step window: coefficient of variation of tokens/s
+  and of peak memory.
+- Repeated searches: the same search run 10 times from scratch over a small space that every
+  search measures completely, so only measurement noise can change its answer; how often each
+  configuration wins, with the finalists' interleaved re-measurement and by the single window each
+  trial got (what a search without re-measurement would have answered).
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from grid import SPACE, config_key  # noqa: E402
+from harness import Bench  # noqa: E402
+
+from autotune.config import MeasureSettings, RunConfig  # noqa: E402
+from autotune.driver import search  # noqa: E402
+from autotune.progress import describe_params  # noqa: E402
+from autotune.store import ranked_trials  # noqa: E402
+
+STABILITY_SPACE = str(HERE / "stability.yaml")
+FIXED_WINDOW = MeasureSettings(min_steps=5, max_steps=5)
+
+
+def cv(values: list[float]) -> float | None:
+    """Coefficient of variation (sample standard deviation over mean)."""
+    if len(values) < 2:
+        return None
+    return statistics.stdev(values) / statistics.fmean(values)
+
+
+def repeats(model: str, configs: dict[str, dict[str, Any]], rounds: int) -> dict[str, Any]:
+    """Measure each configuration `rounds` times, interleaved, with the adaptive and a fixed window."""
+    out: dict[str, Any] = {}
+    for window, settings in (("adaptive", MeasureSettings()), ("fixed_5_steps", FIXED_WINDOW)):
+        with Bench(model, SPACE, measure=settings) as bench:
+            tokens: dict[str, list[float]] = {name: [] for name in configs}
+            peaks: dict[str, list[float]] = {name: [] for name in configs}
+            growth: dict[str, list[float]] = {name: [] for name in configs}
+            steps: dict[str, list[float]] = {name: [] for name in configs}
+            for _ in range(rounds):
+                for name, params in configs.items():
+                    measured = bench.measure(params, verbatim=True)
+                    if measured.tokens_per_s is None:
+                        continue
+                    tokens[name].append(measured.tokens_per_s)
+                    steps[name].append(measured.window_s)
+                    if measured.peak_memory_bytes:
+                        peaks[name].append(measured.peak_memory_bytes)
+                        if measured.rss_start_bytes:
+                            growth[name].append(measured.peak_memory_bytes - measured.rss_start_bytes)
+            out[window] = {
+                name: {
+                    "params": configs[name],
+                    "n": len(tokens[name]),
+                    "median_tokens_per_s": statistics.median(tokens[name]) if tokens[name] else None,
+                    "cv_tokens_per_s": cv(tokens[name]),
+                    "cv_peak_memory": cv(peaks[name]),
+                    "cv_trial_memory_growth": cv(growth[name]),
+                    "mean_window_s": statistics.fmean(steps[name]) if steps[name] else None,
+                }
+                for name in configs
+            }
+    return out
+
+
+def repeated_searches(model: str, searches: int, storage_dir: str | None = None) -> dict[str, Any]:
+    """Run the same complete search `searches` times; count the winners."""
+    winners: Counter[str] = Counter()
+    single_window: Counter[str] = Counter()
+    medians: dict[str, list[float]] = {}
+    names: dict[str, str] = {}
+    for index in range(searches):
+        with tempfile.TemporaryDirectory(prefix="autotune-bench-", dir=storage_dir) as scratch:
+            config = RunConfig(
+                model=model,
+                space=STABILITY_SPACE,
+                trials=_space_size(),
+                seed=index,
+                storage=f"sqlite:///{scratch}/stability.db",
+                measure_baseline=False,
+            )
+            result = search(config)
+            if result.best is None:
+                continue
+            key = config_key(_full(result.best.params))
+            names[key] = describe_params(result.best.params)
+            winners[key] += 1
+            first = ranked_trials(result.study)[0]  # the best single window
+            single_key = config_key(_full(first.params))
+            names[single_key] = describe_params(first.params)
+            single_window[single_key] += 1
+            for finalist in result.study.user_attrs.get("finalists", []):
+                trial = result.study.trials[finalist["number"]]
+                medians.setdefault(config_key(_full(trial.params)), []).append(finalist["median"])
+    ranked = sorted(medians, key=lambda k: -statistics.median(medians[k]))
+    gap = None
+    if len(ranked) >= 2:
+        gap = 1 - statistics.median(medians[ranked[1]]) / statistics.median(medians[ranked[0]])
+    return {
+        "searches": searches,
+        "winners": {names[k]: n for k, n in winners.most_common()},
+        "single_window_winners": {names[k]: n for k, n in single_window.most_common()},
+        "top": names.get(ranked[0]) if ranked else None,
+        "runner_up": names.get(ranked[1]) if len(ranked) > 1 else None,
+        "runner_up_slower_by": gap,
+        "same_winner": winners.most_common(1)[0][1] if winners else 0,
+        "same_single_window_winner": single_window.most_common(1)[0][1] if single_window else 0,
+    }
+
+
+def _space_size() -> int:
+    from autotune.space import load_space
+
+    return load_space(STABILITY_SPACE).grid_size()
+
+
+_DEFAULT_KNOBS = {
+    "per_device_train_batch_size": 8,
+    "precision": "fp32",
+    "optim": "adamw_torch",
+    "torch_compile": "off",
+    "attn_implementation": "sdpa",
+    "activation_checkpointing": False,
+}
+
+
+def _full(params: dict[str, Any]) -> dict[str, Any]:
+    return {**_DEFAULT_KNOBS, **params}

@@ -1,0 +1,201 @@
+"""How good the found configuration is, end to end, and what the search cost (items 2 and 3).
+
+For each CPU preset: a real search (not replayed) over the benchmark space with a fixed trial
+budget, timed phase by phase; then, in the same process and in interleaved rounds (A B C D A B C
+D ...), the configurations a user would otherwise train with:
+
+- ``defaults``: the Transformers defaults (`TrainingArguments()` with its batch size of 8);
+- ``auto_find_batch_size``: what `auto_find_batch_size=True` trains at, starting from a batch of
+  64: it halves the batch only on an out-of-memory error, so it is the largest power-of-two
+  fraction of 64 that runs (measured here: a configuration that fails halves it again);
+- ``grid_best``: the best configuration of the exhaustive grid (``benchmarks/data``), if measured;
+- ``autotune``: the search's winner.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from grid import SPACE, grid_path  # noqa: E402
+from harness import Bench  # noqa: E402
+from replay import load_table  # noqa: E402
+
+from autotune.config import RunConfig  # noqa: E402
+from autotune.driver import search  # noqa: E402
+from autotune.progress import Reporter, TrialSummary  # noqa: E402
+
+AUTO_FIND_START = 64
+
+
+class PhaseClock(Reporter):
+    """Times a search's phases from its events: baseline, trials (and their set-up, warm-up and
+    window), the gaps between trials (sampling, storage), finalist re-measurement."""
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self.marks: list[tuple[str, float]] = []
+        self.trials: list[dict[str, Any]] = []
+        self._trial_start: float | None = None
+
+    def _mark(self, name: str) -> None:
+        self.marks.append((name, time.perf_counter()))
+
+    def on_search_start(self, header: dict[str, Any]) -> None:
+        self._mark("search_start")
+
+    def on_note(self, text: str) -> None:
+        if text.startswith("measuring the baseline"):
+            self._mark("baseline_start")
+        elif text.startswith("baseline:") or text.startswith("the baseline failed"):
+            self._mark("baseline_end")
+        elif text.startswith("re-measuring"):
+            self._mark("finalists_start")
+
+    def on_trial_start(self, number: int, params: dict[str, Any]) -> None:
+        self._trial_start = time.perf_counter()
+
+    def on_trial_end(self, trial: TrialSummary) -> None:
+        if self._trial_start is None or trial.number < 0:
+            return
+        attrs = trial.attrs
+        self.trials.append(
+            {
+                "number": trial.number,
+                "wall_s": time.perf_counter() - self._trial_start,
+                "trained": bool(attrs.get("trained", True)),
+                "warmup_s": float(attrs.get("warmup_s") or 0.0),
+                "compile_s": float(attrs.get("warmup_excess_s") or 0.0),
+                "window_s": float(attrs.get("window_s") or 0.0),
+                "reason": trial.reason,
+            }
+        )
+        self._trial_start = None
+
+    def on_search_end(self, result: Any) -> None:
+        self._mark("search_end")
+
+    def breakdown(self) -> dict[str, float]:
+        """Seconds per phase; they add up to the search's wall time."""
+        at = dict(self.marks)
+        total = at["search_end"] - self.started
+        baseline = at.get("baseline_end", 0.0) - at.get("baseline_start", 0.0)
+        finalists = at["search_end"] - at["finalists_start"] if "finalists_start" in at else 0.0
+        trained = [t for t in self.trials if t["trained"]]
+        window = sum(t["window_s"] for t in trained)
+        compile_s = sum(t["compile_s"] for t in trained)
+        warmup = sum(t["warmup_s"] for t in trained) - compile_s
+        trial_wall = sum(t["wall_s"] for t in self.trials)
+        setup = sum(t["wall_s"] for t in trained) - window - compile_s - warmup
+        skipped = trial_wall - sum(t["wall_s"] for t in trained)
+        return {
+            "total_s": total,
+            "baseline_s": baseline,
+            "trials_window_s": window,
+            "trials_warmup_s": warmup,
+            "trials_compile_s": compile_s,
+            "trials_setup_s": setup,
+            "skipped_trials_s": skipped,
+            "finalists_s": finalists,
+            "between_trials_s": total - baseline - trial_wall - finalists,
+            "trained_trials": len(trained),
+            "skipped_trials": len(self.trials) - len(trained),
+        }
+
+
+def auto_find_batch_size(bench: Bench, defaults: dict[str, Any], start: int) -> tuple[dict[str, Any], int]:
+    """The batch `auto_find_batch_size` would train at from `start`: halve while it fails with an
+    out-of-memory error. Returns the configuration and how many halvings it took."""
+    batch, halvings = start, 0
+    while batch >= 1:
+        params = {**defaults, "per_device_train_batch_size": batch}
+        measured = bench.measure(params, verbatim=True)
+        if measured.reason != "oom":
+            return params, halvings
+        batch, halvings = batch // 2, halvings + 1
+    raise RuntimeError("no batch size fits")
+
+
+def run(model: str, trials: int, rounds: int, storage_dir: str | None = None) -> dict[str, Any]:
+    """Search `model` with `trials` trials, then compare the contenders over `rounds` rounds."""
+    with tempfile.TemporaryDirectory(prefix="autotune-bench-", dir=storage_dir) as scratch:
+        clock = PhaseClock()
+        result = search(
+            RunConfig(model=model, space=SPACE, trials=trials, storage=f"sqlite:///{scratch}/bench.db"),
+            reporter=clock,
+        )
+        cost = clock.breakdown()
+        if result.best is None:
+            raise RuntimeError(f"{model}: the search found no feasible configuration")
+        winner = dict(result.best.params)
+        best_trial_index = _trials_to_best(result)
+        with Bench(model, SPACE) as bench:
+            defaults = bench.baseline()
+            auto_params, halvings = auto_find_batch_size(bench, defaults, AUTO_FIND_START)
+            contenders: dict[str, tuple[dict[str, Any], bool]] = {
+                "defaults": (defaults, True),
+                "auto_find_batch_size": (auto_params, True),
+                "autotune": (winner, False),
+            }
+            if grid_path(model).exists():
+                table = load_table(model)
+                best_key = max(
+                    (k for k in table.configs if table.feasible(k, None)),
+                    key=lambda k: table.configs[k].true_tokens_per_s or 0.0,
+                )
+                contenders["grid_best"] = (table.configs[best_key].params, False)
+            samples: dict[str, list[float]] = {name: [] for name in contenders}
+            peaks: dict[str, list[int]] = {name: [] for name in contenders}
+            for _ in range(rounds):
+                for name, (params, verbatim) in contenders.items():
+                    measured = bench.measure(params, verbatim=verbatim)
+                    if measured.tokens_per_s is not None:
+                        samples[name].append(measured.tokens_per_s)
+                    if measured.peak_memory_bytes and measured.rss_start_bytes:
+                        peaks[name].append(measured.peak_memory_bytes - measured.rss_start_bytes)
+    rows = {}
+    reference = statistics.median(samples["defaults"])
+    for name, (params, _) in contenders.items():
+        values = samples[name]
+        rows[name] = {
+            "params": params,
+            "median_tokens_per_s": statistics.median(values) if values else None,
+            "min_tokens_per_s": min(values) if values else None,
+            "max_tokens_per_s": max(values) if values else None,
+            "samples": values,
+            "over_defaults": statistics.median(values) / reference if values else None,
+            "trial_memory_growth_bytes": statistics.median(peaks[name]) if peaks[name] else None,
+        }
+    return {
+        "model": model,
+        "trials": trials,
+        "rounds": rounds,
+        "auto_find_halvings": halvings,
+        "search_wall_s": cost["total_s"],
+        "trials_to_best": best_trial_index,
+        "verdict": result.verdict,
+        "speedup_reported": result.speedup_over_baseline,
+        "cost": cost,
+        "trial_times": clock.trials,
+        "contenders": rows,
+    }
+
+
+def _trials_to_best(result: Any) -> int | None:
+    """How many trained trials the search ran until it first measured its winner."""
+    if result.best is None:
+        return None
+    trained = 0
+    for trial in sorted(result.trials, key=lambda t: t.number):
+        if trial.attrs.get("trained", True):
+            trained += 1
+        if trial.number == result.best.number:
+            return trained
+    return None

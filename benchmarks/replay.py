@@ -1,0 +1,398 @@
+"""Search cost on a replayed grid (item 1 of the benchmark issue).
+
+Every configuration of the benchmark space was measured (`grid.py`, repeated). Search strategies
+are replayed against that table without training: a trial "measures" a configuration by drawing
+one of its measured repeats (so strategies see the real noise), and a configuration whose measured
+peak is over the cap, or that failed, is infeasible. Judged on the table's mean of each
+configuration ("true" throughput), per strategy and over many seeds:
+
+- trials until the best configuration found so far is within 3% of the grid optimum;
+- regret (how far the best found is below the optimum) after 10, 20 and 40 trials.
+
+Strategies: random search (optuna's `RandomSampler`, repeats allowed), the grid in product order,
+optuna's default `TPESampler` (an infeasible configuration is a failed trial), and autotune's own
+search: the driver's loop (`_search_until_budget`) over optuna studies whose trials go through
+autotune's pre-checks (duplicates reuse the stored result, a configuration needing at least the
+memory of one that did not fit is predicted out of memory, a memory estimate clearly over the cap
+is skipped) and carry autotune's constraints. Only trials that trained count as trials.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import random
+import statistics
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from grid import KNOBS, SPACE, config_key, grid_path  # noqa: E402
+
+from autotune.config import RunConfig  # noqa: E402
+from autotune.driver import Plan, _search_until_budget  # noqa: E402
+from autotune.estimate import clearly_over  # noqa: E402
+from autotune.feasibility import (  # noqa: E402
+    constraint_values,
+    find_dominating_oom,
+    find_duplicate,
+    memory_violation,
+)
+from autotune.progress import Reporter  # noqa: E402
+from autotune.space import SearchSpace, load_space  # noqa: E402
+from autotune.store import FINISHED, as_past  # noqa: E402
+
+STRATEGIES = ("random", "grid", "tpe", "autotune")
+WITHIN = 0.03
+REGRET_AT = (10, 20, 40)
+MAX_TRIALS = 128  # trained trials per replay; a strategy that has not got within 3% by then is censored
+
+
+@dataclass
+class Config:
+    """One configuration of the grid, as the replay sees it."""
+
+    key: str
+    params: dict[str, Any]
+    samples: list[float]  # measured tokens/s of each repeat (empty: it failed)
+    memory_bytes: int | None  # peak, corrected to a fresh process (see `load_table`)
+    estimate_bytes: int | None
+    reason: str | None  # why it failed, when it did
+
+    @property
+    def true_tokens_per_s(self) -> float | None:
+        """The configuration's throughput: the median of its repeats (one disturbed pass does not
+        move it)."""
+        return statistics.median(self.samples) if self.samples else None
+
+
+@dataclass
+class Table:
+    """A workload's measured grid."""
+
+    model: str
+    configs: dict[str, Config]
+    process_baseline_bytes: int
+
+    def feasible(self, key: str, cap: int | None) -> bool:
+        config = self.configs[key]
+        if config.reason or not config.samples:
+            return False
+        return cap is None or (config.memory_bytes or 0) <= cap
+
+    def optimum(self, cap: int | None) -> float:
+        return max(c.true_tokens_per_s or 0.0 for k, c in self.configs.items() if self.feasible(k, cap))
+
+    def cap_excluding(self, share: float) -> int:
+        """The cap (one of the measured peaks) that puts the share of configurations that ran over it
+        closest to `share`."""
+        peaks = [c.memory_bytes for c in self.configs.values() if c.memory_bytes is not None]
+        target = share * len(peaks)
+        return min(sorted(set(peaks)), key=lambda cap: abs(sum(p > cap for p in peaks) - target))
+
+
+def _number(text: str) -> float | None:
+    return float(text) if text not in ("", "None") else None
+
+
+def load_table(model: str, path: Path | None = None) -> Table:
+    """Read ``grid-<model>.csv``.
+
+    On CPU the peak is the process's RSS high-water mark, and a process's resident set grows as
+    compiled kernels accumulate over the grid's trials; each row therefore also holds the RSS when
+    its trial began. A configuration's memory is its growth over that start (median over repeats)
+    plus the RSS of the process at its first trial: what it would peak at in a fresh search
+    process. The memory estimate is corrected the same way.
+    """
+    rows = list(csv.DictReader((path or grid_path(model)).open(newline="")))
+    if not rows:
+        raise SystemExit(f"{path or grid_path(model)} is empty: run `make bench-grid`")
+    starts = [int(float(r["rss_start_bytes"])) for r in rows if _number(r["rss_start_bytes"])]
+    baseline = min(starts)
+    by_key: dict[str, list[dict[str, str]]] = {}
+    for row in rows:
+        by_key.setdefault(row["config"], []).append(row)
+    configs = {}
+    for key, measured in by_key.items():
+        ran = [r for r in measured if not r["reason"]]
+        growth = [
+            float(r["peak_memory_bytes"]) - float(r["rss_start_bytes"])
+            for r in ran
+            if _number(r["peak_memory_bytes"]) and _number(r["rss_start_bytes"])
+        ]
+        estimates = [
+            float(r["estimate_bytes"]) - float(r["estimate_baseline_bytes"])
+            for r in measured
+            if _number(r["estimate_bytes"]) and _number(r["estimate_baseline_bytes"])
+        ]
+        params = {k: _parse(k, measured[0][k]) for k in KNOBS}
+        configs[key] = Config(
+            key=key,
+            params=params,
+            samples=[float(r["tokens_per_s"]) for r in ran],
+            memory_bytes=int(baseline + statistics.median(growth)) if growth else None,
+            estimate_bytes=int(baseline + statistics.median(estimates)) if estimates else None,
+            reason=None if ran else (measured[0]["reason"] or "error"),
+        )
+    return Table(model, configs, baseline)
+
+
+def _parse(knob: str, text: str) -> Any:
+    if knob == "per_device_train_batch_size":
+        return int(text)
+    if knob == "activation_checkpointing":
+        return text == "True"
+    return text
+
+
+# -- the strategies -----------------------------------------------------------------------------
+
+
+@dataclass
+class Replay:
+    """What one strategy did with one seed: the trained trials in order, and what it cost."""
+
+    observed: list[tuple[str, float | None]] = field(default_factory=list)  # (config, tokens/s)
+    proposals: int = 0  # every configuration the strategy looked at, trained or not
+
+
+class Evaluator:
+    """Measures configurations from the table, with a repeat drawn at random each time."""
+
+    def __init__(self, table: Table, cap: int | None, seed: int) -> None:
+        self.table, self.cap = table, cap
+        self.rng = random.Random(seed)
+        self.replay = Replay()
+
+    def measure(self, params: Mapping[str, Any]) -> tuple[float | None, int | None, str | None]:
+        """One training trial: (tokens/s or None, memory, failure reason)."""
+        config = self.table.configs[config_key(dict(params))]
+        if config.reason or not config.samples:
+            self.replay.observed.append((config.key, None))
+            return None, None, config.reason or "error"
+        value = self.rng.choice(config.samples)
+        feasible = self.cap is None or (config.memory_bytes or 0) <= self.cap
+        self.replay.observed.append((config.key, value if feasible else None))
+        return value, config.memory_bytes, None
+
+
+def _quiet_study(sampler: optuna.samplers.BaseSampler) -> optuna.Study:
+    return optuna.create_study(direction="maximize", sampler=sampler)
+
+
+def replay_random(space: SearchSpace, evaluator: Evaluator, seed: int, budget: int) -> Replay:
+    study = _quiet_study(optuna.samplers.RandomSampler(seed=seed))
+    _plain_optimize(study, space, evaluator, budget)
+    return evaluator.replay
+
+
+def replay_tpe(space: SearchSpace, evaluator: Evaluator, seed: int, budget: int) -> Replay:
+    study = _quiet_study(optuna.samplers.TPESampler(seed=seed))
+    _plain_optimize(study, space, evaluator, budget)
+    return evaluator.replay
+
+
+def _plain_optimize(study: optuna.Study, space: SearchSpace, evaluator: Evaluator, budget: int) -> None:
+    """What a user does with optuna alone: every proposal trains; one that fails (out of memory,
+    over the cap) is a failed trial."""
+
+    def objective(trial: optuna.Trial) -> float:
+        evaluator.replay.proposals += 1
+        value, memory, reason = evaluator.measure(space.suggest(trial))
+        if value is None or memory_violation(memory, evaluator.cap) > 0:
+            raise optuna.TrialPruned(reason or "over the memory cap")
+        return value
+
+    study.optimize(objective, n_trials=budget)
+
+
+def replay_grid(space: SearchSpace, evaluator: Evaluator, seed: int, budget: int) -> Replay:
+    for params in space.grid()[:budget]:
+        evaluator.replay.proposals += 1
+        evaluator.measure(params)
+    return evaluator.replay
+
+
+class _TableTrainer:
+    """Stands in for `AutotuneTrainer` under the driver's loop: the same pre-checks, constraints and
+    trial accounting, with measurements drawn from the table instead of trained."""
+
+    def __init__(self, space: SearchSpace, evaluator: Evaluator) -> None:
+        self.space, self.evaluator = space, evaluator
+
+    def hyperparameter_search(self, **kwargs: Any) -> None:
+        study = optuna.create_study(
+            storage=kwargs["storage"],
+            study_name=kwargs["study_name"],
+            load_if_exists=True,
+            sampler=kwargs["sampler"],
+            direction="maximize",
+        )
+        study.optimize(self._objective, n_trials=kwargs["n_trials"])
+
+    def _objective(self, trial: optuna.Trial) -> float:
+        evaluator = self.evaluator
+        evaluator.replay.proposals += 1
+        values = self.space.suggest(trial)
+        finished = [t for t in trial.study.get_trials(deepcopy=False, states=FINISHED)]
+        past = [as_past(t) for t in finished]
+        duplicate = find_duplicate(trial.params, past)
+        if duplicate is not None:
+            source = next(t for t in finished if t.number == duplicate.number)
+            for name, value in source.constraints.items():
+                trial.set_constraint(name, value)
+            trial.set_user_attr("trained", False)
+            trial.set_user_attr("reason", "duplicate")
+            if source.state == optuna.trial.TrialState.COMPLETE and source.value is not None:
+                return source.value
+            raise optuna.TrialPruned("duplicate")
+        skip = None
+        if find_dominating_oom(trial.params, past) is not None:
+            skip = "oom_predicted"
+        else:
+            estimate = evaluator.table.configs[config_key(values)].estimate_bytes
+            if evaluator.cap is not None and estimate is not None and clearly_over(estimate, evaluator.cap):
+                skip = "over_estimate"
+        if skip is not None:
+            self._finish(trial, skip, None)
+            trial.set_user_attr("trained", False)
+            raise optuna.TrialPruned(skip)
+        value, memory, reason = evaluator.measure(values)
+        over = memory_violation(memory, evaluator.cap) > 0
+        self._finish(trial, reason or ("over_memory_cap" if over else None), memory)
+        if value is None or over:
+            raise optuna.TrialPruned(reason or "over_memory_cap")
+        return value
+
+    def _finish(self, trial: optuna.Trial, reason: str | None, memory: int | None) -> None:
+        for name, value in constraint_values(reason, memory, self.evaluator.cap).items():
+            trial.set_constraint(name, value)
+        if reason is not None:
+            trial.set_user_attr("reason", reason)
+
+
+def replay_autotune(space: SearchSpace, evaluator: Evaluator, seed: int, budget: int) -> Replay:
+    config = RunConfig(space=SPACE, trials=budget, seed=seed, memory_cap=None)
+    plan = Plan(
+        config=config,
+        space=space,
+        workload=None,  # type: ignore[arg-type]  # the loop never builds a model
+        hardware=None,  # type: ignore[arg-type]
+        model=None,  # type: ignore[arg-type]
+        base_args={},
+        study_name="replay",
+        storage=optuna.storages.InMemoryStorage(),
+        cap_bytes=evaluator.cap,
+    )
+    study = optuna.create_study(storage=plan.storage, study_name=plan.study_name, direction="maximize")
+    _search_until_budget(_TableTrainer(space, evaluator), plan, study, budget, Reporter())
+    return evaluator.replay
+
+
+REPLAYS: dict[str, Callable[[SearchSpace, Evaluator, int, int], Replay]] = {
+    "random": replay_random,
+    "grid": replay_grid,
+    "tpe": replay_tpe,
+    "autotune": replay_autotune,
+}
+
+
+# -- scoring --------------------------------------------------------------------------------------
+
+
+def best_so_far(table: Table, cap: int | None, observed: Iterable[tuple[str, float | None]]) -> list[float]:
+    """After each trial, the true throughput of the configuration the strategy would pick (its best
+    observed feasible one); 0 while none is feasible."""
+    curve, best_key, best_seen = [], None, -math.inf
+    for key, value in observed:
+        if value is not None and table.feasible(key, cap) and value > best_seen:
+            best_key, best_seen = key, value
+        curve.append(table.configs[best_key].true_tokens_per_s or 0.0 if best_key else 0.0)
+    return curve
+
+
+def score(table: Table, cap: int | None, replay: Replay) -> dict[str, Any]:
+    optimum = table.optimum(cap)
+    curve = best_so_far(table, cap, replay.observed)
+    within = next((i + 1 for i, v in enumerate(curve) if v >= (1 - WITHIN) * optimum), None)
+    regret = {}
+    for n in REGRET_AT:
+        reached = curve[min(n, len(curve)) - 1] if curve else 0.0
+        regret[n] = (optimum - reached) / optimum
+    return {"trials_to_within": within, "regret": regret, "trials": len(curve), "proposals": replay.proposals}
+
+
+def _one(args: tuple[str, str, int | None, int]) -> tuple[str, str, int | None, int, dict[str, Any]]:
+    model, strategy, cap, seed = args
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    table = load_table(model)
+    space = load_space(SPACE).for_hardware(1, "replay")
+    evaluator = Evaluator(table, cap, seed)
+    replay = REPLAYS[strategy](space, evaluator, seed, MAX_TRIALS)
+    return model, strategy, cap, seed, score(table, cap, replay)
+
+
+def run(models: Iterable[str], seeds: int = 30, workers: int = 2) -> dict[str, Any]:
+    """Replay every strategy for every model and cap (none, and one with a third of the grid over
+    it) over `seeds` seeds; return the summary."""
+    jobs, caps = [], {}
+    for model in models:
+        table = load_table(model)
+        caps[model] = {"none": None, "third": table.cap_excluding(1 / 3)}
+        for cap in caps[model].values():
+            for strategy in STRATEGIES:
+                jobs.extend((model, strategy, cap, seed) for seed in range(seeds))
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        results = list(pool.map(_one, jobs, chunksize=4))
+    summary: dict[str, Any] = {"seeds": seeds, "max_trials": MAX_TRIALS, "within": WITHIN, "workloads": {}}
+    for model in models:
+        table = load_table(model)
+        ran = [c for c in table.configs.values() if not c.reason]
+        for cap_name, cap in caps[model].items():
+            rows = {}
+            for strategy in STRATEGIES:
+                scores = [r[4] for r in results if r[0] == model and r[1] == strategy and r[2] == cap]
+                rows[strategy] = _aggregate(scores)
+            summary["workloads"].setdefault(model, {"configs": len(table.configs), "ran": len(ran)})[
+                cap_name
+            ] = {
+                "cap_bytes": cap,
+                "infeasible": sum(1 for k in table.configs if not table.feasible(k, cap)),
+                "optimum_tokens_per_s": table.optimum(cap),
+                "optimum_config": max(
+                    (k for k in table.configs if table.feasible(k, cap)),
+                    key=lambda k: table.configs[k].true_tokens_per_s or 0.0,
+                ),
+                "strategies": rows,
+            }
+    return summary
+
+
+def _aggregate(scores: list[dict[str, Any]]) -> dict[str, Any]:
+    reached = [s["trials_to_within"] for s in scores]
+    censored = [MAX_TRIALS + 1 if r is None else r for r in reached]
+    return {
+        "median_trials_to_within": _quantile(censored, 0.5),
+        "p90_trials_to_within": _quantile(censored, 0.9),
+        "never_within": sum(r is None for r in reached),
+        "mean_regret": {n: statistics.fmean(s["regret"][n] for s in scores) for n in REGRET_AT},
+        "median_regret": {n: statistics.median(s["regret"][n] for s in scores) for n in REGRET_AT},
+        "mean_proposals_per_trial": statistics.fmean(s["proposals"] / max(1, s["trials"]) for s in scores),
+    }
+
+
+def _quantile(values: list[int], q: float) -> float:
+    """The q-quantile by linear interpolation (`statistics.quantiles`' inclusive method)."""
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
