@@ -102,8 +102,12 @@ def repeated_searches(model: str, searches: int, storage_dir: str | None = None)
             names[single_key] = describe_params(first.params)
             single_window[single_key] += 1
             for finalist in result.study.user_attrs.get("finalists", []):
+                if finalist["number"] < 0:  # the baseline
+                    continue
                 trial = result.study.trials[finalist["number"]]
-                medians.setdefault(config_key(_full(trial.params)), []).append(finalist["median"])
+                finalist_key = config_key(_full(trial.params))
+                names[finalist_key] = describe_params(trial.params)
+                medians.setdefault(finalist_key, []).append(finalist["median"])
     ranked = sorted(medians, key=lambda k: -statistics.median(medians[k]))
     gap = None
     if len(ranked) >= 2:

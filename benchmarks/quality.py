@@ -123,12 +123,15 @@ def auto_find_batch_size(bench: Bench, defaults: dict[str, Any], start: int) -> 
     raise RuntimeError("no batch size fits")
 
 
-def run(model: str, trials: int, rounds: int, storage_dir: str | None = None) -> dict[str, Any]:
-    """Search `model` with `trials` trials, then compare the contenders over `rounds` rounds."""
+def run(
+    model: str, trials: int, rounds: int, space: str = SPACE, storage_dir: str | None = None
+) -> dict[str, Any]:
+    """Search `model` over `space` with `trials` trials, then compare the contenders over `rounds`
+    interleaved rounds."""
     with tempfile.TemporaryDirectory(prefix="autotune-bench-", dir=storage_dir) as scratch:
         clock = PhaseClock()
         result = search(
-            RunConfig(model=model, space=SPACE, trials=trials, storage=f"sqlite:///{scratch}/bench.db"),
+            RunConfig(model=model, space=space, trials=trials, storage=f"sqlite:///{scratch}/bench.db"),
             reporter=clock,
         )
         cost = clock.breakdown()
@@ -136,7 +139,7 @@ def run(model: str, trials: int, rounds: int, storage_dir: str | None = None) ->
             raise RuntimeError(f"{model}: the search found no feasible configuration")
         winner = dict(result.best.params)
         best_trial_index = _trials_to_best(result)
-        with Bench(model, SPACE) as bench:
+        with Bench(model, space) as bench:
             defaults = bench.baseline()
             auto_params, halvings = auto_find_batch_size(bench, defaults, AUTO_FIND_START)
             contenders: dict[str, tuple[dict[str, Any], bool]] = {
@@ -144,7 +147,7 @@ def run(model: str, trials: int, rounds: int, storage_dir: str | None = None) ->
                 "auto_find_batch_size": (auto_params, True),
                 "autotune": (winner, False),
             }
-            if grid_path(model).exists():
+            if space == SPACE and grid_path(model).exists():
                 table = load_table(model)
                 best_key = max(
                     (k for k in table.configs if table.feasible(k, None)),
@@ -152,14 +155,17 @@ def run(model: str, trials: int, rounds: int, storage_dir: str | None = None) ->
                 )
                 contenders["grid_best"] = (table.configs[best_key].params, False)
             samples: dict[str, list[float]] = {name: [] for name in contenders}
+            growth: dict[str, list[int]] = {name: [] for name in contenders}
             peaks: dict[str, list[int]] = {name: [] for name in contenders}
             for _ in range(rounds):
                 for name, (params, verbatim) in contenders.items():
                     measured = bench.measure(params, verbatim=verbatim)
                     if measured.tokens_per_s is not None:
                         samples[name].append(measured.tokens_per_s)
-                    if measured.peak_memory_bytes and measured.rss_start_bytes:
-                        peaks[name].append(measured.peak_memory_bytes - measured.rss_start_bytes)
+                    if measured.peak_memory_bytes:
+                        peaks[name].append(measured.peak_memory_bytes)
+                        if measured.rss_start_bytes:
+                            growth[name].append(measured.peak_memory_bytes - measured.rss_start_bytes)
     rows = {}
     reference = statistics.median(samples["defaults"])
     for name, (params, _) in contenders.items():
@@ -171,7 +177,8 @@ def run(model: str, trials: int, rounds: int, storage_dir: str | None = None) ->
             "max_tokens_per_s": max(values) if values else None,
             "samples": values,
             "over_defaults": statistics.median(values) / reference if values else None,
-            "trial_memory_growth_bytes": statistics.median(peaks[name]) if peaks[name] else None,
+            "peak_memory_bytes": statistics.median(peaks[name]) if peaks[name] else None,
+            "trial_memory_growth_bytes": statistics.median(growth[name]) if growth[name] else None,
         }
     return {
         "model": model,

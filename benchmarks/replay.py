@@ -19,6 +19,7 @@ is skipped) and carry autotune's constraints. Only trials that trained count as 
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
 import random
@@ -164,24 +165,45 @@ class Replay:
     proposals: int = 0  # every configuration the strategy looked at, trained or not
 
 
-class Evaluator:
-    """Measures configurations from the table, with a repeat drawn at random each time."""
+class Enough(Exception):
+    """The replay has seen all its score needs: later trials change none of the figures."""
 
-    def __init__(self, table: Table, cap: int | None, seed: int) -> None:
+
+class Evaluator:
+    """Measures configurations from the table, with a repeat drawn at random each time.
+
+    Args:
+        stop_early: end the replay (raise `Enough`) once the pick is within 3% of the optimum and
+            the last regret budget is reached.
+    """
+
+    def __init__(self, table: Table, cap: int | None, seed: int, stop_early: bool = False) -> None:
         self.table, self.cap = table, cap
         self.rng = random.Random(seed)
         self.replay = Replay()
+        self.stop_early = stop_early
+        self._target = (1 - WITHIN) * table.optimum(cap)
+        self._best_seen = -math.inf
+        self._within = False
 
     def measure(self, params: Mapping[str, Any]) -> tuple[float | None, int | None, str | None]:
         """One training trial: (tokens/s or None, memory, failure reason)."""
         config = self.table.configs[config_key(dict(params))]
         if config.reason or not config.samples:
-            self.replay.observed.append((config.key, None))
+            self._record(config.key, None)
             return None, None, config.reason or "error"
         value = self.rng.choice(config.samples)
         feasible = self.cap is None or (config.memory_bytes or 0) <= self.cap
-        self.replay.observed.append((config.key, value if feasible else None))
+        self._record(config.key, value if feasible else None)
         return value, config.memory_bytes, None
+
+    def _record(self, key: str, value: float | None) -> None:
+        self.replay.observed.append((key, value))
+        if value is not None and value > self._best_seen:
+            self._best_seen = value
+            self._within = (self.table.configs[key].true_tokens_per_s or 0.0) >= self._target
+        if self.stop_early and self._within and len(self.replay.observed) >= max(REGRET_AT):
+            raise Enough
 
 
 def _quiet_study(sampler: optuna.samplers.BaseSampler) -> optuna.Study:
@@ -335,9 +357,10 @@ def _one(args: tuple[str, str, int | None, int]) -> tuple[str, str, int | None, 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     table = load_table(model)
     space = load_space(SPACE).for_hardware(1, "replay")
-    evaluator = Evaluator(table, cap, seed)
-    replay = REPLAYS[strategy](space, evaluator, seed, MAX_TRIALS)
-    return model, strategy, cap, seed, score(table, cap, replay)
+    evaluator = Evaluator(table, cap, seed, stop_early=True)
+    with contextlib.suppress(Enough):
+        REPLAYS[strategy](space, evaluator, seed, MAX_TRIALS)
+    return model, strategy, cap, seed, score(table, cap, evaluator.replay)
 
 
 def run(models: Iterable[str], seeds: int = 30, workers: int = 2) -> dict[str, Any]:

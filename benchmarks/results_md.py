@@ -85,7 +85,7 @@ def _replay(data: dict[str, Any] | None, claims: list[str]) -> str:
         f"is then replayed {data['seeds']} times (seeds) against the table: a trial draws one of the "
         f"configuration's measured repeats, so strategies see real noise; a configuration whose peak is "
         f"over the cap, or that failed, is infeasible. The pick after n trials is the best *observed* "
-        f"feasible configuration, scored by its mean over the repeats; regret is how far that is below "
+        f"feasible configuration, scored by its median over the repeats; regret is how far that is below "
         f"the grid's optimum. Only trials that trained count: autotune's skipped (predicted out of "
         f"memory, estimate over the cap) and reused (duplicate) proposals cost no training and are "
         f"not trials. Strategies that never got within 3% in {cap} trials count as {cap + 1} "

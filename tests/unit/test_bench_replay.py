@@ -185,3 +185,16 @@ def test_autotune_beats_random_on_a_structured_table(table: replay.Table) -> Non
         return sum(results) / len(results)
 
     assert mean_trials("autotune") < mean_trials("random")
+
+
+def test_stopping_early_changes_no_figure(table: replay.Table) -> None:
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    for strategy in ("random", "autotune"):
+        full = replay.Evaluator(table, None, seed=2)
+        replay.REPLAYS[strategy](_space(), full, 2, 128)
+        early = replay.Evaluator(table, None, seed=2, stop_early=True)
+        with pytest.raises(replay.Enough):
+            replay.REPLAYS[strategy](_space(), early, 2, 128)
+        assert len(early.replay.observed) < len(full.replay.observed)
+        a, b = replay.score(table, None, full.replay), replay.score(table, None, early.replay)
+        assert a["trials_to_within"] == b["trials_to_within"] and a["regret"] == b["regret"]
