@@ -10,7 +10,7 @@ configuration ("true" throughput), per strategy and over many seeds:
 - regret (how far the best found is below the optimum) after 10, 20 and 40 trials.
 
 Strategies: random search (optuna's `RandomSampler`, repeats allowed), the grid in product order,
-optuna's default `TPESampler` (an infeasible configuration is a failed trial), and autotune's own
+optuna's default `TPESampler` (an infeasible configuration is a pruned trial), and autotune's own
 search: the driver's loop (`_search_until_budget`) over optuna studies whose trials go through
 autotune's pre-checks (duplicates reuse the stored result, a configuration needing at least the
 memory of one that did not fit is predicted out of memory, a memory estimate clearly over the cap
@@ -224,7 +224,7 @@ def replay_tpe(space: SearchSpace, evaluator: Evaluator, seed: int, budget: int)
 
 def _plain_optimize(study: optuna.Study, space: SearchSpace, evaluator: Evaluator, budget: int) -> None:
     """What a user does with optuna alone: every proposal trains; one that fails (out of memory,
-    over the cap) is a failed trial."""
+    over the cap) is a pruned trial."""
 
     def objective(trial: optuna.Trial) -> float:
         evaluator.replay.proposals += 1

@@ -59,6 +59,14 @@ def write_results(results: Path, out: Path) -> Path:
     gpu = results.parent / "GPU.md"
     if gpu.exists():
         parts.append(gpu.read_text())
+    else:
+        parts.append(
+            "## GPU\n\nNot measured yet: no GPU was available where these benchmarks ran. On a CUDA "
+            "machine, `python benchmarks/gpu.py` runs item 2 with `gpt2-124m` (sequence length 1024) "
+            "and `llama-1b` (defaults against autotune's pick: tokens/s, MFU, peak memory, trials and "
+            "wall time to the best) and writes `benchmarks/GPU.md`, which the next `make bench` "
+            "includes here.\n"
+        )
     out.write_text("\n".join(parts).rstrip() + "\n")
     return out
 
@@ -89,7 +97,7 @@ def _replay(data: dict[str, Any] | None, claims: list[str]) -> str:
         f"the grid's optimum. Only trials that trained count: autotune's skipped (predicted out of "
         f"memory, estimate over the cap) and reused (duplicate) proposals cost no training and are "
         f"not trials. Strategies that never got within 3% in {cap} trials count as {cap + 1} "
-        f'(">{cap}").\n',
+        f'(">{cap}"). How the cached grids were measured: `benchmarks/data/NOTES.md`.\n',
     ]
     for model, workload in data["workloads"].items():
         for cap_name in ("none", "third"):
