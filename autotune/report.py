@@ -166,6 +166,10 @@ def _rate(x: float | None) -> str:
     return format_rate(x)
 
 
+def _share(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
 def _state_text(t: TrialSummary) -> str:
     if _is_duplicate(t):
         return f"reused #{t.attrs['duplicate_of']}"
@@ -442,8 +446,12 @@ def _header(study: optuna.Study, data: ReportData) -> str:
 
 def _table(data: ReportData, winner: int | None) -> str:
     knob_names = list(dict.fromkeys(k for t in data.trials for k in t.params))
-    head = ["#", *(short_name(k) for k in knob_names), "tok/s", "±", "peak memory", "estimate", "state"]
-    titles = ["trial number", *knob_names, "", "95% confidence half-width", "", "", ""]
+    # MFU is known only on devices with a known peak (never guessed): the column appears with it.
+    with_mfu = any(t.attrs.get("mfu") is not None for t in data.trials)
+    head = ["#", *(short_name(k) for k in knob_names), "tok/s", "±", *(["MFU"] if with_mfu else [])]
+    head += ["peak memory", "estimate", "state"]
+    titles = ["trial number", *knob_names, "", "95% confidence half-width"]
+    titles += [*(["model FLOPs utilisation"] if with_mfu else []), "", "", ""]
     header = "".join(
         f"<th title='{html.escape(ti)}'>{html.escape(h)}</th>" for h, ti in zip(head, titles, strict=True)
     )
@@ -469,6 +477,7 @@ def _table(data: ReportData, winner: int | None) -> str:
             *(("", format_value(t.params.get(k, "-"))) for k in knob_names),
             ("num", _rate(t.tokens_per_s)),
             ("num", ci),
+            *([("num", _share(t.attrs.get("mfu")))] if with_mfu else []),
             ("num", _bytes(t.peak_memory_bytes)),
             ("num", _bytes(t.attrs.get("memory_estimate_bytes"))),
             ("state", _state_text(t)),

@@ -52,7 +52,11 @@ from autotune.space import SearchSpace, load_space  # noqa: E402
 from autotune.store import FINISHED, as_past  # noqa: E402
 
 STRATEGIES = ("random", "grid", "tpe", "autotune")
+# autotune's answer is its finalists' winner: the best three re-measured in interleaved rounds.
+ANSWERS = ("random", "grid", "tpe", "autotune", "autotune+finalists")
 WITHIN = 0.03
+WITHIN_LOOSE = 0.10  # also reported: on CPU one window varies by more than 3%
+FINALISTS, FINALIST_ROUNDS = 3, 3
 REGRET_AT = (10, 20, 40)
 MAX_TRIALS = 128  # trained trials per replay; a strategy that has not got within 3% by then is censored
 
@@ -182,9 +186,7 @@ class Evaluator:
         self.rng = random.Random(seed)
         self.replay = Replay()
         self.stop_early = stop_early
-        self._target = (1 - WITHIN) * table.optimum(cap)
-        self._best_seen = -math.inf
-        self._within = False
+        self.seed = seed
 
     def measure(self, params: Mapping[str, Any]) -> tuple[float | None, int | None, str | None]:
         """One training trial: (tokens/s or None, memory, failure reason)."""
@@ -199,11 +201,13 @@ class Evaluator:
 
     def _record(self, key: str, value: float | None) -> None:
         self.replay.observed.append((key, value))
-        if value is not None and value > self._best_seen:
-            self._best_seen = value
-            self._within = (self.table.configs[key].true_tokens_per_s or 0.0) >= self._target
-        if self.stop_early and self._within and len(self.replay.observed) >= max(REGRET_AT):
-            raise Enough
+        seen = len(self.replay.observed)
+        if self.stop_early and seen >= max(REGRET_AT) and seen % 8 == 0:
+            scores = [
+                score(self.table, self.cap, self.replay, self.seed if f else None) for f in (False, True)
+            ]
+            if all(s["trials_to_within"] and s["trials_to_within_loose"] for s in scores):
+                raise Enough
 
 
 def _quiet_study(sampler: optuna.samplers.BaseSampler) -> optuna.Study:
@@ -341,18 +345,57 @@ def best_so_far(table: Table, cap: int | None, observed: Iterable[tuple[str, flo
     return curve
 
 
-def score(table: Table, cap: int | None, replay: Replay) -> dict[str, Any]:
+def finalists_curve(
+    table: Table, cap: int | None, observed: list[tuple[str, float | None]], seed: int
+) -> list[float]:
+    """After each trial, the true throughput of what a search stopped there would answer: its best
+    `FINALISTS` configurations (by their trial's window) each measured `FINALIST_ROUNDS` times more
+    (repeats drawn from the table), the best median winning; 0 while none is feasible."""
+    curve = []
+    best: dict[str, float] = {}
+    for n, (key, value) in enumerate(observed, start=1):
+        if value is not None and table.feasible(key, cap):
+            best[key] = max(value, best.get(key, -math.inf))
+        finalists = sorted(best, key=lambda k: -best[k])[:FINALISTS]
+        if not finalists:
+            curve.append(0.0)
+            continue
+        rng = random.Random(seed * 100_003 + n)
+        medians = {
+            k: statistics.median(rng.choice(table.configs[k].samples) for _ in range(FINALIST_ROUNDS))
+            for k in finalists
+        }
+        winner = max(finalists, key=lambda k: medians[k])
+        curve.append(table.configs[winner].true_tokens_per_s or 0.0)
+    return curve
+
+
+def score(table: Table, cap: int | None, replay: Replay, finalists_seed: int | None = None) -> dict[str, Any]:
+    """Trials to within 3% (and 10%) of the optimum, and regret after `REGRET_AT` trials, of the
+    best single window, or with `finalists_seed` of the finalists' winner."""
     optimum = table.optimum(cap)
-    curve = best_so_far(table, cap, replay.observed)
-    within = next((i + 1 for i, v in enumerate(curve) if v >= (1 - WITHIN) * optimum), None)
+    if finalists_seed is None:
+        curve = best_so_far(table, cap, replay.observed)
+    else:
+        curve = finalists_curve(table, cap, replay.observed, finalists_seed)
+
+    def first_within(share: float) -> int | None:
+        return next((i + 1 for i, v in enumerate(curve) if v >= (1 - share) * optimum), None)
+
     regret = {}
     for n in REGRET_AT:
         reached = curve[min(n, len(curve)) - 1] if curve else 0.0
         regret[n] = (optimum - reached) / optimum
-    return {"trials_to_within": within, "regret": regret, "trials": len(curve), "proposals": replay.proposals}
+    return {
+        "trials_to_within": first_within(WITHIN),
+        "trials_to_within_loose": first_within(WITHIN_LOOSE),
+        "regret": regret,
+        "trials": len(curve),
+        "proposals": replay.proposals,
+    }
 
 
-def _one(args: tuple[str, str, int | None, int]) -> tuple[str, str, int | None, int, dict[str, Any]]:
+def _one(args: tuple[str, str, int | None, int]) -> list[tuple[str, str, int | None, dict[str, Any]]]:
     model, strategy, cap, seed = args
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     table = load_table(model)
@@ -360,7 +403,10 @@ def _one(args: tuple[str, str, int | None, int]) -> tuple[str, str, int | None, 
     evaluator = Evaluator(table, cap, seed, stop_early=True)
     with contextlib.suppress(Enough):
         REPLAYS[strategy](space, evaluator, seed, MAX_TRIALS)
-    return model, strategy, cap, seed, score(table, cap, evaluator.replay)
+    scored = [(model, strategy, cap, score(table, cap, evaluator.replay))]
+    if strategy == "autotune":
+        scored.append((model, "autotune+finalists", cap, score(table, cap, evaluator.replay, seed)))
+    return scored
 
 
 def run(models: Iterable[str], seeds: int = 30, workers: int = 2) -> dict[str, Any]:
@@ -374,21 +420,27 @@ def run(models: Iterable[str], seeds: int = 30, workers: int = 2) -> dict[str, A
             for strategy in STRATEGIES:
                 jobs.extend((model, strategy, cap, seed) for seed in range(seeds))
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        results = list(pool.map(_one, jobs, chunksize=4))
+        results = [row for rows in pool.map(_one, jobs, chunksize=4) for row in rows]
     summary: dict[str, Any] = {"seeds": seeds, "max_trials": MAX_TRIALS, "within": WITHIN, "workloads": {}}
     for model in models:
         table = load_table(model)
         ran = [c for c in table.configs.values() if not c.reason]
         for cap_name, cap in caps[model].items():
             rows = {}
-            for strategy in STRATEGIES:
-                scores = [r[4] for r in results if r[0] == model and r[1] == strategy and r[2] == cap]
-                rows[strategy] = _aggregate(scores)
+            for answer in ANSWERS:
+                scores = [r[3] for r in results if r[0] == model and r[1] == answer and r[2] == cap]
+                rows[answer] = _aggregate(scores)
             summary["workloads"].setdefault(model, {"configs": len(table.configs), "ran": len(ran)})[
                 cap_name
             ] = {
                 "cap_bytes": cap,
                 "infeasible": sum(1 for k in table.configs if not table.feasible(k, cap)),
+                "within_3pct_configs": sum(
+                    1
+                    for k, c in table.configs.items()
+                    if table.feasible(k, cap)
+                    and (c.true_tokens_per_s or 0) >= (1 - WITHIN) * table.optimum(cap)
+                ),
                 "optimum_tokens_per_s": table.optimum(cap),
                 "optimum_config": max(
                     (k for k in table.configs if table.feasible(k, cap)),
@@ -402,10 +454,15 @@ def run(models: Iterable[str], seeds: int = 30, workers: int = 2) -> dict[str, A
 def _aggregate(scores: list[dict[str, Any]]) -> dict[str, Any]:
     reached = [s["trials_to_within"] for s in scores]
     censored = [MAX_TRIALS + 1 if r is None else r for r in reached]
+    loose = [
+        MAX_TRIALS + 1 if s["trials_to_within_loose"] is None else s["trials_to_within_loose"] for s in scores
+    ]
     return {
         "median_trials_to_within": _quantile(censored, 0.5),
         "p90_trials_to_within": _quantile(censored, 0.9),
         "never_within": sum(r is None for r in reached),
+        "median_trials_to_within_loose": _quantile(loose, 0.5),
+        "p90_trials_to_within_loose": _quantile(loose, 0.9),
         "mean_regret": {n: statistics.fmean(s["regret"][n] for s in scores) for n in REGRET_AT},
         "median_regret": {n: statistics.median(s["regret"][n] for s in scores) for n in REGRET_AT},
         "mean_proposals_per_trial": statistics.fmean(s["proposals"] / max(1, s["trials"]) for s in scores),

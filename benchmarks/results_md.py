@@ -93,11 +93,13 @@ def _replay(data: dict[str, Any] | None, claims: list[str]) -> str:
         f"is then replayed {data['seeds']} times (seeds) against the table: a trial draws one of the "
         f"configuration's measured repeats, so strategies see real noise; a configuration whose peak is "
         f"over the cap, or that failed, is infeasible. The pick after n trials is the best *observed* "
-        f"feasible configuration, scored by its median over the repeats; regret is how far that is below "
-        f"the grid's optimum. Only trials that trained count: autotune's skipped (predicted out of "
-        f"memory, estimate over the cap) and reused (duplicate) proposals cost no training and are "
-        f"not trials. Strategies that never got within 3% in {cap} trials count as {cap + 1} "
-        f'(">{cap}"). How the cached grids were measured: `benchmarks/data/NOTES.md`.\n',
+        f"feasible configuration (`autotune+finalists`: the winner of its best three re-measured three "
+        f"times each, as a search does before it answers; those 9 re-measurements are not counted as "
+        f"trials), scored by its median over the repeats; regret is how far that is below the grid's "
+        f"optimum. Only trials that trained count: autotune's skipped (predicted out of memory, "
+        f"estimate over the cap) and reused (duplicate) proposals cost no training and are not trials. "
+        f'A strategy that never got within 3% in {cap} trials counts as {cap + 1} (">{cap}"). '
+        f"How the cached grids were measured: `benchmarks/data/NOTES.md`.\n",
     ]
     for model, workload in data["workloads"].items():
         for cap_name in ("none", "third"):
@@ -106,49 +108,75 @@ def _replay(data: dict[str, Any] | None, claims: list[str]) -> str:
             lines.append(
                 f"### {model}, {cap_text} ({case['infeasible']} of {workload['configs']} configurations "
                 f"infeasible)\n\nOptimum: {_k(case['optimum_tokens_per_s'])} tok/s with "
-                f"`{case['optimum_config']}`.\n"
+                f"`{case['optimum_config']}`; configurations within 3% of it: "
+                f"{case['within_3pct_configs']}.\n"
             )
             lines.append(
-                "| strategy | trials to within 3% (median) | (p90) | never within 3% | mean regret @10 "
-                "| @20 | @40 |"
+                "| strategy | trials to within 3%: median | p90 | never | trials to within 10%: median "
+                "| p90 | mean regret @10 | @20 | @40 |"
             )
-            lines.append("|---|---|---|---|---|---|---|")
+            lines.append("|---|---|---|---|---|---|---|---|---|")
             rows = case["strategies"]
             for name, row in rows.items():
                 regret = row["mean_regret"]
-                lines.append(
-                    f"| {name} | {_trials(row['median_trials_to_within'], cap)} | "
-                    f"{_trials(row['p90_trials_to_within'], cap)} | {row['never_within']}/{data['seeds']} | "
-                    + " | ".join(_pct(regret[n]) for n in REGRET_AT)
-                    + " |"
-                )
+                cells = [
+                    name,
+                    _trials(row["median_trials_to_within"], cap),
+                    _trials(row["p90_trials_to_within"], cap),
+                    f"{row['never_within']}/{data['seeds']}",
+                    _trials(row["median_trials_to_within_loose"], cap),
+                    _trials(row["p90_trials_to_within_loose"], cap),
+                    *(_pct(regret[n]) for n in REGRET_AT),
+                ]
+                lines.append("| " + " | ".join(cells) + " |")
             lines.append("")
-            ours, rnd, tpe = rows["autotune"], rows["random"], rows["tpe"]
-            beats_random = all(ours["mean_regret"][n] <= rnd["mean_regret"][n] for n in REGRET_AT)
-            label = f"{model}, {cap_text}"
-            claims.append(
-                f"Replay, {label}: autotune gets within 3% of the grid optimum in "
-                f"{_trials(ours['median_trials_to_within'], cap)} trials (median; p90 "
-                f"{_trials(ours['p90_trials_to_within'], cap)}), against "
-                f"{_trials(rnd['median_trials_to_within'], cap)} for random search and "
-                f"{_trials(tpe['median_trials_to_within'], cap)} for plain TPE; its mean regret is "
-                + (
-                    "at or below random search's at 10, 20 and 40 trials."
-                    if beats_random
-                    else "NOT below random search's at every budget ("
-                    + ", ".join(
-                        f"@{n}: {_pct(ours['mean_regret'][n])} vs {_pct(rnd['mean_regret'][n])}"
-                        for n in REGRET_AT
-                    )
-                    + ")."
-                )
-            )
+            claims.append(_replay_claim(f"{model}, {cap_text}", rows, cap))
     low, high = DEEPSPEED_TRIALS
     lines.append(
         f"Reference (not measured here): DeepSpeed's autotuner reports {low} to {high} experiments per "
         "model on its Hugging Face examples.\n"
     )
     return "\n".join(lines)
+
+
+def _replay_claim(label: str, rows: dict[str, Any], cap: int) -> str:
+    ours, rnd, tpe = rows["autotune+finalists"], rows["random"], rows["tpe"]
+    text = (
+        f"Replay, {label}: autotune's answer is within 3% of the grid optimum after "
+        f"{_trials(ours['median_trials_to_within'], cap)} trials (median; p90 "
+        f"{_trials(ours['p90_trials_to_within'], cap)}; within 10%: "
+        f"{_trials(ours['median_trials_to_within_loose'], cap)}), against "
+        f"{_trials(rnd['median_trials_to_within'], cap)} for random search and "
+        f"{_trials(tpe['median_trials_to_within'], cap)} for plain TPE. "
+    )
+    worse = [n for n in REGRET_AT if ours["mean_regret"][n] > rnd["mean_regret"][n]]
+    behind_tpe = [n for n in REGRET_AT if ours["mean_regret"][n] > tpe["mean_regret"][n]]
+    if behind_tpe:
+        text += (
+            "Plain TPE has the lower mean regret at "
+            + ", ".join(
+                f"{n} trials ({_pct(tpe['mean_regret'][n])} vs {_pct(ours['mean_regret'][n])})"
+                for n in behind_tpe
+            )
+            + ". "
+        )
+    if not worse:
+        return text + "Its mean regret is below random search's at 10, 20 and 40 trials."
+    startup = (
+        " Its first 10 trials are TPE's random start-up (optuna's default), so at 10 trials it is random "
+        "search and the gap is the seeds' luck."
+        if worse == [10]
+        else ""
+    )
+    return (
+        text
+        + "Its mean regret is NOT below random search's at "
+        + ", ".join(
+            f"{n} trials ({_pct(ours['mean_regret'][n])} vs {_pct(rnd['mean_regret'][n])})" for n in worse
+        )
+        + "."
+        + startup
+    )
 
 
 def _quality(data: dict[str, Any] | None, claims: list[str]) -> str:
@@ -297,9 +325,20 @@ def _noise(data: dict[str, Any] | None, claims: list[str]) -> str:
         f"was {_pct(gap)} slower"
         + ("." if s["same_winner"] >= 0.9 * s["searches"] else " - BELOW the 9 of 10 target.")
     )
-    adaptive = data["repeats"]["adaptive"]
+    adaptive, fixed = data["repeats"]["adaptive"], data["repeats"]["fixed_5_steps"]
     worst = max((r["cv_tokens_per_s"] or 0.0) for r in adaptive.values())
-    claims.append(
-        f"Noise: one adaptive-window measurement varies by up to {_pct(worst)} (CV) on this machine."
+    mean_adaptive = sum((r["cv_tokens_per_s"] or 0.0) for r in adaptive.values()) / len(adaptive)
+    mean_fixed = sum((r["cv_tokens_per_s"] or 0.0) for r in fixed.values()) / len(fixed)
+    text = (
+        f"Noise: one adaptive-window measurement varies by up to {_pct(worst)} (CV of tokens/s over "
+        f"repeats; mean {_pct(mean_adaptive)}, against {_pct(mean_fixed)} with a fixed 5-step window). "
     )
+    if mean_adaptive >= mean_fixed:
+        text += (
+            "The longer adaptive window does NOT reduce it: the spread is between measurements (each a "
+            "fresh model and Trainer), not within a window, so only re-measurement narrows it."
+        )
+    else:
+        text += "The adaptive window narrows it."
+    claims.append(text)
     return "\n".join(lines)

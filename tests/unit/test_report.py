@@ -386,3 +386,14 @@ def test_renders_offline_in_headless_chromium(study: optuna.Study, tmp_path: Pat
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
     assert (width, height) == (1400, 3000)
     assert len(data) > 50_000
+
+
+def test_trial_table_shows_mfu_only_where_it_is_known(study: optuna.Study) -> None:
+    assert "<th title='model FLOPs utilisation'>MFU</th>" not in build_report(study)  # CPU trials
+    _add(study, _params(16, "bf16"), TrialState.COMPLETE, **_measured(40_000, 700, None, mfu=0.4237))
+    html = build_report(study)
+    assert "<th title='model FLOPs utilisation'>MFU</th>" in html
+    rows = _rows(html)
+    cells = re.findall(r"<td class='[a-z]*'>(.*?)</td>", rows[6])
+    assert cells[3:6] == ["40.0k", "2.5%", "42.4%"]
+    assert re.findall(r"<td class='[a-z]*'>(.*?)</td>", rows[0])[5] == "-"  # a trial without MFU
