@@ -71,6 +71,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved comparison rounds")
     parser.add_argument("--repeats", type=int, default=10, help="noise: repeats per configuration")
     parser.add_argument("--searches", type=int, default=10, help="noise: repeated searches")
+    parser.add_argument(
+        "--finalist-rounds", type=int, default=3, help="noise: re-measurement rounds of the repeated searches"
+    )
     args = parser.parse_args()
     only = [item.strip() for item in args.only.split(",") if item.strip()]
     unknown = [item for item in only if item not in ITEMS]
@@ -121,7 +124,7 @@ def main() -> None:
             "noise",
             {
                 "repeats": noise.repeats("tiny-gpt2", configs, args.repeats),
-                "searches": noise.repeated_searches("tiny-gpt2", args.searches),
+                "searches": noise.repeated_searches("tiny-gpt2", args.searches, args.finalist_rounds),
             },
         )
     path = write_results(RESULTS, HERE / "RESULTS.md")

@@ -75,8 +75,11 @@ def repeats(model: str, configs: dict[str, dict[str, Any]], rounds: int) -> dict
     return out
 
 
-def repeated_searches(model: str, searches: int, storage_dir: str | None = None) -> dict[str, Any]:
-    """Run the same complete search `searches` times; count the winners."""
+def repeated_searches(
+    model: str, searches: int, finalist_rounds: int = 3, storage_dir: str | None = None
+) -> dict[str, Any]:
+    """Run the same complete search `searches` times (with `finalist_rounds` re-measurement rounds,
+    the search's default unless given); count the winners."""
     winners: Counter[str] = Counter()
     single_window: Counter[str] = Counter()
     medians: dict[str, list[float]] = {}
@@ -90,6 +93,7 @@ def repeated_searches(model: str, searches: int, storage_dir: str | None = None)
                 seed=index,
                 storage=f"sqlite:///{scratch}/stability.db",
                 measure_baseline=False,
+                finalist_rounds=finalist_rounds,
             )
             result = search(config)
             if result.best is None:
@@ -114,6 +118,7 @@ def repeated_searches(model: str, searches: int, storage_dir: str | None = None)
         gap = 1 - statistics.median(medians[ranked[1]]) / statistics.median(medians[ranked[0]])
     return {
         "searches": searches,
+        "finalist_rounds": finalist_rounds,
         "winners": {names[k]: n for k, n in winners.most_common()},
         "single_window_winners": {names[k]: n for k, n in single_window.most_common()},
         "top": names.get(ranked[0]) if ranked else None,

@@ -311,7 +311,8 @@ def _noise(data: dict[str, Any] | None, claims: list[str]) -> str:
     lines.append(
         f"\nRepeated searches: the same complete search over `benchmarks/stability.yaml` run "
         f"{s['searches']} times from scratch (every configuration measured in each, so only noise can "
-        f"change the answer). Winner after the finalists' interleaved re-measurement: "
+        f"change the answer). Winner after the finalists' interleaved re-measurement "
+        f"({s.get('finalist_rounds', 3)} rounds): "
         + ", ".join(f"`{k}` {v}x" for k, v in s["winners"].items())
         + ". Best single window (no re-measurement): "
         + ", ".join(f"`{k}` {v}x" for k, v in s["single_window_winners"].items())
