@@ -12,9 +12,11 @@ monotone in the per-device batch, in turning activation checkpointing off, and i
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from autotune.estimate import clearly_over
 
 # Reasons of trials that did not train: they cost nothing and do not spend the budget.
 NOT_TRAINED = ("unavailable", "duplicate", "oom_predicted", "over_estimate")
@@ -90,4 +92,29 @@ def find_dominating_oom(params: Mapping[str, Any], past: Iterable[PastTrial]) ->
     for trial in past:
         if trial.reason in OUT_OF_MEMORY and needs_at_least_as_much_memory(params, trial.params):
             return trial
+    return None
+
+
+def precheck(
+    params: Mapping[str, Any],
+    past: Sequence[PastTrial],
+    estimate_bytes: Callable[[], int | None],
+    cap_bytes: int | None,
+) -> tuple[str, PastTrial | None] | None:
+    """Why a trial needs no training, cheapest check first: ``("duplicate", trial)`` (reuse its
+    result), ``("oom_predicted", trial)`` (it needs at least the memory of that trial, which did not
+    fit), ``("over_estimate", None)`` (its memory estimate is clearly over the cap, `clearly_over`), or
+    None: train it. `estimate_bytes` is called only when the cheaper checks pass."""
+    duplicate = find_duplicate(params, past)
+    if duplicate is not None:
+        return "duplicate", duplicate
+    dominating = find_dominating_oom(params, past)
+    if dominating is not None:
+        return "oom_predicted", dominating
+    if cap_bytes is None:
+        estimate_bytes()  # still made: it is stored with the trial and compared with its peak
+        return None
+    estimate = estimate_bytes()
+    if estimate is not None and clearly_over(estimate, cap_bytes):
+        return "over_estimate", None
     return None

@@ -33,14 +33,13 @@ from transformers.trainer_callback import PrinterCallback
 from transformers.trainer_utils import HPSearchBackend
 
 from autotune.availability import combination_unavailable
-from autotune.estimate import SAFETY_MARGIN, MemoryEstimate, clearly_over, relative_error
+from autotune.estimate import SAFETY_MARGIN, MemoryEstimate, relative_error
 from autotune.estimator import MemoryEstimator
 from autotune.feasibility import (
     OVER_MEMORY_CAP,
     constraint_values,
-    find_dominating_oom,
-    find_duplicate,
     memory_violation,
+    precheck,
 )
 from autotune.flops import flops_per_token, mfu, model_shape
 from autotune.knobs import Value, trial_kwargs
@@ -210,17 +209,22 @@ class AutotuneTrainer(Trainer):
         finished = [
             t for t in trial.study.get_trials(deepcopy=False, states=FINISHED) if t.number != trial.number
         ]
-        others = [as_past(t) for t in finished]
-        duplicate = find_duplicate(trial.params, others)
-        if duplicate is not None:
-            raise Reused(next(t for t in finished if t.number == duplicate.number))
-        dominating = find_dominating_oom(trial.params, others)
-        if dominating is not None:
-            raise PredictedOOM(dominating.number)
-        self._estimate = self._estimate_memory(values)
+
+        def estimate_bytes() -> int | None:
+            self._estimate = self._estimate_memory(values)
+            return self._estimate.total_bytes if self._estimate is not None else None
+
         cap = self.plan.cap_bytes
-        if cap is not None and self._estimate is not None and clearly_over(self._estimate.total_bytes, cap):
-            raise OverEstimate(self._estimate.total_bytes, cap)
+        skip = precheck(trial.params, [as_past(t) for t in finished], estimate_bytes, cap)
+        if skip is None:
+            return
+        reason, past = skip
+        if reason == "duplicate" and past is not None:
+            raise Reused(next(t for t in finished if t.number == past.number))
+        if reason == "oom_predicted" and past is not None:
+            raise PredictedOOM(past.number)
+        assert self._estimate is not None and cap is not None  # "over_estimate" needs both
+        raise OverEstimate(self._estimate.total_bytes, cap)
 
     def _estimate_memory(self, values: dict[str, Value]) -> MemoryEstimate | None:
         try:

@@ -104,10 +104,7 @@ def main() -> None:
     if "noise" in only:
         print(f"[bench] item 4: {args.repeats} interleaved repeats, {args.searches} searches", flush=True)
         table = replay.load_table("tiny-gpt2")
-        best = max(
-            (k for k in table.configs if table.feasible(k, None)),
-            key=lambda k: table.configs[k].true_tokens_per_s or 0.0,
-        )
+        best = table.best(None)
         with Bench("tiny-gpt2", SPACE) as bench:
             defaults = bench.baseline()
         configs = {

@@ -21,7 +21,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from grid import SPACE, config_key  # noqa: E402
+from grid import SPACE  # noqa: E402
 from harness import Bench  # noqa: E402
 
 from autotune.config import MeasureSettings, RunConfig  # noqa: E402
@@ -83,7 +83,6 @@ def repeated_searches(
     winners: Counter[str] = Counter()
     single_window: Counter[str] = Counter()
     medians: dict[str, list[float]] = {}
-    names: dict[str, str] = {}
     for index in range(searches):
         with tempfile.TemporaryDirectory(prefix="autotune-bench-", dir=storage_dir) as scratch:
             config = RunConfig(
@@ -98,20 +97,14 @@ def repeated_searches(
             result = search(config)
             if result.best is None:
                 continue
-            key = config_key(_full(result.best.params))
-            names[key] = describe_params(result.best.params)
-            winners[key] += 1
+            winners[describe_params(result.best.params)] += 1
             first = ranked_trials(result.study)[0]  # the best single window
-            single_key = config_key(_full(first.params))
-            names[single_key] = describe_params(first.params)
-            single_window[single_key] += 1
+            single_window[describe_params(first.params)] += 1
             for finalist in result.study.user_attrs.get("finalists", []):
                 if finalist["number"] < 0:  # the baseline
                     continue
                 trial = result.study.trials[finalist["number"]]
-                finalist_key = config_key(_full(trial.params))
-                names[finalist_key] = describe_params(trial.params)
-                medians.setdefault(finalist_key, []).append(finalist["median"])
+                medians.setdefault(describe_params(trial.params), []).append(finalist["median"])
     ranked = sorted(medians, key=lambda k: -statistics.median(medians[k]))
     gap = None
     if len(ranked) >= 2:
@@ -119,10 +112,10 @@ def repeated_searches(
     return {
         "searches": searches,
         "finalist_rounds": finalist_rounds,
-        "winners": {names[k]: n for k, n in winners.most_common()},
-        "single_window_winners": {names[k]: n for k, n in single_window.most_common()},
-        "top": names.get(ranked[0]) if ranked else None,
-        "runner_up": names.get(ranked[1]) if len(ranked) > 1 else None,
+        "winners": dict(winners.most_common()),
+        "single_window_winners": dict(single_window.most_common()),
+        "top": ranked[0] if ranked else None,
+        "runner_up": ranked[1] if len(ranked) > 1 else None,
         "runner_up_slower_by": gap,
         "same_winner": winners.most_common(1)[0][1] if winners else 0,
         "same_single_window_winner": single_window.most_common(1)[0][1] if single_window else 0,
@@ -133,17 +126,3 @@ def _space_size() -> int:
     from autotune.space import load_space
 
     return load_space(STABILITY_SPACE).grid_size()
-
-
-_DEFAULT_KNOBS = {
-    "per_device_train_batch_size": 8,
-    "precision": "fp32",
-    "optim": "adamw_torch",
-    "torch_compile": "off",
-    "attn_implementation": "sdpa",
-    "activation_checkpointing": False,
-}
-
-
-def _full(params: dict[str, Any]) -> dict[str, Any]:
-    return {**_DEFAULT_KNOBS, **params}

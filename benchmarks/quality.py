@@ -149,10 +149,7 @@ def run(
             }
             if space == SPACE and grid_path(model).exists():
                 table = load_table(model)
-                best_key = max(
-                    (k for k in table.configs if table.feasible(k, None)),
-                    key=lambda k: table.configs[k].true_tokens_per_s or 0.0,
-                )
+                best_key = table.best(None)
                 contenders["grid_best"] = (table.configs[best_key].params, False)
             samples: dict[str, list[float]] = {name: [] for name in contenders}
             growth: dict[str, list[int]] = {name: [] for name in contenders}

@@ -40,12 +40,10 @@ from grid import KNOBS, SPACE, config_key, grid_path  # noqa: E402
 
 from autotune.config import RunConfig  # noqa: E402
 from autotune.driver import Plan, _search_until_budget  # noqa: E402
-from autotune.estimate import clearly_over  # noqa: E402
 from autotune.feasibility import (  # noqa: E402
     constraint_values,
-    find_dominating_oom,
-    find_duplicate,
     memory_violation,
+    precheck,
 )
 from autotune.progress import Reporter  # noqa: E402
 from autotune.space import SearchSpace, load_space  # noqa: E402
@@ -93,8 +91,13 @@ class Table:
             return False
         return cap is None or (config.memory_bytes or 0) <= cap
 
+    def best(self, cap: int | None) -> str:
+        """The fastest feasible configuration under `cap`."""
+        feasible = (k for k in self.configs if self.feasible(k, cap))
+        return max(feasible, key=lambda k: self.configs[k].true_tokens_per_s or 0.0)
+
     def optimum(self, cap: int | None) -> float:
-        return max(c.true_tokens_per_s or 0.0 for k, c in self.configs.items() if self.feasible(k, cap))
+        return self.configs[self.best(cap)].true_tokens_per_s or 0.0
 
     def cap_excluding(self, share: float) -> int:
         """The cap (one of the measured peaks) that puts the share of configurations that ran over it
@@ -268,11 +271,11 @@ class _TableTrainer:
         evaluator = self.evaluator
         evaluator.replay.proposals += 1
         values = self.space.suggest(trial)
-        finished = [t for t in trial.study.get_trials(deepcopy=False, states=FINISHED)]
-        past = [as_past(t) for t in finished]
-        duplicate = find_duplicate(trial.params, past)
-        if duplicate is not None:
-            source = next(t for t in finished if t.number == duplicate.number)
+        finished = trial.study.get_trials(deepcopy=False, states=FINISHED)
+        estimate = evaluator.table.configs[config_key(values)].estimate_bytes
+        skip = precheck(trial.params, [as_past(t) for t in finished], lambda: estimate, evaluator.cap)
+        if skip is not None and skip[0] == "duplicate" and skip[1] is not None:
+            source = next(t for t in finished if t.number == skip[1].number)
             for name, value in source.constraints.items():
                 trial.set_constraint(name, value)
             trial.set_user_attr("trained", False)
@@ -280,17 +283,10 @@ class _TableTrainer:
             if source.state == optuna.trial.TrialState.COMPLETE and source.value is not None:
                 return source.value
             raise optuna.TrialPruned("duplicate")
-        skip = None
-        if find_dominating_oom(trial.params, past) is not None:
-            skip = "oom_predicted"
-        else:
-            estimate = evaluator.table.configs[config_key(values)].estimate_bytes
-            if evaluator.cap is not None and estimate is not None and clearly_over(estimate, evaluator.cap):
-                skip = "over_estimate"
         if skip is not None:
-            self._finish(trial, skip, None)
+            self._finish(trial, skip[0], None)
             trial.set_user_attr("trained", False)
-            raise optuna.TrialPruned(skip)
+            raise optuna.TrialPruned(skip[0])
         value, memory, reason = evaluator.measure(values)
         over = memory_violation(memory, evaluator.cap) > 0
         self._finish(trial, reason or ("over_memory_cap" if over else None), memory)
@@ -442,10 +438,7 @@ def run(models: Iterable[str], seeds: int = 30, workers: int = 2) -> dict[str, A
                     and (c.true_tokens_per_s or 0) >= (1 - WITHIN) * table.optimum(cap)
                 ),
                 "optimum_tokens_per_s": table.optimum(cap),
-                "optimum_config": max(
-                    (k for k in table.configs if table.feasible(k, cap)),
-                    key=lambda k: table.configs[k].true_tokens_per_s or 0.0,
-                ),
+                "optimum_config": table.best(cap),
                 "strategies": rows,
             }
     return summary
