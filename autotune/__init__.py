@@ -30,7 +30,7 @@ __all__ = [
 
 def __getattr__(name: str):  # torch and transformers load only when a search is asked for
     if name in ("search", "SearchResult"):
-        from autotune import driver
+        from autotune.run import driver
 
         return getattr(driver, name)
     raise AttributeError(f"module 'autotune' has no attribute {name!r}")

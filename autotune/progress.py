@@ -89,3 +89,20 @@ class Reporter:
 
     def on_search_end(self, result: Any) -> None:
         """The search is over (`result` is the `SearchResult`)."""
+
+
+def format_bytes(n: float | None) -> str:
+    """``653 MiB``, ``1.50 GiB``; ``-`` when unknown."""
+    if n is None:
+        return "-"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}" if unit == "GiB" else f"{n / size:.0f} {unit}"
+    return f"{n:.0f} B"
+
+
+def format_rate(x: float | None) -> str:
+    """``24.7k`` (per second); ``-`` when unknown."""
+    if x is None:
+        return "-"
+    return f"{x / 1000:.1f}k" if x >= 1000 else f"{x:.1f}"

@@ -43,7 +43,7 @@ def process_start(runs: int = 3) -> dict[str, float]:
     for _ in range(runs):
         for name, command in (
             ("cli_help_s", [autotune, "--help"]),
-            ("import_trainer_s", [python, "-c", "import autotune.trainer"]),
+            ("import_trainer_s", [python, "-c", "import autotune.run.trainer"]),
         ):
             start = time.perf_counter()
             subprocess.run(command, check=True, capture_output=True)

@@ -5,7 +5,7 @@
 
 For each preset: autotune's search, then the Transformers defaults, `auto_find_batch_size` and
 autotune's pick measured in interleaved rounds; tokens/s, MFU (against the device's peak FLOPS from
-`autotune.flops`; empty for a device not in its table), peak memory, trials and wall time to the
+`autotune.measure.flops`; empty for a device not in its table), peak memory, trials and wall time to the
 best. Writes ``benchmarks/results/gpu.json`` and ``benchmarks/GPU.md``, which ``make bench`` folds
 into RESULTS.md.
 """
@@ -24,10 +24,10 @@ sys.path.insert(0, str(HERE))
 import quality  # noqa: E402
 from harness import machine  # noqa: E402
 
-from autotune.flops import flops_per_token, mfu, model_shape  # noqa: E402
+from autotune.measure.flops import flops_per_token, mfu, model_shape  # noqa: E402
 from autotune.progress import describe_params  # noqa: E402
 from autotune.space import precision_of  # noqa: E402
-from autotune.workload import resolve_workload  # noqa: E402
+from autotune.workloads.workload import resolve_workload  # noqa: E402
 
 
 def model_flops_per_token(model: str) -> float:

@@ -22,11 +22,12 @@ from typing import Any
 import torch
 
 from autotune.config import MeasureSettings, RunConfig
-from autotune.driver import Plan, baseline_values, build_trainer, plan_search, quiet_libraries
-from autotune.knobs import Value
-from autotune.memory import frozen_heap
+from autotune.measure.memory import frozen_heap
 from autotune.progress import Reporter
-from autotune.trainer import failure_reason
+from autotune.run.driver import build_trainer, quiet_libraries
+from autotune.run.plan import Plan, baseline_values, plan_search
+from autotune.run.trainer import failure_reason
+from autotune.space.knobs import Value
 
 
 @dataclasses.dataclass

@@ -39,15 +39,16 @@ sys.path.insert(0, str(HERE))
 from grid import KNOBS, SPACE, config_key, grid_path  # noqa: E402
 
 from autotune.config import RunConfig  # noqa: E402
-from autotune.driver import Plan, _search_until_budget  # noqa: E402
-from autotune.feasibility import (  # noqa: E402
+from autotune.progress import Reporter  # noqa: E402
+from autotune.run.driver import _search_until_budget  # noqa: E402
+from autotune.run.feasibility import (  # noqa: E402
     constraint_values,
     memory_violation,
     precheck,
 )
-from autotune.progress import Reporter  # noqa: E402
+from autotune.run.plan import Plan  # noqa: E402
 from autotune.space import SearchSpace, load_space  # noqa: E402
-from autotune.store import FINISHED, as_past  # noqa: E402
+from autotune.study.store import FINISHED, as_past  # noqa: E402
 
 STRATEGIES = ("random", "grid", "tpe", "autotune")
 # autotune's answer is its finalists' winner: the best three re-measured in interleaved rounds.

@@ -38,10 +38,11 @@ def estimate_command(
     """Print the estimated peak memory of each configuration of the space, before running any."""
     from autotune.cli._render import console, format_bytes
     from autotune.config import RunConfig
-    from autotune.driver import plan_search, quiet_libraries
-    from autotune.estimate import clearly_over
-    from autotune.estimator import MemoryEstimator
+    from autotune.measure.estimate import clearly_over
+    from autotune.measure.estimator import MemoryEstimator
     from autotune.progress import short_name
+    from autotune.run.driver import quiet_libraries
+    from autotune.run.plan import plan_search
 
     plan = plan_search(
         RunConfig(model=model, space=space, seq_len=seq_len, memory_cap=memory_cap, base_args=base_args),

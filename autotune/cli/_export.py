@@ -34,8 +34,8 @@ def export_command(
     from autotune.cli._render import console
     from autotune.config import RunConfig
     from autotune.errors import UsageError
-    from autotune.export import FORMATS, export_config, render, resolve_cap, select_trial
-    from autotune.store import load_existing_study
+    from autotune.study.export import FORMATS, export_config, render, resolve_cap, select_trial
+    from autotune.study.store import load_existing_study
 
     if format not in FORMATS:
         raise typer.BadParameter(f"{format!r} is not one of {', '.join(FORMATS)}", param_hint="'--format'")

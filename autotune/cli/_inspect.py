@@ -16,7 +16,7 @@ def studies_command(storage: StorageOpt = None) -> None:
 
     from autotune.cli._render import console, format_rate
     from autotune.config import RunConfig
-    from autotune.store import best_trial, measured_count, open_storage
+    from autotune.study.store import best_trial, measured_count, open_storage
 
     url = RunConfig(storage=storage).storage_url
     store = open_storage(url)
@@ -61,7 +61,7 @@ def show_command(
     from autotune.cli._render import console, trials_table
     from autotune.config import RunConfig
     from autotune.errors import UsageError
-    from autotune.store import load_existing_study, ranked_trials
+    from autotune.study.store import load_existing_study, ranked_trials
 
     if feasible and failed:
         raise UsageError("--feasible and --failed exclude each other", "pass one of them")
@@ -92,9 +92,9 @@ def resume_command(
     """Continue a stored study with the run configuration it was started with."""
     from autotune.cli._render import RichReporter
     from autotune.config import RunConfig
-    from autotune.driver import search
     from autotune.errors import UsageError
-    from autotune.store import load_existing_study
+    from autotune.run.driver import search
+    from autotune.study.store import load_existing_study
 
     url = RunConfig(storage=storage).storage_url
     stored = load_existing_study(url, study).user_attrs.get("run_config")

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from autotune.knobs import Knob
+from autotune.space.knobs import Knob
 
 
 def knobs_command(
@@ -17,14 +17,14 @@ def knobs_command(
     ] = None,
 ) -> None:
     """List every knob, where it lands, whether it changes the training math, and what runs here."""
-    from autotune.availability import ModelSupport, detect_hardware, model_support, value_unavailable
     from autotune.cli._render import console
-    from autotune.knobs import CATALOGUE
+    from autotune.space.availability import ModelSupport, detect_hardware, model_support, value_unavailable
+    from autotune.space.knobs import CATALOGUE
 
     hardware = detect_hardware()
     support = ModelSupport()
     if model is not None:
-        from autotune.workload import resolve_workload
+        from autotune.workloads.workload import resolve_workload
 
         support = model_support(resolve_workload(model).model_class())
     _, why = hardware.batch_multiple()

@@ -10,7 +10,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from autotune.progress import Reporter, TrialSummary, describe_params, format_value, short_name
+from autotune.progress import (
+    Reporter,
+    TrialSummary,
+    describe_params,
+    format_bytes,
+    format_rate,
+    format_value,
+    short_name,
+)
 
 console = Console(width=None if sys.stdout.isatty() else 150)
 err_console = Console(stderr=True, soft_wrap=True)
@@ -19,21 +27,6 @@ err_console = Console(stderr=True, soft_wrap=True)
 def print_error(text: str) -> None:
     """One line on stderr, verbatim: no wrapping, no markup (paths may hold brackets)."""
     err_console.print(text, markup=False, highlight=False, soft_wrap=True)
-
-
-def format_bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:.2f} {unit}" if unit == "GiB" else f"{n / size:.0f} {unit}"
-    return f"{n:.0f} B"
-
-
-def format_rate(x: float | None) -> str:
-    if x is None:
-        return "-"
-    return f"{x / 1000:.1f}k" if x >= 1000 else f"{x:.1f}"
 
 
 def trial_line(t: TrialSummary) -> str:

@@ -24,8 +24,8 @@ def report_command(
     from autotune.cli._render import console
     from autotune.config import RunConfig
     from autotune.errors import UsageError
-    from autotune.report import write_report
-    from autotune.store import load_existing_study
+    from autotune.study.report import write_report
+    from autotune.study.store import load_existing_study
 
     try:
         import plotly  # noqa: F401

@@ -82,7 +82,7 @@ def search_command(
 ) -> None:
     """Search the space for the configuration with the highest measured training throughput."""
     from autotune.cli._render import RichReporter
-    from autotune.driver import search
+    from autotune.run.driver import search
 
     measure = MeasureSettings(
         warmup_steps=warmup_steps,

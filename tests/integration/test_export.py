@@ -12,9 +12,9 @@ import optuna
 import pytest
 from transformers import HfArgumentParser, Trainer, TrainingArguments
 
-from autotune.export import export_config, select_trial, to_accelerate, to_flags, to_json, to_python
-from autotune.store import summarize_trial
-from autotune.workload import resolve_workload
+from autotune.study.export import export_config, select_trial, to_accelerate, to_flags, to_json, to_python
+from autotune.study.store import summarize_trial
+from autotune.workloads.workload import resolve_workload
 from tests.unit.test_export import make_study, trial_spec
 
 MiB = 2**20

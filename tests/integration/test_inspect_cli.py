@@ -9,7 +9,7 @@ import pytest
 
 import autotune
 from autotune.cli import main
-from autotune.store import measured_count
+from autotune.study.store import measured_count
 from tests.helpers import FAST_RUN, FakeOOM, write_space
 
 

@@ -170,10 +170,10 @@ def test_stored_training_args_match_the_params(probed: Any) -> None:
 def test_values_survive_the_trip_through_a_fixed_trial(tmp_path_factory: pytest.TempPathFactory) -> None:
     # Non-zero DDP ranks receive the trial as optuna.trial.FixedTrial(params); the finalists are
     # re-measured the same way. The values must reach training exactly as on rank 0.
-    from autotune.driver import plan_search
-    from autotune.measure import ThroughputCallback
+    from autotune.measure.callback import ThroughputCallback
     from autotune.progress import Reporter
-    from autotune.trainer import AutotuneTrainer
+    from autotune.run.plan import plan_search
+    from autotune.run.trainer import AutotuneTrainer
 
     folder = tmp_path_factory.mktemp("fixed")
     knobs = {

@@ -14,7 +14,7 @@ import pytest
 
 import autotune
 from autotune.errors import UsageError
-from autotune.store import measured_count
+from autotune.study.store import measured_count
 from tests.helpers import FAST_RUN, write_space
 
 

@@ -11,11 +11,11 @@ import torch
 from transformers import TrainerCallback
 
 import autotune
-import autotune.driver
-from autotune.availability import Hardware
+import autotune.run.plan
 from autotune.cli import main
 from autotune.progress import Reporter
-from autotune.workload import Workload
+from autotune.space.availability import Hardware
+from autotune.workloads.workload import Workload
 from tests.helpers import FAST_RUN, KnobProbe, write_space
 
 H100 = Hardware(
@@ -42,7 +42,7 @@ def test_unavailable_combination_is_skipped_without_training(
 ) -> None:
     # An H100 with flash-attn installed, but flash attention only runs in half precision: a trial
     # asking for it in fp32 must be recorded as skipped, with its reason, and train nothing.
-    monkeypatch.setattr(autotune.driver, "detect_hardware", lambda: H100)
+    monkeypatch.setattr(autotune.run.plan, "detect_hardware", lambda: H100)
     builds: list[dict[str, Any]] = []
     real_build = Workload.build_model
 
@@ -191,14 +191,14 @@ def test_unreachable_global_batch_is_a_usage_error_before_any_trial(
 
 
 def test_skipped_trials_do_not_spend_the_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import autotune.trainer
+    import autotune.run.trainer
 
     def batch_4_cannot_run(values: Any, hw: Any, model: Any) -> tuple[str, str] | None:
         if values.get("per_device_train_batch_size") == 4:
             return "per_device_train_batch_size", "pretend batch 4 cannot run here"
         return None
 
-    monkeypatch.setattr(autotune.trainer, "combination_unavailable", batch_4_cannot_run)
+    monkeypatch.setattr(autotune.run.trainer, "combination_unavailable", batch_4_cannot_run)
     space = write_space(tmp_path, {"per_device_train_batch_size": [2, 4, 8]})
     result = autotune.search(
         model="tiny-gpt2",

@@ -12,7 +12,7 @@ import torch
 from transformers import TrainerCallback
 
 import autotune
-from autotune.memory import rss_bytes
+from autotune.measure.memory import rss_bytes
 from tests.helpers import FAST, FAST_RUN, FakeOOM, KnobProbe, write_space
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import GPT2LMHeadModel, LlamaForCausalLM
 
-from autotune.availability import (
+from autotune.space.availability import (
     OPTIONAL_PACKAGES,
     Hardware,
     ModelSupport,
@@ -20,7 +20,7 @@ from autotune.availability import (
     model_support,
     value_unavailable,
 )
-from autotune.knobs import CATALOGUE
+from autotune.space.knobs import CATALOGUE
 
 ALL_PACKAGES = frozenset(OPTIONAL_PACKAGES)
 

@@ -16,7 +16,7 @@ sys.path.insert(0, str(BENCHMARKS))
 import replay  # noqa: E402
 from grid import COLUMNS, KNOBS, SPACE, config_key  # noqa: E402
 
-from autotune.estimate import SAFETY_MARGIN  # noqa: E402
+from autotune.measure.estimate import SAFETY_MARGIN  # noqa: E402
 from autotune.space import load_space  # noqa: E402
 
 MiB = 2**20

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 import autotune
-import autotune.driver
+import autotune.run.driver
 from autotune.cli import main
 from autotune.cli._render import RichReporter, err_console
 from autotune.config import MeasureSettings, RunConfig
@@ -42,7 +42,7 @@ def calls(monkeypatch) -> list[SimpleNamespace]:
     def fake_search(config, *, reporter=None, debug=False):
         seen.append(SimpleNamespace(config=config, reporter=reporter, debug=debug))
 
-    monkeypatch.setattr(autotune.driver, "search", fake_search)
+    monkeypatch.setattr(autotune.run.driver, "search", fake_search)
     return seen
 
 
@@ -50,7 +50,7 @@ def fail_with(monkeypatch, exc: BaseException) -> None:
     def fake_search(config, *, reporter=None, debug=False):
         raise exc
 
-    monkeypatch.setattr(autotune.driver, "search", fake_search)
+    monkeypatch.setattr(autotune.run.driver, "search", fake_search)
 
 
 def run(*argv: str) -> int | str | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.estimate import (
+from autotune.measure.estimate import (
     SAFETY_MARGIN,
     clearly_over,
     estimate_memory,

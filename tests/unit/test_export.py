@@ -14,7 +14,8 @@ import yaml
 from autotune import cli
 from autotune.cli._export import export_command
 from autotune.errors import UsageError
-from autotune.export import (
+from autotune.space.knobs import ATTENTION, COMPILE_BACKENDS, OPTIMIZERS, PRECISIONS, trial_kwargs
+from autotune.study.export import (
     FORMATS,
     export_config,
     render,
@@ -26,8 +27,7 @@ from autotune.export import (
     to_python,
     to_yaml,
 )
-from autotune.knobs import ATTENTION, COMPILE_BACKENDS, OPTIMIZERS, PRECISIONS, trial_kwargs
-from autotune.store import summarize_trial
+from autotune.study.store import summarize_trial
 
 MiB = 2**20
 STUDY = "tiny-gpt2-cpu-seq128"

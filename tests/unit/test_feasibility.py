@@ -1,8 +1,8 @@
-"""The pre-checks that decide a trial needs no training (`autotune.feasibility.precheck`)."""
+"""The pre-checks that decide a trial needs no training (`autotune.run.feasibility.precheck`)."""
 
 from __future__ import annotations
 
-from autotune.feasibility import PastTrial, precheck
+from autotune.run.feasibility import PastTrial, precheck
 
 MiB = 2**20
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from transformers import GPT2Config, LlamaConfig
 
-from autotune.flops import flops_per_token, mfu, model_shape, peak_flops
+from autotune.measure.flops import flops_per_token, mfu, model_shape, peak_flops
 
 
 def test_flops_per_token_is_6n_plus_the_attention_term() -> None:

@@ -8,7 +8,7 @@ import pytest
 import transformers
 from transformers.training_args import OptimizerNames
 
-from autotune.knobs import (
+from autotune.space.knobs import (
     ATTENTION,
     CATALOGUE,
     COMPILE_BACKENDS,

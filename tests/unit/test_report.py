@@ -17,7 +17,7 @@ from optuna.trial import TrialState, create_trial
 
 from autotune.cli._report import report_command
 from autotune.errors import UsageError
-from autotune.report import build_report, collect, write_report
+from autotune.study.report import build_report, collect, write_report
 
 MIB = 2**20
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

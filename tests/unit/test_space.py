@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from autotune.errors import SpaceError, UsageError
-from autotune.knobs import CATALOGUE, PRECISIONS
 from autotune.space import SearchSpace, builtin_spaces, load_space, parse_space
+from autotune.space.knobs import CATALOGUE, PRECISIONS
 from tests.helpers import write_file as write
 
 REPO = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from autotune.stats import (
+from autotune.measure.stats import (
     WindowStats,
     relative_ci_halfwidth,
     summarize_window,

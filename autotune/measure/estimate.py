@@ -5,7 +5,7 @@ in fp32 and 6 under mixed precision (the fp32 master copy plus a half-precision 
 optimizer states 8 for AdamW (two moments), 2 for 8-bit AdamW, 4 for one-state optimizers (SGD
 with momentum, Adagrad, RMSprop). Transformers' plain `sgd` has no momentum (no state) and
 Adafactor's factored moments are negligible per parameter. Activations scale with the per-device
-batch, from a one-off measurement at a small batch (`autotune.estimator`); the process's baseline
+batch, from a one-off measurement at a small batch (`autotune.measure.estimator`); the process's baseline
 (libraries, CUDA context) comes on top.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from autotune.knobs import optimizer_family
+from autotune.space.knobs import optimizer_family
 
 WEIGHT_BYTES = {"fp32": 4, "tf32": 4, "fp16": 6, "bf16": 6, "bf16+tf32": 6}
 GRADIENT_BYTES = 4

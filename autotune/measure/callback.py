@@ -18,9 +18,9 @@ from transformers import TrainerCallback
 
 from autotune.config import MeasureSettings
 from autotune.errors import AutotuneError
-from autotune.memory import PeakMemoryMeter
+from autotune.measure.memory import PeakMemoryMeter
+from autotune.measure.stats import summarize_window, warmup_done, window_done
 from autotune.progress import Reporter
-from autotune.stats import summarize_window, warmup_done, window_done
 
 
 class MeasurementError(AutotuneError):

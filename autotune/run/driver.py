@@ -1,6 +1,6 @@
 """`search()`: one call from a run configuration to a finished study.
 
-cli -> config -> space -> workload -> driver (Trainer.hyperparameter_search, optuna) -> store.
+cli -> config -> plan (space, workload, hardware) -> driver (Trainer.hyperparameter_search, optuna) -> store.
 """
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import os
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,26 +17,22 @@ import optuna
 from transformers import TrainerCallback
 from transformers.utils import logging as hf_logging
 
-from autotune.availability import Hardware, ModelSupport, detect_hardware, model_support, value_unavailable
-from autotune.config import RunConfig, load_base_args
+from autotune.config import RunConfig
 from autotune.errors import StoreError
-from autotune.fingerprint import check_resume, fingerprint
-from autotune.measure import ThroughputCallback
-from autotune.memory import frozen_heap
+from autotune.measure.callback import ThroughputCallback
+from autotune.measure.memory import frozen_heap
+from autotune.measure.stats import rank_finalists, verdict
 from autotune.progress import Reporter, TrialSummary, describe_params
-from autotune.space import SearchSpace, load_space, precision_of
-from autotune.stats import rank_finalists, verdict
-from autotune.store import (
+from autotune.run.plan import Plan, base_training_args, baseline_values, plan_search
+from autotune.study.fingerprint import check_resume, fingerprint
+from autotune.study.store import (
     FINISHED,
     best_trial,
-    default_study_name,
     fail_interrupted_trials,
     measured_count,
-    open_storage,
     ranked_trials,
     speedup_over_baseline,
 )
-from autotune.workload import Workload, resolve_workload
 
 
 @dataclass
@@ -60,7 +55,7 @@ class SearchResult:
 
     @property
     def speedup_over_baseline(self) -> float | None:
-        """The winner's throughput over the baseline's (see `autotune.store.speedup_over_baseline`)."""
+        """The winner's throughput over the baseline's (see `autotune.study.store.speedup_over_baseline`)."""
         compared = speedup_over_baseline(self.study, self.best) if self.best is not None else None
         return compared[0] if compared else None
 
@@ -78,57 +73,6 @@ class SearchResult:
             "training_args": dict(self.best.attrs.get("training_args", {})),
             "model_kwargs": dict(self.best.attrs.get("model_kwargs", {})),
         }
-
-
-@dataclass
-class Plan:
-    """A run resolved against this machine: everything the trials need, decided once."""
-
-    config: RunConfig
-    space: SearchSpace
-    workload: Workload
-    hardware: Hardware
-    model: ModelSupport
-    base_args: dict[str, Any]
-    study_name: str
-    storage: Any
-    not_searched: list[str] = dataclasses.field(default_factory=list)
-    cap_bytes: int | None = None
-
-
-def plan_search(config: RunConfig, open_store: bool = True) -> Plan:
-    """Resolve a run configuration: space, workload, hardware rules, base config, store.
-
-    Raises:
-        UsageError: a bad space, model, base config, or an unreachable global batch size.
-        StoreError: the store cannot be opened.
-    """
-    space = load_space(config.space)
-    base = load_base_args(config.base_args) if config.base_args else {}
-    workload = resolve_workload(config.model, config.seq_len)
-    hardware = detect_hardware()
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    model = model_support(workload.model_class())
-    space = space.for_hardware(*hardware.batch_multiple())
-    if config.keep_semantics:
-        space = space.keep_semantics(base, world_size)
-    elif config.global_batch_size is not None:
-        space = space.with_global_batch(config.global_batch_size, world_size)
-    # Values that cannot run on this machine are not offered to the sampler at all; rules on
-    # combinations are checked per trial (a skipped trial with a reason and a constraint).
-    space, dropped = space.without(lambda knob, value: value_unavailable(knob, value, hardware, model))
-    return Plan(
-        config=config,
-        space=space,
-        workload=workload,
-        hardware=hardware,
-        model=model,
-        base_args=base,
-        not_searched=dropped,
-        cap_bytes=cap.resolve(hardware.memory_bytes) if (cap := config.memory_cap_parsed) else None,
-        study_name=config.study or default_study_name(config.model, space.name, workload.seq_len),
-        storage=open_storage(config.storage_url) if open_store else None,
-    )
 
 
 def search(
@@ -223,7 +167,7 @@ def build_trainer(
     debug: bool = False,
 ) -> Any:
     """The `AutotuneTrainer` that runs a plan's trials (and benchmarks' measurements)."""
-    from autotune.trainer import AutotuneTrainer  # imports Trainer machinery only when trials run
+    from autotune.run.trainer import AutotuneTrainer  # imports Trainer machinery only when trials run
 
     return AutotuneTrainer(
         plan=plan,
@@ -233,29 +177,6 @@ def build_trainer(
         callbacks=callbacks,
         debug=debug,
     )
-
-
-def baseline_values(plan: Plan) -> dict[str, Any]:
-    """The knob values a user gets without autotune: the base config, else the Transformers
-    defaults (what `TrainingArguments()` and `from_pretrained` pick on this machine)."""
-    base = plan.base_args
-    compile_backend = base.get("torch_compile_backend") or ("inductor" if base.get("torch_compile") else None)
-    values: dict[str, Any] = {
-        "per_device_train_batch_size": int(base.get("per_device_train_batch_size", 8)),
-        "gradient_accumulation_steps": int(base.get("gradient_accumulation_steps", 1)),
-        "precision": precision_of(base),
-        "optim": str(base.get("optim", "adamw_torch")),
-        "torch_compile": compile_backend or "off",
-        "attn_implementation": "sdpa" if plan.model.sdpa else "eager",
-        "activation_checkpointing": bool(base.get("activation_checkpointing", False)),
-        "dataloader_num_workers": int(base.get("dataloader_num_workers", 0)),
-        # TrainingArguments pins memory by default, and turns it off itself without a GPU.
-        "dataloader_pin_memory": bool(base.get("dataloader_pin_memory", True)) and plan.hardware.cuda,
-        "torch_empty_cache_steps": int(base.get("torch_empty_cache_steps") or 0),
-    }
-    if compile_backend == "inductor":
-        values["torch_compile_mode"] = str(base.get("torch_compile_mode") or "default")
-    return values
 
 
 def _measure_baseline(trainer: Any, plan: Plan, study: optuna.Study, reporter: Reporter) -> None:
@@ -378,28 +299,6 @@ def _hyperparameter_search(trainer: Any, plan: Plan, n_trials: int, seed: int) -
         study = optuna.load_study(study_name=plan.study_name, storage=plan.storage)
         if study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
             raise
-
-
-def base_training_args(plan: Plan, output_dir: str) -> dict[str, Any]:
-    """`TrainingArguments` kwargs every trial starts from: the user's base config, then what a
-    throughput trial needs (train only; save, evaluate and log nothing)."""
-    return {
-        **plan.base_args,
-        "output_dir": output_dir,
-        "max_steps": plan.config.measure.step_budget,
-        "report_to": "none",
-        "save_strategy": "no",
-        "eval_strategy": "no",
-        "logging_strategy": "no",
-        "disable_tqdm": True,
-        # Keep NaN/inf in the reported loss: a trial that diverges must not look healthy.
-        "logging_nan_inf_filter": False,
-        # Synthetic samples are already random; a sequential sampler costs nothing to build.
-        "train_sampling_strategy": "sequential",
-        "seed": plan.config.seed,
-        # Without a GPU, TrainingArguments refuses bf16 unless told the CPU is meant.
-        "use_cpu": not plan.hardware.cuda,
-    }
 
 
 def _check_direction(study: optuna.Study) -> None:

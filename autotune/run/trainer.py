@@ -32,25 +32,25 @@ from transformers import Trainer, TrainerCallback, TrainingArguments, default_da
 from transformers.trainer_callback import PrinterCallback
 from transformers.trainer_utils import HPSearchBackend
 
-from autotune.availability import combination_unavailable
-from autotune.estimate import SAFETY_MARGIN, MemoryEstimate, relative_error
-from autotune.estimator import MemoryEstimator
-from autotune.feasibility import (
+from autotune.measure.callback import ThroughputCallback, TrialTimeout
+from autotune.measure.estimate import SAFETY_MARGIN, MemoryEstimate, relative_error
+from autotune.measure.estimator import MemoryEstimator
+from autotune.measure.flops import flops_per_token, mfu, model_shape
+from autotune.measure.memory import release_device_memory
+from autotune.progress import Reporter, TrialSummary
+from autotune.run.feasibility import (
     OVER_MEMORY_CAP,
     constraint_values,
     memory_violation,
     precheck,
 )
-from autotune.flops import flops_per_token, mfu, model_shape
-from autotune.knobs import Value, trial_kwargs
-from autotune.measure import ThroughputCallback, TrialTimeout
-from autotune.memory import release_device_memory
-from autotune.progress import Reporter, TrialSummary
 from autotune.space import precision_of
-from autotune.store import FINISHED, as_past
+from autotune.space.availability import combination_unavailable
+from autotune.space.knobs import Value, trial_kwargs
+from autotune.study.store import FINISHED, as_past
 
 if TYPE_CHECKING:
-    from autotune.driver import Plan
+    from autotune.run.plan import Plan
 
 
 class NonFiniteLoss(RuntimeError):

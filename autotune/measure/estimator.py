@@ -10,10 +10,10 @@ from typing import Any
 
 import torch
 
-from autotune.estimate import GRADIENT_BYTES, MemoryEstimate, estimate_memory, precision_class
-from autotune.memory import PeakMemoryMeter, release_device_memory, rss_bytes
+from autotune.measure.estimate import GRADIENT_BYTES, MemoryEstimate, estimate_memory, precision_class
+from autotune.measure.memory import PeakMemoryMeter, release_device_memory, rss_bytes
 from autotune.space import precision_of
-from autotune.workload import Workload
+from autotune.workloads.workload import Workload
 
 PROBE_BATCH = 2
 

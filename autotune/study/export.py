@@ -19,9 +19,9 @@ from typing import Any
 import optuna
 
 from autotune.errors import UsageError
-from autotune.feasibility import OVER_MEMORY_CAP
-from autotune.progress import TrialSummary
-from autotune.store import FINISHED, best_trial, speedup_over_baseline, study_cap_bytes, summarize_trial
+from autotune.progress import TrialSummary, format_bytes
+from autotune.run.feasibility import OVER_MEMORY_CAP
+from autotune.study.store import FINISHED, best_trial, speedup_over_baseline, study_cap_bytes, summarize_trial
 
 FORMATS = ("json", "yaml", "flags", "accelerate", "python")
 
@@ -37,14 +37,14 @@ _EFFECTIVE_DEFAULTS: dict[str, Any] = {"activation_checkpointing": False, "gradi
 
 
 def resolve_cap(study: optuna.Study, text: str) -> int:
-    """``--memory-cap`` text in bytes (see `autotune.store.study_cap_bytes`)."""
+    """``--memory-cap`` text in bytes (see `autotune.study.store.study_cap_bytes`)."""
     return study_cap_bytes(study, text)
 
 
 def select_trial(study: optuna.Study, cap_bytes: int | None, *, cap_text: str | None = None) -> TrialSummary:
     """The trial to export: the study's best, or with `cap_bytes` the best whose measured peak fits.
 
-    Without a cap this is `autotune.store.best_trial` (the re-measured winner, never an infeasible
+    Without a cap this is `autotune.study.store.best_trial` (the re-measured winner, never an infeasible
     trial). With a cap the choice is remade from the stored measurements: the winner if it fits,
     else the highest tokens/s among completed, non-duplicate trials with a finite loss and a peak
     <= cap. The stored ``feasible`` flag was judged against the study's own cap, so it is not used;
@@ -117,13 +117,6 @@ def _search_command(study: optuna.Study, cap: str | None = None) -> str:
 
 def _cap_arg(cap_bytes: int) -> str:
     return f"{math.floor(cap_bytes / 2**20)}MiB"
-
-
-def format_bytes(n: int) -> str:
-    """``653 MiB``, ``1.50 GiB``."""
-    if n >= 2**30:
-        return f"{n / 2**30:.2f} GiB"
-    return f"{n / 2**20:.0f} MiB"
 
 
 # -- the exported config -----------------------------------------------------------------------

@@ -18,8 +18,15 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.errors import UsageError
-from autotune.progress import TrialSummary, describe_params, format_value, short_name
-from autotune.store import best_trial, measured_count, ranked_trials, study_cap_bytes
+from autotune.progress import (
+    TrialSummary,
+    describe_params,
+    format_bytes,
+    format_rate,
+    format_value,
+    short_name,
+)
+from autotune.study.store import best_trial, measured_count, ranked_trials, study_cap_bytes
 
 MIB = 2**20
 FEASIBLE_COLOUR = "#1f77b4"
@@ -154,18 +161,6 @@ def _importances(study: optuna.Study) -> tuple[dict[str, float], str | None]:
 # ----------------------------------------------------------------------------- formatting
 
 
-def _bytes(n: float | None) -> str:
-    from autotune.cli._render import format_bytes
-
-    return format_bytes(n)
-
-
-def _rate(x: float | None) -> str:
-    from autotune.cli._render import format_rate
-
-    return format_rate(x)
-
-
 def _share(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
@@ -183,8 +178,8 @@ def _device_text(device: dict[str, Any]) -> str:
     if not device:
         return "unknown"
     if device.get("device") == "cuda":
-        return f"{device.get('name')} x{device.get('count', 1)} ({_bytes(device.get('memory_bytes'))})"
-    return f"CPU ({_bytes(device.get('memory_bytes'))} RAM)"
+        return f"{device.get('name')} x{device.get('count', 1)} ({format_bytes(device.get('memory_bytes'))})"
+    return f"CPU ({format_bytes(device.get('memory_bytes'))} RAM)"
 
 
 # ----------------------------------------------------------------------------- plotly figures
@@ -196,8 +191,8 @@ def _mib(n: float | None) -> float | None:
 
 def _hover(p: _Point) -> str:
     return (
-        f"trial {p.number}<br>{html.escape(p.label)}<br>{_rate(p.tokens_per_s)} tok/s, "
-        f"peak {_bytes(p.peak_bytes)}"
+        f"trial {p.number}<br>{html.escape(p.label)}<br>{format_rate(p.tokens_per_s)} tok/s, "
+        f"peak {format_bytes(p.peak_bytes)}"
     )
 
 
@@ -279,7 +274,7 @@ def _throughput_memory_figure(data: ReportData) -> Any:
         fig.add_vline(
             x=_mib(data.cap_bytes),
             line={"color": CAP_COLOUR, "dash": "dash"},
-            annotation_text=f"memory cap {data.cap_text} ({_bytes(data.cap_bytes)})",
+            annotation_text=f"memory cap {data.cap_text} ({format_bytes(data.cap_bytes)})",
             annotation_position="top left",
         )
     fig.update_layout(
@@ -342,7 +337,8 @@ def _estimate_figure(data: ReportData) -> Any:
             marker={"color": FEASIBLE_COLOUR, "size": 9},
             customdata=[[e, p] for _, e, p in data.estimates],
             hovertext=[
-                f"trial {n}<br>estimate {_bytes(e)}<br>measured {_bytes(p)} ({100 * (e - p) / p:+.1f}%)"
+                f"trial {n}<br>estimate {format_bytes(e)}<br>measured {format_bytes(p)} "
+                f"({100 * (e - p) / p:+.1f}%)"
                 for n, e, p in data.estimates
             ],
             hoverinfo="text",
@@ -417,7 +413,7 @@ def _header(study: optuna.Study, data: ReportData) -> str:
         ("device", _device_text(attrs.get("device") or {})),
         (
             "memory cap",
-            f"{data.cap_text} ({_bytes(data.cap_bytes)})" if data.cap_bytes is not None else "none",
+            f"{data.cap_text} ({format_bytes(data.cap_bytes)})" if data.cap_bytes is not None else "none",
         ),
         ("trials measured", f"{measured_count(study)} (of {finished} finished)"),
     ]
@@ -426,9 +422,9 @@ def _header(study: optuna.Study, data: ReportData) -> str:
     if best is None:
         rows.append(("winner", "no feasible trial"))
     else:
-        line = f"trial {best.number}: {describe_params(best.params)}, {_rate(best.tokens_per_s)} tok/s"
+        line = f"trial {best.number}: {describe_params(best.params)}, {format_rate(best.tokens_per_s)} tok/s"
         if winner and winner.get("number") == best.number and winner.get("median_tokens_per_s"):
-            line += f" in the search, median {_rate(winner['median_tokens_per_s'])} tok/s re-measured"
+            line += f" in the search, median {format_rate(winner['median_tokens_per_s'])} tok/s re-measured"
         rows.append(("winner", line))
         if winner and winner.get("number") == best.number and winner.get("verdict"):
             rows.append(("verdict", str(winner["verdict"])))
@@ -438,7 +434,7 @@ def _header(study: optuna.Study, data: ReportData) -> str:
         for f in finalists:
             spread = f" ±{100 * f['spread']:.1f}%" if f.get("spread") is not None else ""
             who = "baseline" if f.get("number", 0) < 0 else f"#{f.get('number')}"
-            parts.append(f"{who} {_rate(f.get('median'))} tok/s{spread}")
+            parts.append(f"{who} {format_rate(f.get('median'))} tok/s{spread}")
         rows.append(("finalists (median of re-measurements)", ", ".join(parts)))
     body = "\n".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in rows)
     return f"<h1>autotune report: {html.escape(data.study_name)}</h1>\n<dl class='header'>\n{body}\n</dl>"
@@ -475,11 +471,11 @@ def _table(data: ReportData, winner: int | None) -> str:
         cells = [
             ("num", str(t.number)),
             *(("", format_value(t.params.get(k, "-"))) for k in knob_names),
-            ("num", _rate(t.tokens_per_s)),
+            ("num", format_rate(t.tokens_per_s)),
             ("num", ci),
             *([("num", _share(t.attrs.get("mfu")))] if with_mfu else []),
-            ("num", _bytes(t.peak_memory_bytes)),
-            ("num", _bytes(t.attrs.get("memory_estimate_bytes"))),
+            ("num", format_bytes(t.peak_memory_bytes)),
+            ("num", format_bytes(t.attrs.get("memory_estimate_bytes"))),
             ("state", _state_text(t)),
         ]
         row = "".join(f"<td class='{c}'>{html.escape(v)}</td>" for c, v in cells)

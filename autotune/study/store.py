@@ -18,8 +18,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import parse_memory_cap
 from autotune.errors import StoreError, UsageError
-from autotune.feasibility import NOT_TRAINED, PastTrial
 from autotune.progress import TrialSummary
+from autotune.run.feasibility import NOT_TRAINED, PastTrial
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 

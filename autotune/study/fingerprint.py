@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.errors import UsageError
 
 if TYPE_CHECKING:
-    from autotune.driver import Plan
+    from autotune.run.plan import Plan
 
 # A difference here leaves the stored measurements meaningful (a new library patch release, a
 # different cap: feasibility is recomputed from the stored peaks).

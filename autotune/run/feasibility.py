@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.estimate import clearly_over
+from autotune.measure.estimate import clearly_over
 
 # Reasons of trials that did not train: they cost nothing and do not spend the budget.
 NOT_TRAINED = ("unavailable", "duplicate", "oom_predicted", "over_estimate")

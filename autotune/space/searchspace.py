@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from autotune.errors import SpaceError, UsageError
-from autotune.knobs import CATALOGUE, Value, optimizer_family, trial_kwargs
+from autotune.space.knobs import CATALOGUE, Value, optimizer_family, trial_kwargs
 
 _TOP_LEVEL_KEYS = ("description", "knobs")
 

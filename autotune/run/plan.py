@@ -1,0 +1,117 @@
+"""A run resolved once against this machine: the space, workload, hardware rules, base config and
+store every trial of a search (and every worker) works from."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.config import RunConfig, load_base_args
+from autotune.space import SearchSpace, load_space, precision_of
+from autotune.space.availability import (
+    Hardware,
+    ModelSupport,
+    detect_hardware,
+    model_support,
+    value_unavailable,
+)
+from autotune.study.store import default_study_name, open_storage
+from autotune.workloads.workload import Workload, resolve_workload
+
+
+@dataclass
+class Plan:
+    """A run resolved against this machine: everything the trials need, decided once."""
+
+    config: RunConfig
+    space: SearchSpace
+    workload: Workload
+    hardware: Hardware
+    model: ModelSupport
+    base_args: dict[str, Any]
+    study_name: str
+    storage: Any
+    not_searched: list[str] = dataclasses.field(default_factory=list)
+    cap_bytes: int | None = None
+
+
+def plan_search(config: RunConfig, open_store: bool = True) -> Plan:
+    """Resolve a run configuration: space, workload, hardware rules, base config, store.
+
+    Raises:
+        UsageError: a bad space, model, base config, or an unreachable global batch size.
+        StoreError: the store cannot be opened.
+    """
+    space = load_space(config.space)
+    base = load_base_args(config.base_args) if config.base_args else {}
+    workload = resolve_workload(config.model, config.seq_len)
+    hardware = detect_hardware()
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    model = model_support(workload.model_class())
+    space = space.for_hardware(*hardware.batch_multiple())
+    if config.keep_semantics:
+        space = space.keep_semantics(base, world_size)
+    elif config.global_batch_size is not None:
+        space = space.with_global_batch(config.global_batch_size, world_size)
+    # Values that cannot run on this machine are not offered to the sampler at all; rules on
+    # combinations are checked per trial (a skipped trial with a reason and a constraint).
+    space, dropped = space.without(lambda knob, value: value_unavailable(knob, value, hardware, model))
+    return Plan(
+        config=config,
+        space=space,
+        workload=workload,
+        hardware=hardware,
+        model=model,
+        base_args=base,
+        not_searched=dropped,
+        cap_bytes=cap.resolve(hardware.memory_bytes) if (cap := config.memory_cap_parsed) else None,
+        study_name=config.study or default_study_name(config.model, space.name, workload.seq_len),
+        storage=open_storage(config.storage_url) if open_store else None,
+    )
+
+
+def baseline_values(plan: Plan) -> dict[str, Any]:
+    """The knob values a user gets without autotune: the base config, else the Transformers
+    defaults (what `TrainingArguments()` and `from_pretrained` pick on this machine)."""
+    base = plan.base_args
+    compile_backend = base.get("torch_compile_backend") or ("inductor" if base.get("torch_compile") else None)
+    values: dict[str, Any] = {
+        "per_device_train_batch_size": int(base.get("per_device_train_batch_size", 8)),
+        "gradient_accumulation_steps": int(base.get("gradient_accumulation_steps", 1)),
+        "precision": precision_of(base),
+        "optim": str(base.get("optim", "adamw_torch")),
+        "torch_compile": compile_backend or "off",
+        "attn_implementation": "sdpa" if plan.model.sdpa else "eager",
+        "activation_checkpointing": bool(base.get("activation_checkpointing", False)),
+        "dataloader_num_workers": int(base.get("dataloader_num_workers", 0)),
+        # TrainingArguments pins memory by default, and turns it off itself without a GPU.
+        "dataloader_pin_memory": bool(base.get("dataloader_pin_memory", True)) and plan.hardware.cuda,
+        "torch_empty_cache_steps": int(base.get("torch_empty_cache_steps") or 0),
+    }
+    if compile_backend == "inductor":
+        values["torch_compile_mode"] = str(base.get("torch_compile_mode") or "default")
+    return values
+
+
+def base_training_args(plan: Plan, output_dir: str) -> dict[str, Any]:
+    """`TrainingArguments` kwargs every trial starts from: the user's base config, then what a
+    throughput trial needs (train only; save, evaluate and log nothing)."""
+    return {
+        **plan.base_args,
+        "output_dir": output_dir,
+        "max_steps": plan.config.measure.step_budget,
+        "report_to": "none",
+        "save_strategy": "no",
+        "eval_strategy": "no",
+        "logging_strategy": "no",
+        "disable_tqdm": True,
+        # Keep NaN/inf in the reported loss: a trial that diverges must not look healthy.
+        "logging_nan_inf_filter": False,
+        # Synthetic samples are already random; a sequential sampler costs nothing to build.
+        "train_sampling_strategy": "sequential",
+        "seed": plan.config.seed,
+        # Without a GPU, TrainingArguments refuses bf16 unless told the CPU is meant.
+        "use_cpu": not plan.hardware.cuda,
+    }

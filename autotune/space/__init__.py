@@ -1,0 +1,26 @@
+"""What is searched: the knob catalogue, search spaces (YAML -> `SearchSpace`), and what can run here.
+
+Pure: nothing here imports torch at module top.
+"""
+
+from __future__ import annotations
+
+from autotune.space.searchspace import (
+    SearchSpace,
+    SizeRule,
+    builtin_spaces,
+    global_batch_splits,
+    load_space,
+    parse_space,
+    precision_of,
+)
+
+__all__ = [
+    "SearchSpace",
+    "SizeRule",
+    "builtin_spaces",
+    "global_batch_splits",
+    "load_space",
+    "parse_space",
+    "precision_of",
+]

@@ -1,0 +1,1 @@
+"""What is trained: built-in presets, hub and local models, their data and task."""
