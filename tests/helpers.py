@@ -15,6 +15,9 @@ from autotune.config import MeasureSettings
 FAST = MeasureSettings(warmup_steps=1, max_warmup_steps=2, min_steps=2, max_steps=3, max_seconds=10.0)
 # A search that measures only its own trials: fast windows, no baseline, no finalist re-measurement.
 FAST_RUN = {"measure": FAST, "finalists": 0, "measure_baseline": False}
+# The same in the test's own process: for probes that record what trials did, and monkeypatches
+# (worker processes see neither).
+IN_PROCESS = {**FAST_RUN, "isolation": "none"}
 
 
 def write_file(folder: Path, text: str, name: str = "space.yaml") -> Path:
@@ -78,3 +81,33 @@ class KnobProbe(TrainerCallback):
                 seen["traced"] = True
 
         self._hook = model.get_output_embeddings().register_forward_hook(hook)
+
+
+class Fault(TrainerCallback):
+    """Injects a fault into one trial of a search, at its `at_step`-th optimizer step: `hang`
+    sleeps (the watchdog must end it), `segfault` kills the process with SIGSEGV, `exit` leaves
+    with a non-zero code, `raise` raises. Pickled into the worker processes, so it works there too.
+    Trials are counted by their parameters, so only the trial that has `params` is hit."""
+
+    def __init__(self, kind: str, params: dict[str, Any], at_step: int = 2) -> None:
+        self.kind, self.params, self.at_step = kind, dict(params), at_step
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        import os
+        import signal
+        import time
+
+        applied = {
+            "per_device_train_batch_size": args.per_device_train_batch_size,
+            "precision": "bf16" if args.bf16 else "fp32",
+        }
+        if state.global_step != self.at_step or any(applied.get(k, v) != v for k, v in self.params.items()):
+            return
+        if self.kind == "hang":
+            time.sleep(3600)
+        elif self.kind == "segfault":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        elif self.kind == "exit":
+            os._exit(3)
+        elif self.kind == "raise":
+            raise RuntimeError("injected failure")

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import autotune
-from tests.helpers import FAST, FAST_RUN, KnobProbe, write_space
+from tests.helpers import FAST, IN_PROCESS, KnobProbe, write_space
 
 TRIALS: list[dict[str, Any]] = [
     {
@@ -109,7 +109,7 @@ def probed(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any
             trials=len(TRIALS),
             storage=f"sqlite:///{folder / 'k.db'}",
             seq_len=32,
-            **FAST_RUN,
+            **IN_PROCESS,
             callbacks=[probe],
             enqueue=enqueue,
         )

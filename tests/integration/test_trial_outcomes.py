@@ -16,7 +16,7 @@ from autotune.cli import main
 from autotune.progress import Reporter
 from autotune.space.availability import Hardware
 from autotune.workloads.workload import Workload
-from tests.helpers import FAST_RUN, KnobProbe, write_space
+from tests.helpers import FAST_RUN, IN_PROCESS, KnobProbe, write_space
 
 H100 = Hardware(
     device="cuda",
@@ -59,7 +59,7 @@ def test_unavailable_combination_is_skipped_without_training(
         trials=1,
         storage=f"sqlite:///{tmp_path / 's.db'}",
         seq_len=16,
-        **FAST_RUN,
+        **IN_PROCESS,
         callbacks=[probe],
         reporter=notes,
     )
@@ -144,7 +144,7 @@ def test_keep_semantics_holds_the_math_of_the_base_config(tmp_path: Path) -> Non
         trials=3,
         storage=f"sqlite:///{tmp_path / 'k.db'}",
         seq_len=16,
-        **FAST_RUN,
+        **IN_PROCESS,
         keep_semantics=True,
         base_args=str(base),
         callbacks=[probe],
@@ -169,7 +169,7 @@ def test_global_batch_size_restricts_the_splits(tmp_path: Path) -> None:
         trials=3,
         storage=f"sqlite:///{tmp_path / 'g.db'}",
         seq_len=16,
-        **FAST_RUN,
+        **IN_PROCESS,
         global_batch_size=16,
         callbacks=[probe],
     )
@@ -206,7 +206,7 @@ def test_skipped_trials_do_not_spend_the_budget(tmp_path: Path, monkeypatch: pyt
         trials=2,
         storage=f"sqlite:///{tmp_path / 'b.db'}",
         seq_len=16,
-        **FAST_RUN,
+        **IN_PROCESS,
         enqueue=[{"per_device_train_batch_size": 4}],
     )
     states = [(t.params["per_device_train_batch_size"], t.state, t.reason) for t in result.trials]

@@ -13,7 +13,7 @@ from transformers import TrainerCallback
 
 import autotune
 from autotune.measure.memory import rss_bytes
-from tests.helpers import FAST, FAST_RUN, FakeOOM, KnobProbe, write_space
+from tests.helpers import FAST, FAST_RUN, IN_PROCESS, FakeOOM, KnobProbe, write_space
 
 
 def test_fake_oom_larger_batches_are_predicted_not_trained(tmp_path: Path) -> None:
@@ -25,7 +25,7 @@ def test_fake_oom_larger_batches_are_predicted_not_trained(tmp_path: Path) -> No
         trials=3,
         storage=f"sqlite:///{tmp_path / 'oom.db'}",
         seq_len=16,
-        **FAST_RUN,
+        **IN_PROCESS,
         callbacks=[FakeOOM(threshold=8), probe],
         enqueue=[{"per_device_train_batch_size": b} for b in (8, 16, 2, 4)],
     )
@@ -152,7 +152,7 @@ def test_nan_compile_error_and_timeout_are_recorded_and_the_search_goes_on(
         seq_len=16,
         callbacks=[Slow(), Poison()],
         enqueue=trials,
-        **{**FAST_RUN, "measure": measure},
+        **{**IN_PROCESS, "measure": measure},
     )
     by_number = {t.number: t for t in result.trials}
     assert [by_number[n].reason for n in range(4)] == ["compile_error", "nan_loss", "timeout", None]
@@ -199,6 +199,7 @@ def test_interleaved_remeasurement_picks_the_truly_faster_config(tmp_path: Path)
         finalists=2,
         measure_baseline=False,
         finalist_rounds=3,
+        isolation="none",  # SlowDown counts what it saw in this process
     )
     search_order = [t.params["attn_implementation"] for t in result.trials if t.state == "COMPLETE"]
     assert search_order[0] == "sdpa"  # the search alone was fooled
@@ -222,7 +223,7 @@ def test_memory_estimate_is_stored_and_skips_what_is_clearly_over_the_cap(tmp_pa
         trials=1,
         storage=f"sqlite:///{tmp_path / 'est.db'}",
         seq_len=256,
-        **FAST_RUN,
+        **IN_PROCESS,
         memory_cap=f"{cap}B",
         callbacks=[probe],
         enqueue=[{"per_device_train_batch_size": 64}, {"per_device_train_batch_size": 1}],

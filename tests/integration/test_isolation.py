@@ -1,0 +1,151 @@
+"""Every trial in its own worker process: faults are recorded results, the search goes on."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+
+import autotune
+from autotune.study.owner import Owner, is_alive
+from autotune.study.store import measured_count
+from tests.helpers import FAST, Fault, write_space
+
+pytestmark = pytest.mark.timeout(300)
+
+SPACE = {"per_device_train_batch_size": [1, 2, 4, 8], "precision": ["fp32", "bf16"]}
+
+
+def _run(tmp_path: Path, trials: int, **overrides: Any) -> autotune.SearchResult:
+    settings: dict[str, Any] = dict(
+        model="tiny-gpt2",
+        space=write_space(tmp_path, SPACE),
+        storage=f"sqlite:///{tmp_path / 'iso.db'}",
+        study="iso",
+        seq_len=16,
+        trials=trials,
+        measure=FAST,
+        finalists=0,
+        measure_baseline=False,
+    )
+    return autotune.search(**{**settings, **overrides})
+
+
+def _assert_nothing_running(study: optuna.Study) -> None:
+    assert not [t.number for t in study.get_trials() if t.state == optuna.trial.TrialState.RUNNING]
+
+
+def test_a_worker_killed_mid_trial_is_recorded_and_the_search_completes(tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'iso.db'}"
+    killed: dict[str, Any] = {}
+    stop = threading.Event()
+
+    def kill_the_first_running_worker() -> None:
+        # Found as a user would: the running trial's `worker` attr names its process.
+        while not stop.is_set() and not killed:
+            time.sleep(0.2)
+            try:
+                study = optuna.load_study(study_name="iso", storage=storage)
+            except KeyError:
+                continue
+            for trial in study.get_trials(states=(optuna.trial.TrialState.RUNNING,)):
+                owner = Owner.from_attrs(trial.user_attrs.get("worker"))
+                if owner is not None and owner.pid != os.getpid() and trial.number >= 1:
+                    time.sleep(0.3)  # inside its training
+                    os.kill(owner.pid, signal.SIGKILL)
+                    killed.update(number=trial.number, owner=owner)
+                    return
+
+    killer = threading.Thread(target=kill_the_first_running_worker, daemon=True)
+    killer.start()
+    slow = autotune.MeasureSettings(warmup_steps=1, max_steps=100000, max_seconds=2.0, target_rel_ci=1e-6)
+    try:
+        result = _run(tmp_path, 3, measure=slow)
+    finally:
+        stop.set()
+        killer.join(timeout=10)
+    assert killed, "no worker was found running a trial"
+    study = result.study
+    trial = study.trials[killed["number"]]
+    assert trial.state == optuna.trial.TrialState.FAIL
+    assert trial.user_attrs["reason"] == "killed"
+    assert "SIGKILL" in trial.user_attrs["message"] and "out-of-memory killer" in trial.user_attrs["message"]
+    assert trial.user_attrs["trained"] is True  # a fault counts against the budget
+    assert measured_count(study) == 3
+    _assert_nothing_running(study)
+    assert not is_alive(killed["owner"])
+
+
+def test_a_hung_trial_is_killed_by_the_watchdog(tmp_path: Path) -> None:
+    hang = Fault("hang", {"per_device_train_batch_size": 2})
+    result = _run(
+        tmp_path,
+        3,
+        measure=autotune.MeasureSettings(**{**FAST.__dict__, "trial_timeout_s": 3.0}),
+        enqueue=[{"per_device_train_batch_size": 2, "precision": "fp32"}],
+        callbacks=[hang],
+    )
+    study = result.study
+    hung = study.trials[0]
+    assert hung.params["per_device_train_batch_size"] == 2
+    assert hung.state == optuna.trial.TrialState.FAIL
+    assert hung.user_attrs["reason"] == "hung"
+    assert "watchdog" in hung.user_attrs["message"]
+    assert measured_count(study) == 3
+    _assert_nothing_running(study)
+
+
+@pytest.mark.parametrize(
+    ("kind", "reason", "words"),
+    [("segfault", "crashed", "SIGSEGV"), ("exit", "crashed", "exited with code 3")],
+)
+def test_a_crashing_worker_is_a_recorded_result(tmp_path: Path, kind: str, reason: str, words: str) -> None:
+    result = _run(
+        tmp_path,
+        2,
+        enqueue=[{"per_device_train_batch_size": 4, "precision": "fp32"}],
+        callbacks=[Fault(kind, {"per_device_train_batch_size": 4})],
+    )
+    crashed = result.study.trials[0]
+    assert crashed.state == optuna.trial.TrialState.FAIL
+    assert crashed.user_attrs["reason"] == reason
+    assert words in crashed.user_attrs["message"]
+    assert measured_count(result.study) == 2
+    assert result.best is not None and result.best.number != 0
+
+
+def test_isolation_does_not_change_what_a_trial_measures(tmp_path: Path) -> None:
+    """The same configuration's peak, measured after ten other trials, is within 5% of its peak as
+    the first trial of a search: each worker starts from the same clean process."""
+    target = {"per_device_train_batch_size": 8, "precision": "fp32", "activation_checkpointing": False}
+    space = {
+        **SPACE,
+        "per_device_train_batch_size": [1, 2, 4, 8, 16, 32],
+        "activation_checkpointing": [True, False],
+    }
+    others = [
+        {"per_device_train_batch_size": bs, "precision": p, "activation_checkpointing": c}
+        for bs in (1, 2, 4, 16, 32)
+        for p, c in (("bf16", True), ("fp32", True))
+    ]
+    path = write_space(tmp_path, space, "wide")
+    first = _run(tmp_path, 1, space=path, enqueue=[target], study="first")
+    later = _run(tmp_path, 11, space=path, enqueue=[*others, target], study="later")
+    alone = first.study.trials[0]
+    eleventh = later.study.trials[10]
+    assert alone.params == target and eleventh.params == target
+    ratio = eleventh.user_attrs["peak_memory_bytes"] / alone.user_attrs["peak_memory_bytes"]
+    assert 0.95 <= ratio <= 1.05, ratio
+
+
+def test_in_process_isolation_still_runs_every_trial_here(tmp_path: Path) -> None:
+    result = _run(tmp_path, 2, isolation="none")
+    owners = {Owner.from_attrs(t.user_attrs["worker"]) for t in result.study.trials}
+    assert {o.pid for o in owners if o is not None} == {os.getpid()}
+    assert measured_count(result.study) == 2
