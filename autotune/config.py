@@ -148,6 +148,9 @@ class RunConfig:
         allow_mismatch: fingerprint fields allowed to differ when continuing a stored study.
         measure_baseline: measure the base config (or the Transformers defaults) once, before a new
             study's first trial, so the result can state its speedup.
+        isolation: ``"process"``: every trial, the baseline and every re-measurement runs in a
+            fresh worker process; ``"none"``: all in this process (debugging).
+        workers: worker processes at once (None: one per visible GPU, or one on CPU).
     """
 
     model: str = "tiny-gpt2"
@@ -167,8 +170,18 @@ class RunConfig:
     finalist_rounds: int = 3
     allow_mismatch: tuple[str, ...] = ()
     measure_baseline: bool = True
+    isolation: Literal["process", "none"] = "process"
+    workers: int | None = None
 
     def __post_init__(self) -> None:
+        if self.isolation not in ("process", "none"):
+            raise UsageError(f"invalid isolation {self.isolation!r}", "use --isolation process or none")
+        if self.workers is not None and self.workers < 1:
+            raise UsageError(f"--workers must be at least 1, got {self.workers}")
+        if self.workers not in (None, 1) and self.isolation == "none":
+            raise UsageError(
+                f"--workers {self.workers} needs worker processes", "drop --isolation none, or --workers"
+            )
         if self.finalists < 0 or self.finalist_rounds < 1:
             raise UsageError(
                 f"--finalists must be >= 0 and --finalist-rounds >= 1, got {self.finalists} and "

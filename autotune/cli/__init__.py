@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from autotune.cli import _estimate, _export, _inspect, _knobs, _report, _search
+from autotune.cli import _estimate, _export, _inspect, _knobs, _report, _search, _worker
 from autotune.cli._render import print_error
 from autotune.errors import AutotuneError
 
@@ -42,6 +42,7 @@ app.command("estimate")(_estimate.estimate_command)
 app.command("studies")(_inspect.studies_command)
 app.command("show")(_inspect.show_command)
 app.command("resume")(_inspect.resume_command)
+app.command("worker")(_worker.worker_command)
 app.command("export")(_export.export_command)
 app.command("report")(_report.report_command)
 

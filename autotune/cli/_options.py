@@ -20,3 +20,18 @@ StudyOpt = Annotated[
     typer.Option("--study", help="Study name. Default: derived from model, space and sequence length."),
 ]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks of errors.")]
+WorkersOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--workers",
+        "-w",
+        help="Worker processes at once. Default: one per visible GPU, or one on CPU.",
+        show_default=False,
+    ),
+]
+IsolationOpt = Annotated[
+    str,
+    typer.Option(
+        "--isolation", help="process: each trial in a fresh worker process; none: all in this process."
+    ),
+]

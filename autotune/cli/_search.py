@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from autotune.cli._options import DebugOpt, StorageOpt, StudyOpt
+from autotune.cli._options import DebugOpt, IsolationOpt, StorageOpt, StudyOpt, WorkersOpt
 from autotune.config import MeasureSettings, RunConfig
 
 
@@ -78,6 +78,8 @@ def search_command(
         bool,
         typer.Option("--baseline/--no-baseline", help="Measure the base config first, to state the speedup."),
     ] = True,
+    workers: WorkersOpt = None,
+    isolation: IsolationOpt = "process",
     debug: DebugOpt = False,
 ) -> None:
     """Search the space for the configuration with the highest measured training throughput."""
@@ -110,6 +112,8 @@ def search_command(
         finalist_rounds=finalist_rounds,
         allow_mismatch=tuple(allow_mismatch or ()),
         measure_baseline=baseline,
+        workers=workers,
+        isolation=isolation,  # type: ignore[arg-type]  # checked by RunConfig
     )
     with RichReporter() as reporter:
         search(config, reporter=reporter, debug=debug)

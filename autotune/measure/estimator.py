@@ -92,6 +92,12 @@ class MemoryEstimator:
                 model.activation_checkpointing_enable()
             model.train()
             batch = _batch(self.workload, self.device)
+            # One pass first: what the first backward of a fresh process allocates once (autograd
+            # and kernel set-up, allocator arenas) is not per sample, and would be scaled by the batch.
+            with _autocast(self.device, precision):
+                model(**batch).loss.backward()
+            model.zero_grad(set_to_none=True)
+            release_device_memory()
             meter = PeakMemoryMeter(self.device)
             meter.reset()
             start = _current_bytes(self.device)

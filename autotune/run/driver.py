@@ -9,7 +9,7 @@ import contextlib
 import dataclasses
 import logging
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,14 +139,40 @@ def _run_trials(
     callbacks: Sequence[TrainerCallback],
     debug: bool,
 ) -> None:
-    """Run trials until `budget` more are measured.
+    """Run trials until `budget` more are measured, then re-measure the best few to pick the winner.
 
     Trials that need no training (unavailable here, duplicates, predicted out of memory) cost
-    milliseconds and do not count against the budget, so the Trainer's search runs in rounds until
-    the budget is met; a sampler that keeps proposing only those is stopped after a bound. Then
-    the best few are re-measured to pick the winner.
+    milliseconds and do not count against the budget, so trials are asked for until the budget is
+    met; a sampler that keeps proposing only those is stopped after a bound (`_stop_reason`).
+    By default every trial and measurement runs in a fresh worker process (`Supervisor`);
+    ``isolation="none"`` runs them in this process.
     """
     target = measured_count(study) + budget
+    if plan.config.isolation == "none":
+        _run_in_process(plan, study, target, reporter, callbacks, debug)
+        return
+    from autotune.run.supervisor import Supervisor
+
+    with Supervisor(plan, reporter, callbacks, debug, plan.config.workers) as supervisor:
+        if len(supervisor.slots) > 1 and not plan.hardware.cuda:
+            reporter.on_note(
+                f"{len(supervisor.slots)} workers share this CPU's cores and memory bandwidth: "
+                "each trial measures its share of the machine"
+            )
+        if plan.config.measure_baseline and "baseline" not in study.user_attrs:
+            _measure_baseline(supervisor.measure, plan, study, reporter)
+        supervisor.run_search(target, _stop_reason(plan, study, target))
+        _remeasure_finalists(supervisor.measure, plan, study, reporter)
+
+
+def _run_in_process(
+    plan: Plan,
+    study: optuna.Study,
+    target: int,
+    reporter: Reporter,
+    callbacks: Sequence[TrainerCallback],
+    debug: bool,
+) -> None:
     with (
         contextlib.ExitStack() as stack,
         tempfile.TemporaryDirectory(prefix="autotune-", dir=plan.config.output_dir) as scratch,
@@ -154,9 +180,12 @@ def _run_trials(
         trainer = build_trainer(plan, scratch, reporter, callbacks, debug)
         stack.enter_context(frozen_heap())
         if plan.config.measure_baseline and "baseline" not in study.user_attrs:
-            _measure_baseline(trainer, plan, study, reporter)
+            _measure_baseline(trainer.measure_config, plan, study, reporter)
         _search_until_budget(trainer, plan, study, target, reporter)
-        _remeasure_finalists(trainer, plan, study, reporter)
+        _remeasure_finalists(trainer.measure_config, plan, study, reporter)
+
+
+Measure = Callable[..., dict[str, Any]]  # (params, number, verbatim=...) -> measurements
 
 
 def build_trainer(
@@ -179,12 +208,12 @@ def build_trainer(
     )
 
 
-def _measure_baseline(trainer: Any, plan: Plan, study: optuna.Study, reporter: Reporter) -> None:
+def _measure_baseline(measure: Measure, plan: Plan, study: optuna.Study, reporter: Reporter) -> None:
     """Measure the baseline once per study, before the search: the speedup is stated against it."""
     values = baseline_values(plan)
     reporter.on_note(f"measuring the baseline: {describe_params(values)}")
     try:
-        measured = trainer.measure_config(values, number=-1, verbatim=True)
+        measured = measure(values, -1, verbatim=True)
     except Exception as exc:  # a baseline that fails is a fact to report, not a reason to stop
         study.set_user_attr("baseline", {"params": values, "error": f"{type(exc).__name__}: {exc}"[:300]})
         reporter.on_note(f"the baseline failed: {type(exc).__name__}: {exc}"[:300])
@@ -203,29 +232,40 @@ def _measure_baseline(trainer: Any, plan: Plan, study: optuna.Study, reporter: R
     reporter.on_note(f"baseline: {measured['tokens_per_s'] / 1000:.1f}k tok/s, peak {peak_mib:.0f} MiB")
 
 
+def _stop_reason(plan: Plan, study: optuna.Study, target: int) -> Callable[[], str | None]:
+    """Why a search should start no more trials although its budget is not met, or None: the
+    sampler keeps proposing trials that need no training, or every combination was tried."""
+    max_skips = max(20, 5 * (target - measured_count(study)))
+    skipped_before = _skipped_count(study)
+
+    def reason() -> str | None:
+        skipped = _skipped_count(study) - skipped_before
+        if skipped >= max_skips:
+            return f"stopped after {skipped} skipped trials: few combinations of this space run here"
+        if distinct_params(study) >= plan.space.grid_size():
+            return f"stopped: all {plan.space.grid_size()} combinations of the space were tried"
+        return None
+
+    return reason
+
+
 def _search_until_budget(
     trainer: Any, plan: Plan, study: optuna.Study, target: int, reporter: Reporter
 ) -> None:
-    max_skips = max(20, 5 * (target - measured_count(study)))
-    skipped_before = _skipped_count(study)
+    stop = _stop_reason(plan, study, target)
     while (missing := target - measured_count(study)) > 0:
-        skipped = _skipped_count(study) - skipped_before
-        if skipped >= max_skips:
-            reporter.on_note(
-                f"stopped after {skipped} skipped trials: few combinations of this space run here"
-            )
-            return
-        if _distinct_params(study) >= plan.space.grid_size():
-            reporter.on_note(f"stopped: all {plan.space.grid_size()} combinations of the space were tried")
+        why = stop()
+        if why is not None:
+            reporter.on_note(why)
             return
         seed = plan.config.seed + len(study.get_trials(deepcopy=False))
-        _hyperparameter_search(trainer, plan, missing, seed)
+        hyperparameter_search(trainer, plan, missing, seed)
 
 
 BASELINE = -1  # the baseline's number among the finalists
 
 
-def _remeasure_finalists(trainer: Any, plan: Plan, study: optuna.Study, reporter: Reporter) -> None:
+def _remeasure_finalists(measure: Measure, plan: Plan, study: optuna.Study, reporter: Reporter) -> None:
     """Re-measure the best few trials, and the baseline, in interleaved rounds (A B C A B C ...)
     and declare the winner by median: a single window's luck (or a neighbour's noise) does not pick
     the answer, and the speedup over the baseline is measured under the same conditions."""
@@ -246,7 +286,7 @@ def _remeasure_finalists(trainer: Any, plan: Plan, study: optuna.Study, reporter
     for round_number in range(1, rounds + 1):
         for number, (params, verbatim) in contestants.items():
             try:
-                measured = trainer.measure_config(params, number, verbatim=verbatim)
+                measured = measure(params, number, verbatim=verbatim)
             except Exception as exc:  # a finalist that fails now is reported, not fatal
                 reporter.on_remeasure(number, round_number, None, f"{type(exc).__name__}: {exc}")
                 continue
@@ -270,7 +310,7 @@ def _remeasure_finalists(trainer: Any, plan: Plan, study: optuna.Study, reporter
     )
 
 
-def _distinct_params(study: optuna.Study) -> int:
+def distinct_params(study: optuna.Study) -> int:
     finished = study.get_trials(deepcopy=False, states=FINISHED)
     return len({tuple(sorted(t.params.items())) for t in finished})
 
@@ -279,7 +319,8 @@ def _skipped_count(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False)) - measured_count(study)
 
 
-def _hyperparameter_search(trainer: Any, plan: Plan, n_trials: int, seed: int) -> None:
+def hyperparameter_search(trainer: Any, plan: Plan, n_trials: int, seed: int) -> None:
+    """Run `n_trials` trials through the Trainer's own optuna search on the plan's study."""
     try:
         trainer.hyperparameter_search(
             hp_space=plan.space.hp_space,
@@ -291,7 +332,9 @@ def _hyperparameter_search(trainer: Any, plan: Plan, n_trials: int, seed: int) -
             load_if_exists=True,
             # Seeded by the trials already stored, so a resumed study (or the next round) does
             # not replay the random start-up suggestions of the first.
-            sampler=optuna.samplers.TPESampler(seed=seed),
+            # constant_liar: trials running elsewhere (other workers) count as bad guesses, so
+            # concurrent proposals spread out instead of repeating a running one.
+            sampler=optuna.samplers.TPESampler(seed=seed, constant_liar=True),
         )
     except ValueError:
         # The Trainer asks the study for its best trial at the end, which raises when no trial

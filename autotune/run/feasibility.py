@@ -19,7 +19,8 @@ from typing import Any
 from autotune.measure.estimate import clearly_over
 
 # Reasons of trials that did not train: they cost nothing and do not spend the budget.
-NOT_TRAINED = ("unavailable", "duplicate", "oom_predicted", "over_estimate")
+# "duplicate_running": another worker is training the same parameters right now.
+NOT_TRAINED = ("unavailable", "duplicate", "duplicate_running", "oom_predicted", "over_estimate")
 OVER_MEMORY_CAP = "over_memory_cap"  # measured, but its peak is over the cap
 # Reasons that mean "this configuration does not fit in memory".
 OUT_OF_MEMORY = ("oom", OVER_MEMORY_CAP, "oom_predicted", "over_estimate")
@@ -100,14 +101,22 @@ def precheck(
     past: Sequence[PastTrial],
     estimate_bytes: Callable[[], int | None],
     cap_bytes: int | None,
+    running: Sequence[PastTrial] = (),
 ) -> tuple[str, PastTrial | None] | None:
     """Why a trial needs no training, cheapest check first: ``("duplicate", trial)`` (reuse its
-    result), ``("oom_predicted", trial)`` (it needs at least the memory of that trial, which did not
-    fit), ``("over_estimate", None)`` (its memory estimate is clearly over the cap, `clearly_over`), or
-    None: train it. `estimate_bytes` is called only when the cheaper checks pass."""
+    result), ``("duplicate_running", trial)`` (another process is training these parameters now),
+    ``("oom_predicted", trial)`` (it needs at least the memory of that trial, which did not fit),
+    ``("over_estimate", None)`` (its memory estimate is clearly over the cap, `clearly_over`), or
+    None: train it. `estimate_bytes` is called only when the cheaper checks pass.
+
+    A running twin makes this trial yield whichever of the two started first: two proposals racing
+    may both yield (cheap), but never both train."""
     duplicate = find_duplicate(params, past)
     if duplicate is not None:
         return "duplicate", duplicate
+    twin = next((t for t in running if dict(t.params) == dict(params)), None)
+    if twin is not None:
+        return "duplicate_running", twin
     dominating = find_dominating_oom(params, past)
     if dominating is not None:
         return "oom_predicted", dominating

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from autotune.config import RunConfig, load_base_args
-from autotune.space import SearchSpace, load_space, precision_of
+from autotune.errors import UsageError
+from autotune.space import SearchSpace, builtin_spaces, load_space, parse_space, precision_of
 from autotune.space.availability import (
     Hardware,
     ModelSupport,
@@ -37,15 +40,24 @@ class Plan:
     cap_bytes: int | None = None
 
 
-def plan_search(config: RunConfig, open_store: bool = True) -> Plan:
+def plan_search(config: RunConfig, open_store: bool = True, stored: Mapping[str, Any] | None = None) -> Plan:
     """Resolve a run configuration: space, workload, hardware rules, base config, store.
+
+    Args:
+        config: the run configuration.
+        open_store: open (and create) the store at ``config.storage_url``.
+        stored: the user attrs of the study this run continues, where a worker takes the base
+            config and, when the space file is not on this host, the space from.
 
     Raises:
         UsageError: a bad space, model, base config, or an unreachable global batch size.
         StoreError: the store cannot be opened.
     """
-    space = load_space(config.space)
-    base = load_base_args(config.base_args) if config.base_args else {}
+    space = _space(config.space, stored)
+    if stored is not None and "base_args" in stored:
+        base = dict(stored["base_args"])
+    else:
+        base = load_base_args(config.base_args) if config.base_args else {}
     workload = resolve_workload(config.model, config.seq_len)
     hardware = detect_hardware()
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
@@ -70,6 +82,50 @@ def plan_search(config: RunConfig, open_store: bool = True) -> Plan:
         study_name=config.study or default_study_name(config.model, space.name, workload.seq_len),
         storage=open_storage(config.storage_url) if open_store else None,
     )
+
+
+def _space(name_or_path: str, stored: Mapping[str, Any] | None) -> SearchSpace:
+    if stored is not None and stored.get("space") and not _exists_here(name_or_path):
+        # The file form stored with the study (already resolved for the study's hardware).
+        described = dict(stored["space"])
+        return parse_space(
+            {"description": described.get("description", ""), "knobs": described.get("knobs", {})},
+            name=Path(name_or_path).stem,
+            source=f"the space stored with the study ({name_or_path})",
+        )
+    return load_space(name_or_path)
+
+
+def _exists_here(name_or_path: str) -> bool:
+    return name_or_path in builtin_spaces() or Path(name_or_path).exists()
+
+
+def plan_from_study(study_name: str, storage_url: str, check_fingerprint: bool = False) -> tuple[Plan, Any]:
+    """The plan of a stored study, rebuilt from the run configuration stored with it: what a worker
+    (on this host or another) runs. With `check_fingerprint`, a host whose hardware or libraries
+    differ from the study's is refused: its measurements would not be comparable.
+
+    Raises:
+        UsageError: no such study, a study without a stored run configuration, or a mismatch.
+    """
+    import optuna
+
+    from autotune.study.fingerprint import check_resume, fingerprint
+    from autotune.study.store import load_existing_study
+
+    study = load_existing_study(storage_url, study_name)
+    attrs = study.user_attrs
+    if "run_config" not in attrs:
+        raise UsageError(
+            f"study {study_name!r} has no stored run configuration: it was not made by autotune search",
+            "start it with `autotune search`",
+        )
+    config = RunConfig.from_dict(attrs["run_config"], storage=storage_url, study=study_name)
+    plan = plan_search(config, open_store=False, stored=attrs)
+    plan.storage = study._storage
+    if check_fingerprint and attrs.get("fingerprint"):
+        check_resume(study_name, attrs["fingerprint"], fingerprint(plan), config.allow_mismatch)
+    return plan, optuna.load_study(study_name=study_name, storage=plan.storage)
 
 
 def baseline_values(plan: Plan) -> dict[str, Any]:

@@ -47,6 +47,7 @@ from autotune.run.feasibility import (
 from autotune.space import precision_of
 from autotune.space.availability import combination_unavailable
 from autotune.space.knobs import Value, trial_kwargs
+from autotune.study.owner import OWNER_ATTR, this_process
 from autotune.study.store import FINISHED, as_past
 
 if TYPE_CHECKING:
@@ -81,6 +82,16 @@ class Reused(NotTrained):
     def __init__(self, past: FrozenTrial) -> None:
         super().__init__(f"same parameters as trial {past.number}")
         self.past = past
+
+
+class RunningTwin(NotTrained):
+    """Another process is training the same parameters right now."""
+
+    reason = "duplicate_running"
+
+    def __init__(self, number: int) -> None:
+        super().__init__(f"trial {number} is training the same parameters now")
+        self.number = number
 
 
 class OverEstimate(NotTrained):
@@ -164,6 +175,7 @@ class AutotuneTrainer(Trainer):
         self.estimator = MemoryEstimator(plan.workload, plan.hardware.device, plan.base_args)
         self._estimate: MemoryEstimate | None = None
         self._verbatim_values: dict[str, Value] | None = None
+        self.owner = this_process()
         model_init: Callable[..., Any] = self._build_model
         super().__init__(
             model_init=model_init,
@@ -192,6 +204,8 @@ class AutotuneTrainer(Trainer):
         values = self.trial_values_of(trial)
         args_kwargs, model_kwargs = trial_kwargs(values)
         self.trial_values, self.trial_model_kwargs = values, model_kwargs
+        if isinstance(trial, optuna.Trial):  # who runs it: a trial of a dead process is failed at once
+            trial.set_user_attr(OWNER_ATTR, self.owner.to_dict())
         if trial is not None:
             self.reporter.on_trial_start(getattr(trial, "number", -1), values)
             self._precheck(trial, values)  # before any model, args or accelerator work
@@ -206,16 +220,17 @@ class AutotuneTrainer(Trainer):
             raise Unavailable(*blocked)
         if not isinstance(trial, optuna.Trial):
             return
-        finished = [
-            t for t in trial.study.get_trials(deepcopy=False, states=FINISHED) if t.number != trial.number
-        ]
+        trials = trial.study.get_trials(deepcopy=False, states=(*FINISHED, optuna.trial.TrialState.RUNNING))
+        others = [t for t in trials if t.number != trial.number]
+        finished = [t for t in others if t.state in FINISHED]
+        running = [as_past(t) for t in others if t.state == optuna.trial.TrialState.RUNNING]
 
         def estimate_bytes() -> int | None:
             self._estimate = self._estimate_memory(values)
             return self._estimate.total_bytes if self._estimate is not None else None
 
         cap = self.plan.cap_bytes
-        skip = precheck(trial.params, [as_past(t) for t in finished], estimate_bytes, cap)
+        skip = precheck(trial.params, [as_past(t) for t in finished], estimate_bytes, cap, running)
         if skip is None:
             return
         reason, past = skip
@@ -223,6 +238,8 @@ class AutotuneTrainer(Trainer):
             raise Reused(next(t for t in finished if t.number == past.number))
         if reason == "oom_predicted" and past is not None:
             raise PredictedOOM(past.number)
+        if reason == "duplicate_running" and past is not None:
+            raise RunningTwin(past.number)
         assert self._estimate is not None and cap is not None  # "over_estimate" needs both
         raise OverEstimate(self._estimate.total_bytes, cap)
 
@@ -258,7 +275,7 @@ class AutotuneTrainer(Trainer):
             return self._reuse(trial, reuse.past)
         except Exception as exc:
             self._end_failed_trial(trial, exc)
-            raise optuna.TrialPruned(f"{failure_reason(exc)}: {_one_line(exc)}") from exc
+            raise optuna.TrialPruned(f"{failure_reason(exc)}: {one_line(exc)}") from exc
         over = memory_violation(attrs.get("peak_memory_bytes"), self.plan.cap_bytes)
         if over > 0:
             attrs.update(reason=OVER_MEMORY_CAP, message=_over_cap_message(attrs, self.plan.cap_bytes))
@@ -314,7 +331,7 @@ class AutotuneTrainer(Trainer):
         raise optuna.TrialPruned(attrs["message"])
 
     def _end_failed_trial(self, trial: Any, exc: BaseException) -> None:
-        attrs: dict[str, Any] = {"reason": failure_reason(exc), "message": _one_line(exc)}
+        attrs: dict[str, Any] = {"reason": failure_reason(exc), "message": one_line(exc)}
         if isinstance(exc, NotTrained):
             attrs["message"] = str(exc)
             attrs["trained"] = False
@@ -411,7 +428,8 @@ def _applied_args(values: dict[str, Value]) -> dict[str, Any]:
     return args_kwargs
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
+    """An exception as one short line: its type and the first line that says something."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     text = lines[0] if lines else ""
     if text.endswith(":") and len(lines) > 1:  # "backend='inductor' raised:" says nothing alone

@@ -23,6 +23,7 @@ from autotune.config import parse_memory_cap
 from autotune.errors import StoreError, UsageError
 from autotune.progress import TrialSummary
 from autotune.run.feasibility import NOT_TRAINED, PastTrial
+from autotune.study.owner import OWNER_ATTR, Owner, is_alive, is_local
 from autotune.study.urls import display_url, engine_url, password_of, sqlite_file
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
@@ -151,22 +152,49 @@ def was_trained(trial: FrozenTrial) -> bool:
 
 
 def fail_interrupted_trials(study: optuna.Study) -> list[int]:
-    """Mark RUNNING trials whose heartbeat went stale (their process was killed) as FAIL with
-    reason ``interrupted``; return their numbers. Optuna would fail them too, without a reason."""
+    """Fail every RUNNING trial whose process is gone, with reason ``interrupted``; return their
+    numbers. A trial owned by a process of this host (its ``worker`` attr) is failed at once when
+    that process is no longer alive; any other trial when its heartbeat went stale (three intervals
+    old). Optuna would fail stale ones too, but without a reason."""
     storage = study._storage  # optuna wraps an RDBStorage in a cache that keeps its heartbeat API
-    if not isinstance(storage, BaseHeartbeat) or storage.get_heartbeat_interval() is None:
-        return []
+    stale: set[int] = set()
+    if isinstance(storage, BaseHeartbeat) and storage.get_heartbeat_interval() is not None:
+        stale = set(storage._get_stale_trial_ids(study._study_id))
     failed = []
-    for trial_id in storage._get_stale_trial_ids(study._study_id):
-        try:
-            storage.set_trial_user_attr(trial_id, "reason", INTERRUPTED)
-            storage.set_trial_user_attr(trial_id, "trained", False)
-            storage.set_trial_user_attr(trial_id, "message", "its process stopped (killed or crashed)")
-            if storage.set_trial_state_values(trial_id, state=TrialState.FAIL):
-                failed.append(storage.get_trial_number_from_id(trial_id))
-        except optuna.exceptions.UpdateFinishedTrialError:
-            pass  # another worker got there first
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        owner = Owner.from_attrs(trial.user_attrs.get(OWNER_ATTR))
+        dead_here = owner is not None and is_local(owner) and not is_alive(owner)
+        if not dead_here and trial._trial_id not in stale:
+            continue
+        message = "its process stopped (killed or crashed) before the trial ended"
+        if fail_running_trial(study, trial._trial_id, INTERRUPTED, message, trained=False):
+            failed.append(trial.number)
     return failed
+
+
+def fail_running_trial(study: optuna.Study, trial_id: int, reason: str, message: str, trained: bool) -> bool:
+    """End a RUNNING trial as FAIL with a reason; False when it had already finished (its process,
+    or another supervisor, got there first)."""
+    storage = study._storage
+    try:
+        if storage.get_trial(trial_id).state != TrialState.RUNNING:
+            return False
+        storage.set_trial_user_attr(trial_id, "reason", reason)
+        storage.set_trial_user_attr(trial_id, "trained", trained)
+        storage.set_trial_user_attr(trial_id, "message", message)
+        storage.set_trial_user_attr(trial_id, "feasible", False)
+        return bool(storage.set_trial_state_values(trial_id, state=TrialState.FAIL))
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return False
+
+
+def running_trials_of(study: optuna.Study, owner: Owner) -> list[FrozenTrial]:
+    """The RUNNING trials owned by one process."""
+    return [
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        if Owner.from_attrs(t.user_attrs.get(OWNER_ATTR)) == owner
+    ]
 
 
 def measured_count(study: optuna.Study) -> int:
