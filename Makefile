@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "torch==$(TORCH_VERSION)"
-	$(BIN)/python -m pip install -q -e ".[dev,ray,postgres,report]"
+	$(BIN)/python -m pip install -q -e ".[dev,ray,postgres,mysql,report]"
 	touch $(STAMP)
 
 run: install

@@ -206,12 +206,21 @@ class RunConfig:
         return self.storage or os.environ.get(STORAGE_ENV) or DEFAULT_STORAGE
 
     @property
+    def storage_display(self) -> str:
+        """The storage URL as it may be printed or stored: its password hidden."""
+        from autotune.study.urls import display_url
+
+        return display_url(self.storage_url)
+
+    @property
     def memory_cap_parsed(self) -> MemoryCap | None:
         return parse_memory_cap(self.memory_cap) if self.memory_cap else None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data["storage"] = self.storage_url
+        # Stored with the study and shown by `studies`/`show`: never the password. Whoever
+        # continues a study passes its own --storage (resume, worker).
+        data["storage"] = self.storage_display
         data["allow_mismatch"] = list(self.allow_mismatch)
         return data
 

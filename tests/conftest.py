@@ -1,9 +1,25 @@
-"""Test-wide settings: GPU tests are skipped where there is no CUDA device."""
+"""Test-wide settings and fixtures.
+
+GPU tests are skipped where there is no CUDA device. `postgres_url` and `mysql_url` are fresh
+databases on the real servers (PostgreSQL 127.0.0.1:5432, user postgres; MariaDB/MySQL
+127.0.0.1:3306, root without password; override with AUTOTUNE_TEST_POSTGRES / AUTOTUNE_TEST_MYSQL,
+the server URL without a database), one per test session, dropped afterwards.
+"""
 
 from __future__ import annotations
 
+import os
+import uuid
+from collections.abc import Iterator
+
 import pytest
+import sqlalchemy
 import torch
+
+from autotune.study.urls import display_url, engine_url
+
+POSTGRES_SERVER = os.environ.get("AUTOTUNE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
+MYSQL_SERVER = os.environ.get("AUTOTUNE_TEST_MYSQL", "mysql://root@127.0.0.1:3306")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -13,3 +29,43 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def _fresh_database(server: str, admin_database: str, drop: str) -> Iterator[str]:
+    """Create a uniquely named database on `server`, yield its URL as users write it, drop it."""
+    name = f"autotune_test_{uuid.uuid4().hex[:12]}"
+    admin_url = engine_url(f"{server}/{admin_database}")
+    connect_args = {"connect_timeout": 10}
+    admin = sqlalchemy.create_engine(admin_url, isolation_level="AUTOCOMMIT", connect_args=connect_args)
+    try:
+        with admin.connect() as connection:
+            connection.execute(sqlalchemy.text(f"CREATE DATABASE {name}"))
+    except sqlalchemy.exc.OperationalError as exc:
+        admin.dispose()
+        reason = f"no database server at {display_url(server)}: {str(exc).splitlines()[0]}"
+        if os.environ.get("CI"):  # CI starts the servers (.ci/run): a missing one is a failure
+            pytest.fail(reason)
+        pytest.skip(f"{reason} (start it, or set AUTOTUNE_TEST_POSTGRES / AUTOTUNE_TEST_MYSQL)")
+    try:
+        yield f"{server}/{name}"
+    finally:
+        # `drop` ends the connections the tests' stores still pool (PostgreSQL's FORCE), or bounds
+        # the wait for one that holds a lock (MariaDB's lock_wait_timeout, a year by default).
+        with admin.connect() as connection:
+            for statement in drop.format(name=name).split(";"):
+                connection.execute(sqlalchemy.text(statement))
+        admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """``postgresql://postgres@127.0.0.1:5432/<fresh database>``, dropped after the session."""
+    yield from _fresh_database(POSTGRES_SERVER, "postgres", "DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture(scope="session")
+def mysql_url() -> Iterator[str]:
+    """``mysql://root@127.0.0.1:3306/<fresh database>``, dropped after the session."""
+    yield from _fresh_database(
+        MYSQL_SERVER, "mysql", "SET SESSION lock_wait_timeout = 60; DROP DATABASE IF EXISTS {name}"
+    )

@@ -18,13 +18,13 @@ def studies_command(storage: StorageOpt = None) -> None:
     from autotune.config import RunConfig
     from autotune.study.store import best_trial, measured_count, open_storage
 
-    url = RunConfig(storage=storage).storage_url
-    store = open_storage(url)
+    config = RunConfig(storage=storage)
+    store = open_storage(config.storage_url)
     names = sorted(optuna.get_all_study_names(store))
     if not names:
-        console.print(f"no studies in {url}", highlight=False)
+        console.print(f"no studies in {config.storage_display}", highlight=False)
         return
-    table = Table(title=f"Studies in {url}", title_justify="left")
+    table = Table(title=f"Studies in {config.storage_display}", title_justify="left")
     for column in ("study", "model", "seq len", "hardware", "measured / budget", "best tok/s", "state"):
         table.add_column(column)
     for name in names:

@@ -373,7 +373,7 @@ def _header(plan: Plan, done_before: int, remaining: int) -> dict[str, Any]:
         "space": f"{space.name} ({len(space.knobs)} knobs, {space.grid_size()} combinations)",
         "space_notes": list(space.notes),
         "unavailable": plan.not_searched,
-        "storage": plan.config.storage_url,
+        "storage": plan.config.storage_display,
         "study": plan.study_name,
         "budget": plan.config.trials,
         "finished": done_before,

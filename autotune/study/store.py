@@ -7,12 +7,15 @@ optuna's own CLI and optuna-dashboard read the same store.
 from __future__ import annotations
 
 import os
+import random
 import re
+import time
 import warnings
 from pathlib import Path
 from typing import Any
 
 import optuna
+import sqlalchemy.exc
 from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import FrozenTrial, TrialState
 
@@ -21,6 +24,7 @@ from autotune.errors import StoreError, UsageError
 from autotune.progress import TrialSummary
 from autotune.run.feasibility import NOT_TRAINED, PastTrial
 from autotune.study.owner import OWNER_ATTR, Owner, is_alive, is_local
+from autotune.study.urls import display_url, engine_url, password_of, sqlite_file
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
@@ -44,40 +48,89 @@ def heartbeat_interval_s() -> int:
 def open_storage(url: str) -> optuna.storages.RDBStorage:
     """Open (and create if needed) the RDB store at `url`, with trial heartbeats on.
 
+    ``postgresql://``, ``postgres://``, ``mysql://`` and ``mariadb://`` reach an installed driver
+    (see `engine_url`). A SQLite file is switched to WAL with a busy timeout, so the workers of one
+    host share it. Messages show the URL with its password hidden.
+
     Raises:
         UsageError: the URL is not a database URL.
         StoreError: the database cannot be reached or opened.
     """
-    if "://" not in url:
-        raise UsageError(
-            f"invalid storage URL {url!r}",
-            "use sqlite:///autotune.db or postgresql://user@host:5432/db",
-        )
+    target = engine_url(url)
+    shown = display_url(url)
     try:
-        interval = heartbeat_interval_s()
-        with warnings.catch_warnings():  # heartbeats are "experimental" in optuna 5, and what we need
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.storages.RDBStorage(
-                url,
-                engine_kwargs=_engine_kwargs(url),
-                heartbeat_interval=interval,
-                grace_period=3 * interval,
-            )
+        database = sqlite_file(url)
+        if database is not None:
+            _prepare_sqlite(database)
+        return _create_storage(target)
     except ImportError as exc:
+        cause = exc.__cause__ or exc  # optuna wraps the driver's own ImportError, which names it
         raise StoreError(
-            f"cannot open {url}: {exc}", "install the database driver (pip install autotune[postgres])"
+            f"cannot open {shown}: no database driver ({_first_line(cause, url)})",
+            "install the drivers: pip install 'autotune[postgres,mysql]'",
         ) from None
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise StoreError(
-            f"cannot open storage {url}: {first}", "check the URL and that the database is up"
+            f"cannot open storage {shown}: {_first_line(exc, url)}",
+            "check the URL and that the database is up",
         ) from None
+
+
+# How a process that lost the race to create a fresh store's schema sees it (SQLite, PostgreSQL,
+# MySQL): the tables or the schema's version row appeared under it. Opening again then finds them.
+_SCHEMA_RACE = re.compile(r"already exists|UNIQUE constraint|duplicate key|Duplicate entry", re.IGNORECASE)
+_OPEN_ATTEMPTS = 8
+
+
+def _create_storage(target: str) -> optuna.storages.RDBStorage:
+    interval = heartbeat_interval_s()
+    for attempt in range(_OPEN_ATTEMPTS):
+        try:
+            with warnings.catch_warnings():  # heartbeats are "experimental" in optuna 5, and what we need
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(
+                    target,
+                    engine_kwargs=_engine_kwargs(target),
+                    heartbeat_interval=interval,
+                    grace_period=3 * interval,
+                )
+        except sqlalchemy.exc.DBAPIError as exc:
+            if attempt == _OPEN_ATTEMPTS - 1 or not _SCHEMA_RACE.search(str(exc)):
+                raise
+            time.sleep(random.uniform(0.05, 0.2) * (attempt + 1))  # let the winner finish its schema
+    raise AssertionError("unreachable")
+
+
+def _first_line(exc: BaseException, url: str) -> str:
+    """An error's first line, with the URL's password scrubbed should a driver echo it."""
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else type(exc).__name__
+    password = password_of(url)
+    return line.replace(password, "***") if password else line
+
+
+def _prepare_sqlite(database: Path) -> None:
+    """WAL journal (readers never block the writer; persistent in the file) and a busy timeout, so
+    that several local processes share one SQLite file instead of failing with "database is locked".
+    """
+    import sqlite3
+
+    if database.parent and not database.parent.exists():
+        return  # SQLite's own error names the missing folder
+    connection = sqlite3.connect(database, timeout=SQLITE_BUSY_TIMEOUT_S)
+    try:
+        connection.execute("PRAGMA journal_mode=WAL")
+    finally:
+        connection.close()
+
+
+SQLITE_BUSY_TIMEOUT_S = 60
 
 
 def _engine_kwargs(url: str) -> dict[str, Any]:
     # Many workers on one SQLite file wait for the lock instead of failing at once.
     if url.startswith("sqlite"):
-        return {"connect_args": {"timeout": 60}}
+        return {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
     return {"pool_pre_ping": True}
 
 
@@ -210,24 +263,17 @@ def load_existing_study(url: str, name: str) -> optuna.Study:
     Raises:
         UsageError: no study of that name in the store (the message lists those there are).
     """
-    database = _sqlite_file(url)
+    database = sqlite_file(url)
     if database is not None and not database.exists():  # reading must not create an empty store
         raise UsageError(f"no study store at {url}: {database} does not exist", "pass --storage URL")
     storage = open_storage(url)
     names = optuna.get_all_study_names(storage)
     if name not in names:
         listed = ", ".join(sorted(names)) or "none"
-        raise UsageError(f"no study {name!r} in {url} (studies there: {listed})", "see `autotune studies`")
+        raise UsageError(
+            f"no study {name!r} in {display_url(url)} (studies there: {listed})", "see `autotune studies`"
+        )
     return optuna.load_study(study_name=name, storage=storage)
-
-
-def _sqlite_file(url: str) -> Path | None:
-    """The database file of a ``sqlite:///`` URL (None for other databases and in-memory SQLite)."""
-    prefix = "sqlite:///"
-    if not url.startswith(prefix):
-        return None
-    name = url[len(prefix) :].split("?", 1)[0]
-    return Path(name) if name and name != ":memory:" else None
 
 
 def speedup_over_baseline(study: optuna.Study, trial: TrialSummary) -> tuple[float, float] | None:
