@@ -18,6 +18,7 @@ from autotune.space.availability import (
     value_unavailable,
 )
 from autotune.study.store import default_study_name, open_storage
+from autotune.workloads.data import DataSource
 from autotune.workloads.workload import Workload, resolve_workload
 
 
@@ -46,7 +47,7 @@ def plan_search(config: RunConfig, open_store: bool = True) -> Plan:
     """
     space = load_space(config.space)
     base = load_base_args(config.base_args) if config.base_args else {}
-    workload = resolve_workload(config.model, config.seq_len)
+    workload = workload_of(config)
     hardware = detect_hardware()
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     model = model_support(workload.model_class())
@@ -70,6 +71,48 @@ def plan_search(config: RunConfig, open_store: bool = True) -> Plan:
         study_name=config.study or default_study_name(config.model, space.name, workload.seq_len),
         storage=open_storage(config.storage_url) if open_store else None,
     )
+
+
+def workload_of(config: RunConfig) -> Workload:
+    """The workload a run configuration names: model, task and data. Tokenized data comes from
+    the `datasets` cache after the study's first process built it."""
+    data = None
+    if config.dataset is not None:
+        data = DataSource(config.dataset, config.dataset_config, config.split, config.text_column)
+    return resolve_workload(
+        config.model,
+        config.seq_len,
+        task=config.task,
+        pretrained=config.pretrained,
+        trust_remote_code=config.trust_remote_code,
+        data=data,
+        tokenizer=config.tokenizer,
+        pad_to_multiple_of=config.pad_to_multiple_of,
+    )
+
+
+def data_notes(plan: Plan, world_size: int = 1) -> list[str]:
+    """What the user should know about the data: a dataset shorter than a trial is cycled."""
+    data = plan.workload.data
+    if data is None:
+        return []
+    space, base = plan.space, plan.base_args
+
+    def largest(knob: str, default: int) -> int:
+        values = space.knobs.get(knob) or [space.fixed.get(knob, base.get(knob, default))]
+        return max(int(v) for v in values)  # type: ignore[arg-type]
+
+    if space.global_batch is not None:
+        most = space.global_batch
+    else:
+        most = largest("per_device_train_batch_size", 8) * largest("gradient_accumulation_steps", 1) * world_size
+    needed = most * plan.config.measure.step_budget
+    if len(data) >= needed:
+        return [f"dataset: {len(data):,} samples ({plan.workload.dataset_identity()})"]
+    return [
+        f"dataset: {len(data):,} samples, fewer than the {needed:,} a trial may read: it is cycled "
+        "(samples repeat; throughput does not depend on their content)"
+    ]
 
 
 def baseline_values(plan: Plan) -> dict[str, Any]:
