@@ -210,7 +210,9 @@ class RunConfig:
 
     def _check_workload(self) -> None:
         if self.task is not None and self.task not in ("causal-lm", "masked-lm", "seq-classification"):
-            raise UsageError(f"unknown --task {self.task!r}", "use causal-lm, masked-lm or seq-classification")
+            raise UsageError(
+                f"unknown --task {self.task!r}", "use causal-lm, masked-lm or seq-classification"
+            )
         if self.pad_to_multiple_of is not None and self.pad_to_multiple_of < 1:
             raise UsageError(f"--pad-to-multiple-of must be at least 1, got {self.pad_to_multiple_of}")
         given = [

@@ -51,13 +51,26 @@ def write_model(folder: Path, model_type: str = "gpt2", with_tokenizer: bool = T
     folder.mkdir(parents=True, exist_ok=True)
     if model_type == "gpt2":
         config = AutoConfig.for_model(
-            "gpt2", n_layer=1, n_head=2, n_embd=32, n_positions=256, vocab_size=64, bos_token_id=0,
-            eos_token_id=0, architectures=["GPT2LMHeadModel"],
+            "gpt2",
+            n_layer=1,
+            n_head=2,
+            n_embd=32,
+            n_positions=256,
+            vocab_size=64,
+            bos_token_id=0,
+            eos_token_id=0,
+            architectures=["GPT2LMHeadModel"],
         )
     else:
         config = AutoConfig.for_model(
-            "bert", hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-            vocab_size=64, max_position_embeddings=256, architectures=["BertForSequenceClassification"],
+            "bert",
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=64,
+            vocab_size=64,
+            max_position_embeddings=256,
+            architectures=["BertForSequenceClassification"],
         )
     config.save_pretrained(folder)
     if with_tokenizer:

@@ -84,7 +84,9 @@ def search_command(
     ] = None,
     pretrained: Annotated[
         bool,
-        typer.Option("--pretrained", help="Load the model's real weights (default: random weights from its config)."),
+        typer.Option(
+            "--pretrained", help="Load the model's real weights (default: random weights from its config)."
+        ),
     ] = False,
     trust_remote_code: Annotated[
         bool, typer.Option("--trust-remote-code", help="Allow code from the model's hub repository.")
@@ -92,7 +94,8 @@ def search_command(
     dataset: Annotated[
         str | None,
         typer.Option(
-            "--dataset", help="Text/JSON lines/CSV/Parquet file or folder, or hub dataset. Default: synthetic."
+            "--dataset",
+            help="Text/JSON lines/CSV/Parquet file or folder, or hub dataset. Default: synthetic.",
         ),
     ] = None,
     dataset_config: Annotated[

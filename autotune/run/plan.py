@@ -105,7 +105,9 @@ def data_notes(plan: Plan, world_size: int = 1) -> list[str]:
     if space.global_batch is not None:
         most = space.global_batch
     else:
-        most = largest("per_device_train_batch_size", 8) * largest("gradient_accumulation_steps", 1) * world_size
+        most = (
+            largest("per_device_train_batch_size", 8) * largest("gradient_accumulation_steps", 1) * world_size
+        )
     needed = most * plan.config.measure.step_budget
     if len(data) >= needed:
         return [f"dataset: {len(data):,} samples ({plan.workload.dataset_identity()})"]

@@ -213,9 +213,7 @@ def _classification(
         labels = batch[label_column] if numeric else [index[str(v)] for v in batch[label_column]]
         return {"input_ids": out["input_ids"], "attention_mask": out["attention_mask"], "labels": labels}
 
-    tokenized = rows.map(
-        encode, batched=True, remove_columns=rows.column_names, new_fingerprint=f"{key}-cls"
-    )
+    tokenized = rows.map(encode, batched=True, remove_columns=rows.column_names, new_fingerprint=f"{key}-cls")
     if tokenizer.pad_token is None:  # GPT-style tokenizers: pad with EOS (masked out anyway)
         tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
     collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad_to_multiple_of)
@@ -257,4 +255,3 @@ def _fingerprint(
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
-
