@@ -17,6 +17,7 @@ __all__ = [
     "RunConfig",
     "SearchResult",
     "SearchSpace",
+    "TuneResult",
     "SpaceError",
     "StoreError",
     "UsageError",
@@ -25,6 +26,7 @@ __all__ = [
     "load_space",
     "parse_memory_cap",
     "search",
+    "tune",
 ]
 
 
@@ -33,4 +35,8 @@ def __getattr__(name: str):  # torch and transformers load only when a search is
         from autotune.run import driver
 
         return getattr(driver, name)
+    if name in ("tune", "TuneResult"):
+        from autotune.run import byo
+
+        return getattr(byo, name)
     raise AttributeError(f"module 'autotune' has no attribute {name!r}")

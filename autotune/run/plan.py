@@ -45,9 +45,14 @@ def plan_search(config: RunConfig, open_store: bool = True) -> Plan:
         UsageError: a bad space, model, base config, or an unreachable global batch size.
         StoreError: the store cannot be opened.
     """
-    space = load_space(config.space)
     base = load_base_args(config.base_args) if config.base_args else {}
-    workload = workload_of(config)
+    return plan_for(config, workload_of(config), base, open_store)
+
+
+def plan_for(config: RunConfig, workload: Workload, base: dict[str, Any], open_store: bool = True) -> Plan:
+    """`plan_search` for an already resolved workload and base config (the Python API's own
+    model and data, which a run configuration cannot name)."""
+    space = load_space(config.space)
     hardware = detect_hardware()
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     model = model_support(workload.model_class())
