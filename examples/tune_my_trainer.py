@@ -14,14 +14,19 @@ import tempfile
 from pathlib import Path
 
 import datasets
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, DataCollatorForLanguageModeling
-from transformers import TrainingArguments
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    DataCollatorForLanguageModeling,
+    TrainingArguments,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.local_models, the offline stand-ins
 
-import autotune  # noqa: E402
-from autotune.cli._render import RichReporter  # noqa: E402
-from tests.local_models import sentences, write_model  # noqa: E402
+import autotune
+from autotune.cli._render import RichReporter
+from tests.local_models import sentences, write_model
 
 
 def build_tokenizer_and_model(folder: Path) -> Path:
@@ -30,6 +35,7 @@ def build_tokenizer_and_model(folder: Path) -> Path:
 
 
 def main() -> None:
+    datasets.disable_progress_bars()  # your own map's bar; autotune shows none of its own
     with tempfile.TemporaryDirectory() as scratch:
         model_dir = build_tokenizer_and_model(Path(scratch) / "my-model")
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -61,7 +67,8 @@ def main() -> None:
             )
         a = tuned.training_args
         print(
-            f"tuned: batch {a.per_device_train_batch_size} x {a.gradient_accumulation_steps}, optim {a.optim.value}, "
+            f"tuned: batch {a.per_device_train_batch_size} x {a.gradient_accumulation_steps}, "
+            f"optim {a.optim.value}, "
             f"bf16 {a.bf16}; kept: learning_rate {a.learning_rate}, scheduler {a.lr_scheduler_type.value}, "
             f"weight_decay {a.weight_decay}, seed {a.seed}; model kwargs {tuned.model_kwargs}"
         )

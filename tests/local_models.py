@@ -7,7 +7,25 @@ import json
 import random
 from pathlib import Path
 
-WORDS = "the a model trains fast slow on some data with tokens and batches of text every step".split()
+WORDS = [
+    "the",
+    "a",
+    "model",
+    "trains",
+    "fast",
+    "slow",
+    "on",
+    "some",
+    "data",
+    "with",
+    "tokens",
+    "and",
+    "batches",
+    "of",
+    "text",
+    "every",
+    "step",
+]
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 

@@ -10,7 +10,6 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from autotune.study.semantics import study_changes
 from autotune.progress import (
     Reporter,
     TrialSummary,
@@ -20,6 +19,7 @@ from autotune.progress import (
     format_value,
     short_name,
 )
+from autotune.study.semantics import study_changes
 
 console = Console(width=None if sys.stdout.isatty() else 150)
 err_console = Console(stderr=True, soft_wrap=True)

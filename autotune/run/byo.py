@@ -35,7 +35,7 @@ from autotune.run.plan import plan_for
 from autotune.study.semantics import SemanticChange, study_changes
 from autotune.study.store import best_trial, measured_count, ranked_trials
 from autotune.workloads.data import Cycled
-from autotune.workloads.workload import Workload, load_config
+from autotune.workloads.workload import Task, Workload, load_config
 
 
 @dataclass
@@ -188,7 +188,8 @@ def tune(
         found, config, ranked_trials(found), best_trial(found), measured_count(found) - done_before
     )
     reporter.on_search_end(result)
-    return _answer(result, user_kwargs)
+    # Measured without a GPU: the arguments say so, or TrainingArguments refuses bf16 on a CPU.
+    return _answer(result, user_kwargs if plan.hardware.cuda else {**user_kwargs, "use_cpu": True})
 
 
 def given_training_args(args: TrainingArguments) -> dict[str, Any]:
@@ -217,8 +218,9 @@ def _answer(result: SearchResult, user_kwargs: dict[str, Any]) -> TuneResult:
 def _workload(
     dataset: Any, model_init: Callable[[], Any] | None, model: str | None, collator: Any
 ) -> UserWorkload:
-    first = dataset[0]
-    seq_len = len(first["input_ids"]) if "input_ids" in first else 128
+    # The longest of the first samples: the sequence length memory and FLOPs are estimated for.
+    seen = [dataset[i] for i in range(min(len(dataset), 256))]
+    seq_len = max((len(s["input_ids"]) for s in seen if "input_ids" in s), default=128)
     if model_init is not None:
         probe = model_init()  # once, for the config and class that availability rules read
         config, built = probe.config, type(probe)
@@ -226,13 +228,13 @@ def _workload(
     else:
         assert model is not None
         config, built = load_config(model), None
-    task = (
+    task: Task = (
         "sequence-classification"
         if built is not None and "SequenceClassification" in built.__name__
         else "causal-lm"
     )
     return UserWorkload(
-        name=model or type(config).__name__,
+        name=model or getattr(config, "_name_or_path", "") or type(config).__name__,
         task=task,
         config=config,
         seq_len=seq_len,

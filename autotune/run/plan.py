@@ -105,7 +105,7 @@ def data_notes(plan: Plan, world_size: int = 1) -> list[str]:
 
     def largest(knob: str, default: int) -> int:
         values = space.knobs.get(knob) or [space.fixed.get(knob, base.get(knob, default))]
-        return max(int(v) for v in values)  # type: ignore[arg-type]
+        return max(int(v) for v in values)
 
     if space.global_batch is not None:
         most = space.global_batch

@@ -227,7 +227,8 @@ def _text_column(rows: Any, source: DataSource) -> str:
     if source.text_column is not None:
         if source.text_column not in columns:
             raise WorkloadError(
-                f"--text-column {source.text_column!r} is not in {source.path} (columns: {', '.join(columns)})",
+                f"--text-column {source.text_column!r} is not in {source.path} "
+                f"(columns: {', '.join(columns)})",
                 f"pass one of {', '.join(columns)}",
             )
         return source.text_column
