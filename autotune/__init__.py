@@ -19,12 +19,14 @@ __all__ = [
     "SearchSpace",
     "SpaceError",
     "StoreError",
+    "TuneResult",
     "UsageError",
     "WorkloadError",
     "__version__",
     "load_space",
     "parse_memory_cap",
     "search",
+    "tune",
 ]
 
 
@@ -33,4 +35,8 @@ def __getattr__(name: str):  # torch and transformers load only when a search is
         from autotune.run import driver
 
         return getattr(driver, name)
+    if name in ("tune", "TuneResult"):
+        from autotune.run import byo
+
+        return getattr(byo, name)
     raise AttributeError(f"module 'autotune' has no attribute {name!r}")

@@ -151,6 +151,16 @@ class RunConfig:
         isolation: ``"process"``: every trial, the baseline and every re-measurement runs in a
             fresh worker process; ``"none"``: all in this process (debugging).
         workers: worker processes at once (None: one per visible GPU, or one on CPU).
+        task: ``causal-lm``, ``masked-lm`` or ``seq-classification``; default from the model.
+        pretrained: load the model's real weights (default: random weights built from its config).
+        trust_remote_code: allow code from the model's hub repository.
+        dataset: a local text/JSON lines/CSV/Parquet file or folder, or a hub dataset; default
+            synthetic tokens.
+        dataset_config: the hub dataset's configuration name.
+        split: the dataset split to train on.
+        text_column: the column holding the text; default ``text``, else the first string column.
+        tokenizer: tokenizer folder or hub id for `dataset`; default the model's.
+        pad_to_multiple_of: pad classification batches to a multiple of this.
     """
 
     model: str = "tiny-gpt2"
@@ -172,8 +182,18 @@ class RunConfig:
     measure_baseline: bool = True
     isolation: Literal["process", "none"] = "process"
     workers: int | None = None
+    task: str | None = None
+    pretrained: bool = False
+    trust_remote_code: bool = False
+    dataset: str | None = None
+    dataset_config: str | None = None
+    split: str = "train"
+    text_column: str | None = None
+    tokenizer: str | None = None
+    pad_to_multiple_of: int | None = None
 
     def __post_init__(self) -> None:
+        self._check_workload()
         if self.isolation not in ("process", "none"):
             raise UsageError(f"invalid isolation {self.isolation!r}", "use --isolation process or none")
         if self.workers is not None and self.workers < 1:
@@ -200,6 +220,26 @@ class RunConfig:
             raise UsageError(f"--seq-len must be at least 2, got {self.seq_len}")
         if self.memory_cap is not None:
             parse_memory_cap(self.memory_cap)
+
+    def _check_workload(self) -> None:
+        if self.task is not None and self.task not in ("causal-lm", "masked-lm", "seq-classification"):
+            raise UsageError(
+                f"unknown --task {self.task!r}", "use causal-lm, masked-lm or seq-classification"
+            )
+        if self.pad_to_multiple_of is not None and self.pad_to_multiple_of < 1:
+            raise UsageError(f"--pad-to-multiple-of must be at least 1, got {self.pad_to_multiple_of}")
+        given = [
+            flag
+            for flag, value in (
+                ("--dataset-config", self.dataset_config),
+                ("--text-column", self.text_column),
+                ("--tokenizer", self.tokenizer),
+                ("--pad-to-multiple-of", self.pad_to_multiple_of),
+            )
+            if value is not None
+        ]
+        if given and self.dataset is None:
+            raise UsageError(f"{given[0]} only applies with --dataset", "add --dataset PATH_OR_HUB_ID")
 
     @property
     def storage_url(self) -> str:

@@ -19,6 +19,7 @@ from autotune.progress import (
     format_value,
     short_name,
 )
+from autotune.study.semantics import study_changes
 
 console = Console(width=None if sys.stdout.isatty() else 150)
 err_console = Console(stderr=True, soft_wrap=True)
@@ -222,5 +223,18 @@ class RichReporter(Reporter):
                 f"{result.speedup_over_baseline:.2f}x",
                 highlight=False,
                 soft_wrap=True,
+            )
+        changes = study_changes(result.study.user_attrs, best.params, best.attrs.get("training_args"))
+        if changes:
+            self.console.print(
+                "[bold]changes the training math[/] (compared with the baseline):", highlight=False
+            )
+            for change in changes:
+                self.console.print(f"  {change.text()}", highlight=False, markup=False, soft_wrap=True)
+        else:
+            self.console.print(
+                "[bold]training math unchanged[/]: same precision, optimizer family and effective batch "
+                "as the baseline",
+                highlight=False,
             )
         self.console.print_json(json.dumps(result.best_config()))

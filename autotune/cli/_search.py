@@ -80,6 +80,40 @@ def search_command(
     ] = True,
     workers: WorkersOpt = None,
     isolation: IsolationOpt = "process",
+    task: Annotated[
+        str | None,
+        typer.Option("--task", help="causal-lm, masked-lm or seq-classification. Default: from the model."),
+    ] = None,
+    pretrained: Annotated[
+        bool,
+        typer.Option(
+            "--pretrained", help="Load the model's real weights (default: random weights from its config)."
+        ),
+    ] = False,
+    trust_remote_code: Annotated[
+        bool, typer.Option("--trust-remote-code", help="Allow code from the model's hub repository.")
+    ] = False,
+    dataset: Annotated[
+        str | None,
+        typer.Option(
+            "--dataset",
+            help="Text/JSON lines/CSV/Parquet file or folder, or hub dataset. Default: synthetic.",
+        ),
+    ] = None,
+    dataset_config: Annotated[
+        str | None, typer.Option("--dataset-config", help="The hub dataset's configuration name.")
+    ] = None,
+    split: Annotated[str, typer.Option("--split", help="Dataset split to train on.")] = "train",
+    text_column: Annotated[
+        str | None, typer.Option("--text-column", help="Column holding the text. Default: text.")
+    ] = None,
+    tokenizer: Annotated[
+        str | None, typer.Option("--tokenizer", help="Tokenizer folder or hub id. Default: the model's.")
+    ] = None,
+    pad_to_multiple_of: Annotated[
+        int | None,
+        typer.Option("--pad-to-multiple-of", help="Pad classification batches to a multiple of this."),
+    ] = None,
     debug: DebugOpt = False,
 ) -> None:
     """Search the space for the configuration with the highest measured training throughput."""
@@ -114,6 +148,15 @@ def search_command(
         measure_baseline=baseline,
         workers=workers,
         isolation=isolation,  # type: ignore[arg-type]  # checked by RunConfig
+        task=task,
+        pretrained=pretrained,
+        trust_remote_code=trust_remote_code,
+        dataset=dataset,
+        dataset_config=dataset_config,
+        split=split,
+        text_column=text_column,
+        tokenizer=tokenizer,
+        pad_to_multiple_of=pad_to_multiple_of,
     )
     with RichReporter() as reporter:
         search(config, reporter=reporter, debug=debug)

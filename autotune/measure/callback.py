@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -43,7 +44,15 @@ class ThroughputCallback(TrainerCallback):
         settings: the measurement protocol.
         tokens_per_sample: real (non-padding) tokens in each sample.
         reporter: told about every step, for progress bars.
+
+    Attributes:
+        count_tokens: when set, ``count_tokens(first, count)`` is the number of real tokens in
+            samples ``first .. first + count - 1`` of the (sequentially read) training data; it
+            replaces `tokens_per_sample` for data whose samples differ in length. Counted after
+            the window from the sample order, so nothing is added to the timed steps.
     """
+
+    count_tokens: Callable[[int, int], int] | None = None
 
     def __init__(self, settings: MeasureSettings, tokens_per_sample: int, reporter: Reporter) -> None:
         self.settings = settings
@@ -99,13 +108,21 @@ class ThroughputCallback(TrainerCallback):
             raise MeasurementError(
                 f"training stopped after {len(self.warmup_times_s)} warm-up steps, before the measured window"
             )
-        tokens_per_step = self.samples_per_step * self.tokens_per_sample
+        steps, per_step = len(self.window_times_s), self.samples_per_step
+        if self.count_tokens is not None:
+            # Trials read the data in order from sample 0: the window holds the samples after
+            # the warm-up's. Total tokens over total time, as with equal-length samples.
+            window_tokens = self.count_tokens(len(self.warmup_times_s) * per_step, steps * per_step)
+        else:
+            window_tokens = steps * per_step * self.tokens_per_sample
+        tokens_per_step = window_tokens / steps
         stats = summarize_window(self.window_times_s, tokens_per_step, self.samples_per_step)
         steady_s = statistics.median(self.window_times_s)
         warmup_s = math.fsum(self.warmup_times_s)
         return {
             **stats.to_dict(),
             "tokens_per_step": tokens_per_step,
+            "window_tokens": window_tokens,
             "samples_per_step": self.samples_per_step,
             "warmup_steps": len(self.warmup_times_s),
             "warmup_s": warmup_s,

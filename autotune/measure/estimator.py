@@ -115,8 +115,9 @@ class MemoryEstimator:
 
 def _batch(workload: Workload, device: str) -> dict[str, torch.Tensor]:
     dataset = workload.dataset(seed=0)
-    samples = [dataset[i] for i in range(PROBE_BATCH)]
-    return {key: torch.stack([s[key] for s in samples]).to(device) for key in samples[0]}
+    # The task's collator pads (and masks) a user's samples as the trials' batches are.
+    batch = workload.collator()([dataset[i] for i in range(PROBE_BATCH)])
+    return {key: value.to(device) for key, value in batch.items() if isinstance(value, torch.Tensor)}
 
 
 def _current_bytes(device: str) -> int:

@@ -55,7 +55,7 @@ class WindowStats:
 
 
 def summarize_window(
-    step_times_s: Sequence[float], tokens_per_step: int, samples_per_step: int
+    step_times_s: Sequence[float], tokens_per_step: float, samples_per_step: int
 ) -> WindowStats:
     """Summarise the optimizer-step times of a measured window.
 

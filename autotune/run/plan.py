@@ -21,6 +21,7 @@ from autotune.space.availability import (
     value_unavailable,
 )
 from autotune.study.store import default_study_name, open_storage
+from autotune.workloads.data import DataSource
 from autotune.workloads.workload import Workload, resolve_workload
 
 
@@ -53,12 +54,23 @@ def plan_search(config: RunConfig, open_store: bool = True, stored: Mapping[str,
         UsageError: a bad space, model, base config, or an unreachable global batch size.
         StoreError: the store cannot be opened.
     """
-    space = _space(config.space, stored)
     if stored is not None and "base_args" in stored:
         base = dict(stored["base_args"])
     else:
         base = load_base_args(config.base_args) if config.base_args else {}
-    workload = resolve_workload(config.model, config.seq_len)
+    return plan_for(config, workload_of(config), base, open_store, stored)
+
+
+def plan_for(
+    config: RunConfig,
+    workload: Workload,
+    base: dict[str, Any],
+    open_store: bool = True,
+    stored: Mapping[str, Any] | None = None,
+) -> Plan:
+    """`plan_search` for an already resolved workload and base config (the Python API's own
+    model and data, which a run configuration cannot name)."""
+    space = _space(config.space, stored)
     hardware = detect_hardware()
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     model = model_support(workload.model_class())
@@ -126,6 +138,50 @@ def plan_from_study(study_name: str, storage_url: str, check_fingerprint: bool =
     if check_fingerprint and attrs.get("fingerprint"):
         check_resume(study_name, attrs["fingerprint"], fingerprint(plan), config.allow_mismatch)
     return plan, optuna.load_study(study_name=study_name, storage=plan.storage)
+
+
+def workload_of(config: RunConfig) -> Workload:
+    """The workload a run configuration names: model, task and data. Tokenized data comes from
+    the `datasets` cache after the study's first process built it."""
+    data = None
+    if config.dataset is not None:
+        data = DataSource(config.dataset, config.dataset_config, config.split, config.text_column)
+    return resolve_workload(
+        config.model,
+        config.seq_len,
+        task=config.task,
+        pretrained=config.pretrained,
+        trust_remote_code=config.trust_remote_code,
+        data=data,
+        tokenizer=config.tokenizer,
+        pad_to_multiple_of=config.pad_to_multiple_of,
+    )
+
+
+def data_notes(plan: Plan, world_size: int = 1) -> list[str]:
+    """What the user should know about the data: a dataset shorter than a trial is cycled."""
+    data = plan.workload.data
+    if data is None:
+        return []
+    space, base = plan.space, plan.base_args
+
+    def largest(knob: str, default: int) -> int:
+        values = space.knobs.get(knob) or [space.fixed.get(knob, base.get(knob, default))]
+        return max(int(v) for v in values)
+
+    if space.global_batch is not None:
+        most = space.global_batch
+    else:
+        most = (
+            largest("per_device_train_batch_size", 8) * largest("gradient_accumulation_steps", 1) * world_size
+        )
+    needed = most * plan.config.measure.step_budget
+    if len(data) >= needed:
+        return [f"dataset: {len(data):,} samples ({plan.workload.dataset_identity()})"]
+    return [
+        f"dataset: {len(data):,} samples, fewer than the {needed:,} a trial may read: it is cycled "
+        "(samples repeat; throughput does not depend on their content)"
+    ]
 
 
 def baseline_values(plan: Plan) -> dict[str, Any]:

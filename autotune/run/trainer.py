@@ -28,7 +28,7 @@ import torch
 from accelerate.state import AcceleratorState
 from accelerate.utils.memory import release_memory
 from optuna.trial import FrozenTrial
-from transformers import Trainer, TrainerCallback, TrainingArguments, default_data_collator
+from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_callback import PrinterCallback
 from transformers.trainer_utils import HPSearchBackend
 
@@ -181,9 +181,11 @@ class AutotuneTrainer(Trainer):
             model_init=model_init,
             args=TrainingArguments(**self.base_args),
             train_dataset=self.workload.dataset(int(self.base_args.get("seed", 0))),
-            data_collator=default_data_collator,
+            data_collator=self.workload.collator(),
             callbacks=[measurement, *callbacks],
         )
+        # Samples of a user's dataset differ in length: count each window's real tokens.
+        measurement.count_tokens = self.workload.tokens_in
         # With tqdm off, Trainer prints its metrics dict; the reporter shows trials instead.
         self.remove_callback(PrinterCallback)
 

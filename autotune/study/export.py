@@ -21,6 +21,7 @@ import optuna
 from autotune.errors import UsageError
 from autotune.progress import TrialSummary, format_bytes
 from autotune.run.feasibility import OVER_MEMORY_CAP
+from autotune.study.semantics import study_changes
 from autotune.study.store import FINISHED, best_trial, speedup_over_baseline, study_cap_bytes, summarize_trial
 
 FORMATS = ("json", "yaml", "flags", "accelerate", "python")
@@ -159,6 +160,10 @@ def export_config(study: optuna.Study, trial: TrialSummary) -> dict[str, Any]:
         "task": workload.get("task", "causal-lm"),
         "seq_len": workload.get("seq_len") or run.get("seq_len"),
         "device": (study.user_attrs.get("device") or {}).get("device"),
+        "semantic_changes": [
+            c.to_dict()
+            for c in study_changes(study.user_attrs, trial.params, trial.attrs.get("training_args"))
+        ],
     }
     return {"training_args": training_args, "model_kwargs": model_kwargs, "expected": expected}
 
@@ -222,7 +227,14 @@ def expected_lines(config: dict[str, Any]) -> list[str]:
         )
     else:
         parts.append("no baseline measured")
-    return [f"autotune export: {what}", f"expected: {', '.join(parts)}"]
+    lines = [f"autotune export: {what}", f"expected: {', '.join(parts)}"]
+    changes = exp.get("semantic_changes") or []
+    if changes:
+        lines.append("changes the training math, compared with the baseline:")
+        lines += [f"  {change['text']}" for change in changes]
+    else:
+        lines.append("training math as the baseline's (precision, optimizer family, effective batch)")
+    return lines
 
 
 def _comment(config: dict[str, Any]) -> str:

@@ -36,7 +36,7 @@ def fingerprint(plan: Plan) -> dict[str, Any]:
         "model_config_hash": plan.workload.config_hash(),
         "task": plan.workload.task,
         "seq_len": plan.workload.seq_len,
-        "dataset": "synthetic",
+        "dataset": plan.workload.dataset_identity(),
         "device": hardware.name,
         "device_count": hardware.count,
         "device_memory_bytes": hardware.memory_bytes,

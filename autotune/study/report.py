@@ -26,6 +26,7 @@ from autotune.progress import (
     format_value,
     short_name,
 )
+from autotune.study.semantics import study_changes
 from autotune.study.store import best_trial, measured_count, ranked_trials, study_cap_bytes
 
 MIB = 2**20
@@ -428,6 +429,14 @@ def _header(study: optuna.Study, data: ReportData) -> str:
         rows.append(("winner", line))
         if winner and winner.get("number") == best.number and winner.get("verdict"):
             rows.append(("verdict", str(winner["verdict"])))
+        changes = study_changes(attrs, best.params, best.attrs.get("training_args"))
+        rows.append(
+            (
+                "changes to the training math",
+                "; ".join(c.text() for c in changes)
+                or "none (same precision, optimizer family, effective batch)",
+            )
+        )
     finalists = attrs.get("finalists") or []
     if finalists:
         parts = []

@@ -1,23 +1,33 @@
 """Workloads: the model to train (a built-in preset, a local directory or a hub id) and its data.
 
-Presets are built from a config with random weights: throughput does not depend on weight values,
-and nothing is downloaded. Data is synthetic random tokens at the sequence length, as the
-Transformers performance guides measure; every token is a real (non-padding) token.
+Every model is built from its config with random weights unless ``--pretrained`` asks for the real
+ones: throughput and memory do not depend on weight values, so a folder holding only a
+``config.json`` is enough and nothing is read or downloaded per trial. Data is the user's dataset
+(`autotune.workloads.data`) or synthetic random tokens at the sequence length, as the Transformers
+performance guides measure; every synthetic token is a real (non-padding) token.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
 from autotune.errors import WorkloadError
+from autotune.workloads.data import Cycled, DataSource, PreparedData, prepare
+from autotune.workloads.hub import is_local, quiet_loading, require_hub
 
-Task = Literal["causal-lm", "sequence-classification"]
+Task = Literal["causal-lm", "masked-lm", "sequence-classification"]
+TASKS: dict[str, Task] = {
+    "causal-lm": "causal-lm",
+    "masked-lm": "masked-lm",
+    "seq-classification": "sequence-classification",
+    "sequence-classification": "sequence-classification",
+}
 
 
 @dataclass(frozen=True)
@@ -113,7 +123,9 @@ class Workload:
         config: the model's `PretrainedConfig`.
         seq_len: tokens per sample.
         from_pretrained: load real weights from `name` (local directory or hub id) instead of
-            building the model from `config` with random weights.
+            building the model from `config` with random weights (``--pretrained``).
+        trust_remote_code: let the config and model run code from the model's repository.
+        data: the user's tokenized dataset; None: synthetic tokens.
     """
 
     name: str
@@ -121,24 +133,19 @@ class Workload:
     config: Any
     seq_len: int
     from_pretrained: bool = False
+    trust_remote_code: bool = False
+    data: PreparedData | None = None
 
     def _auto_class(self) -> Any:
-        from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+        import transformers
 
-        return AutoModelForCausalLM if self.task == "causal-lm" else AutoModelForSequenceClassification
+        return getattr(transformers, _AUTO_CLASS[self.task])
 
     def model_class(self) -> type:
         """The model class the workload builds (its support flags drive availability rules)."""
-        from transformers.models.auto.modeling_auto import (
-            MODEL_FOR_CAUSAL_LM_MAPPING,
-            MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING,
-        )
+        from transformers.models.auto import modeling_auto
 
-        mapping = (
-            MODEL_FOR_CAUSAL_LM_MAPPING
-            if self.task == "causal-lm"
-            else MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING
-        )
+        mapping = getattr(modeling_auto, _MAPPING[self.task])
         try:
             model_class: Any = mapping[type(self.config)]
             return model_class
@@ -150,18 +157,39 @@ class Workload:
     def build_model(self, model_kwargs: dict[str, Any]) -> torch.nn.Module:
         """A fresh model for one trial, built with the trial's model-load kwargs."""
         auto = self._auto_class()
-        if self.from_pretrained:
-            model = auto.from_pretrained(self.name, **model_kwargs)
-        else:
-            model = auto.from_config(self.config, **model_kwargs)
+        remote = {"trust_remote_code": True} if self.trust_remote_code else {}
+        with quiet_loading():
+            if self.from_pretrained:
+                model = auto.from_pretrained(self.name, config=self.config, **remote, **model_kwargs)
+            else:
+                model = auto.from_config(self.config, **remote, **model_kwargs)
         # Cached generation state only costs memory in training.
         if hasattr(model.config, "use_cache"):
             model.config.use_cache = False
         return model
 
-    def dataset(self, seed: int) -> SyntheticTokens:
+    def dataset(self, seed: int) -> torch.utils.data.Dataset:
+        """The training samples: the user's data read in a loop, or synthetic tokens."""
+        if self.data is not None:
+            return Cycled(self.data.dataset)
         num_labels = int(getattr(self.config, "num_labels", 2))
         return SyntheticTokens(self.seq_len, int(self.config.vocab_size), self.task, num_labels, seed)
+
+    def collator(self) -> Any:
+        """The data collator of the task (padding, masking) or, for packed data, plain stacking."""
+        from transformers import default_data_collator
+
+        return self.data.collator if self.data is not None else default_data_collator
+
+    def tokens_in(self, first: int, count: int) -> int:
+        """Real (non-padding) tokens in samples ``first .. first + count - 1`` of `dataset`."""
+        if self.data is not None:
+            return self.data.tokens_in(first, count)
+        return count * self.seq_len
+
+    def dataset_identity(self) -> str:
+        """What the samples are, for the study's fingerprint."""
+        return self.data.identity if self.data is not None else "synthetic"
 
     def config_hash(self) -> str:
         """A hash of the model config: the workload part of a study's identity."""
@@ -176,53 +204,177 @@ class Workload:
             "seq_len": self.seq_len,
             "config_hash": self.config_hash(),
             "from_pretrained": self.from_pretrained,
+            "dataset": self.dataset_identity(),
+            "dataset_samples": len(self.data) if self.data is not None else None,
         }
 
 
-def resolve_workload(model: str, seq_len: int | None = None) -> Workload:
-    """Resolve ``--model``: a preset name, then a local directory, then a hub id.
+def resolve_workload(
+    model: str,
+    seq_len: int | None = None,
+    *,
+    task: str | None = None,
+    pretrained: bool = False,
+    trust_remote_code: bool = False,
+    data: DataSource | None = None,
+    tokenizer: str | None = None,
+    pad_to_multiple_of: int | None = None,
+) -> Workload:
+    """Resolve ``--model`` (a preset name, then a local directory, then a hub id) and its data.
+
+    Args:
+        model: a preset, a local folder with a ``config.json`` (weights optional), or a hub id.
+        seq_len: tokens per sample; default the preset's, else 512 (or the model's limit).
+        task: ``causal-lm``, ``masked-lm`` or ``seq-classification``; default from the model.
+        pretrained: load the real weights (else a random-weight model is built from the config).
+        trust_remote_code: allow code from the model's repository.
+        data: the user's dataset; None: synthetic tokens.
+        tokenizer: tokenizer for `data`; default the model's.
+        pad_to_multiple_of: classification batches are padded to a multiple of this.
 
     Raises:
-        WorkloadError: nothing of that name, or a sequence length the model cannot take.
+        WorkloadError: nothing of that name, an unreachable hub, a task the model has no class
+            for, a tokenizer the model cannot take, or a sequence length the model cannot take.
+    """
+    if task is not None and task not in TASKS:
+        raise WorkloadError(f"unknown --task {task!r}", "use causal-lm, masked-lm or seq-classification")
+    if model in PRESETS:
+        preset = PRESETS[model]
+        if pretrained:
+            raise WorkloadError(f"--pretrained: preset {model} has no weights", "drop --pretrained")
+        config = _preset_config(preset)
+        chosen = TASKS[task] if task else preset.task
+        workload = Workload(model, chosen, config, seq_len or preset.seq_len)
+    else:
+        config = load_config(model, trust_remote_code)
+        chosen = TASKS[task] if task else _task_of(config)
+        limit = _position_limit(config)
+        default_len = min(512, limit) if limit else 512
+        workload = Workload(
+            model, chosen, config, seq_len or default_len, pretrained, trust_remote_code=trust_remote_code
+        )
+    workload.model_class()  # a task the architecture has no class for fails here, not in a trial
+    _check_seq_len(workload)
+    if data is not None:
+        _attach_data(workload, data, tokenizer, pad_to_multiple_of)
+    return workload
+
+
+def _preset_config(preset: Preset) -> Any:
+    from transformers import AutoConfig
+
+    return AutoConfig.for_model(preset.model_type, **preset.config)
+
+
+def load_config(model: str, trust_remote_code: bool = False) -> Any:
+    """A model's config from a local folder, the local hub cache, or (bounded) the hub.
+
+    Raises:
+        WorkloadError: no config there, or a hub id that cannot be reached (in seconds).
     """
     from transformers import AutoConfig
 
-    if model in PRESETS:
-        preset = PRESETS[model]
-        config = AutoConfig.for_model(preset.model_type, **preset.config)
-        workload = Workload(model, preset.task, config, seq_len or preset.seq_len)
-    else:
+    return _from_folder_or_hub(
+        lambda **kw: AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code, **kw),
+        model,
+        "model",
+        "--model",
+        f"use a preset ({', '.join(PRESETS)}), a directory with config.json, or a hub id",
+    )
+
+
+def load_tokenizer(name: str, trust_remote_code: bool = False) -> Any:
+    """A tokenizer from a local folder, the local hub cache, or (bounded) the hub."""
+    from transformers import AutoTokenizer
+
+    return _from_folder_or_hub(
+        lambda **kw: AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code, **kw),
+        name,
+        "tokenizer",
+        "--tokenizer",
+        "pass --tokenizer with a folder holding tokenizer.json (or the model's tokenizer files)",
+    )
+
+
+def _from_folder_or_hub(load: Callable[..., Any], name: str, what: str, flag: str, hint: str) -> Any:
+    with quiet_loading():
+        if not is_local(name):
+            try:
+                return load(local_files_only=True)  # the cache first: no network, no retries
+            except (OSError, ValueError):
+                require_hub(what, name, flag)
         try:
-            config = AutoConfig.from_pretrained(model)
+            return load()
         except (OSError, ValueError) as exc:
-            where = "a local directory" if Path(model).exists() else "a preset, a local directory or a hub id"
-            raise WorkloadError(
-                f"cannot load model {model!r} as {where}: {str(exc).splitlines()[0]}",
-                f"use a preset ({', '.join(PRESETS)}), a directory with config.json, or a hub id "
-                "with network access",
-            ) from None
-        task = _task_of(config)
-        workload = Workload(model, task, config, seq_len or 512, from_pretrained=True)
-    _check_seq_len(workload)
-    return workload
+            where = "a local directory" if is_local(name) else "a hub id"
+            raise WorkloadError(f"cannot load {what} {name!r} as {where}: {_first_line(exc)}", hint) from None
+
+
+def _attach_data(
+    workload: Workload, source: DataSource, tokenizer_name: str | None, pad_to_multiple_of: int | None
+) -> None:
+    if tokenizer_name is None and workload.name in PRESETS:
+        raise WorkloadError(
+            f"--dataset needs a tokenizer: preset {workload.name} has none",
+            "pass --tokenizer with a tokenizer folder or hub id",
+        )
+    tokenizer = load_tokenizer(tokenizer_name or workload.name, workload.trust_remote_code)
+    vocab = int(getattr(workload.config, "vocab_size", 0) or 0)
+    if vocab and len(tokenizer) > vocab:
+        raise WorkloadError(
+            f"the tokenizer has {len(tokenizer)} tokens, more than {workload.name}'s vocab_size {vocab}",
+            "pass the model's own tokenizer with --tokenizer, or a config with a larger vocab_size",
+        )
+    with quiet_loading():
+        workload.data = prepare(
+            source, tokenizer, workload.task, workload.seq_len, pad_to_multiple_of, workload.trust_remote_code
+        )
+    if workload.task == "sequence-classification":
+        config = workload.config
+        if workload.data.num_labels and workload.data.num_labels != config.num_labels:
+            config.num_labels = workload.data.num_labels
+        if getattr(config, "pad_token_id", None) is None:
+            config.pad_token_id = tokenizer.pad_token_id  # batched classification finds the last token
 
 
 def _task_of(config: Any) -> Task:
     architectures = getattr(config, "architectures", None) or []
     if any(a.endswith("ForSequenceClassification") for a in architectures):
         return "sequence-classification"
+    if any(a.endswith("ForMaskedLM") for a in architectures):
+        return "masked-lm"
     return "causal-lm"
 
 
+def _position_limit(config: Any) -> int | None:
+    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    return int(limit) if limit else None
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
 def _check_seq_len(workload: Workload) -> None:
-    limit = getattr(workload.config, "max_position_embeddings", None) or getattr(
-        workload.config, "n_positions", None
-    )
+    limit = _position_limit(workload.config)
     if limit is not None and workload.seq_len > limit:
         raise WorkloadError(
             f"--seq-len {workload.seq_len} is longer than {workload.name}'s {limit} positions",
             f"use --seq-len {limit} or less",
         )
+
+
+_AUTO_CLASS = {
+    "causal-lm": "AutoModelForCausalLM",
+    "masked-lm": "AutoModelForMaskedLM",
+    "sequence-classification": "AutoModelForSequenceClassification",
+}
+_MAPPING = {
+    "causal-lm": "MODEL_FOR_CAUSAL_LM_MAPPING",
+    "masked-lm": "MODEL_FOR_MASKED_LM_MAPPING",
+    "sequence-classification": "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING",
+}
 
 
 class SyntheticTokens(torch.utils.data.Dataset):
@@ -249,7 +401,7 @@ class SyntheticTokens(torch.utils.data.Dataset):
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
         input_ids = torch.randint(0, self.vocab_size, (self.seq_len,), generator=generator)
         sample = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
-        if self.task == "causal-lm":
+        if self.task != "sequence-classification":  # masked LM on random tokens: predict them all
             sample["labels"] = input_ids.clone()
         else:
             sample["labels"] = torch.randint(0, self.num_labels, (), generator=generator)

@@ -1,0 +1,106 @@
+"""What an answer changes in the training math, compared with the baseline.
+
+Speed-only knobs (compile, attention kernel, fused vs plain AdamW, checkpointing, data loading)
+leave the math alone. Precision, the optimizer's update rule and the effective batch size do not:
+a user adopting the answer must know, and usually retune something. Pure: reads stored values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from autotune.space import precision_of
+from autotune.space.knobs import optimizer_family
+
+BATCH, ACCUM = "per_device_train_batch_size", "gradient_accumulation_steps"
+
+
+@dataclass(frozen=True)
+class SemanticChange:
+    """One difference from the baseline that changes training, with what to do about it."""
+
+    what: str
+    baseline: str
+    chosen: str
+    hint: str
+
+    def text(self) -> str:
+        return f"{self.what}: {self.baseline} -> {self.chosen} ({self.hint})"
+
+    def to_dict(self) -> dict[str, str]:
+        return {**asdict(self), "text": self.text()}
+
+
+def baseline_math(study_attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """The baseline's batch split, precision and optimizer: the measured baseline's values, else
+    what the base config (or the `TrainingArguments` defaults) amounts to."""
+    base = dict(study_attrs.get("base_args") or {})
+    derived = {
+        BATCH: int(base.get(BATCH, 8)),
+        ACCUM: int(base.get(ACCUM, 1)),
+        "precision": precision_of(base),
+        "optim": str(base.get("optim", "adamw_torch")),
+    }
+    measured = (study_attrs.get("baseline") or {}).get("params") or {}
+    return {**derived, **{k: v for k, v in measured.items() if k in derived}}
+
+
+def semantic_changes(baseline: Mapping[str, Any], chosen: Mapping[str, Any]) -> list[SemanticChange]:
+    """The differences of `chosen` knob values from `baseline` that change the training math.
+
+    A knob missing from `chosen` was not searched: the trial ran it at the baseline's value.
+    """
+    merged = {**baseline, **chosen}
+    changes: list[SemanticChange] = []
+    if merged["precision"] != baseline["precision"]:
+        changes.append(
+            SemanticChange(
+                "precision",
+                str(baseline["precision"]),
+                str(merged["precision"]),
+                "different rounding of activations and gradients: compare the loss curve with a "
+                f"short {baseline['precision']} run before adopting it",
+            )
+        )
+    old_family, new_family = optimizer_family(str(baseline["optim"])), optimizer_family(str(merged["optim"]))
+    if old_family != new_family:
+        changes.append(
+            SemanticChange(
+                "optimizer",
+                f"{baseline['optim']} ({old_family})",
+                f"{merged['optim']} ({new_family})",
+                "a different update rule: retune the learning rate and schedule, or search with "
+                "--keep-semantics",
+            )
+        )
+    old_batch = int(baseline[BATCH]) * int(baseline[ACCUM])
+    new_batch = int(merged[BATCH]) * int(merged[ACCUM])
+    if old_batch != new_batch:
+        ratio = new_batch / old_batch
+        changes.append(
+            SemanticChange(
+                "effective batch per device",
+                f"{old_batch} ({baseline[BATCH]} x {baseline[ACCUM]} accumulation)",
+                f"{new_batch} ({merged[BATCH]} x {merged[ACCUM]} accumulation), {ratio:.2f}x",
+                f"scale the learning rate by {ratio:.2f}x (linear rule; {ratio**0.5:.2f}x by the "
+                f"square-root rule), and divide the number of steps by {ratio:.2f} for the same "
+                "epochs; or fix it with --global-batch-size",
+            )
+        )
+    return changes
+
+
+def study_changes(
+    study_attrs: Mapping[str, Any], params: Mapping[str, Any], training_args: Mapping[str, Any] | None = None
+) -> list[SemanticChange]:
+    """`semantic_changes` of a stored trial (its sampled `params`, and the `training_args` it
+    applied, which hold values derived from them, such as the accumulation under a fixed global
+    batch) against its study's baseline."""
+    applied = dict(training_args or {})
+    chosen = {k: v for k, v in params.items() if k in (BATCH, ACCUM, "precision", "optim")}
+    chosen.update({k: applied[k] for k in (BATCH, ACCUM, "optim") if k in applied})
+    if "precision" not in chosen and any(k in applied for k in ("bf16", "fp16", "tf32")):
+        chosen["precision"] = precision_of(applied)
+    return semantic_changes(baseline_math(study_attrs), chosen)
