@@ -29,7 +29,7 @@ from autotune.progress import Reporter, TrialSummary
 from autotune.run.launcher import WorkerProcess, forkserver_context, watchdog_seconds
 from autotune.run.plan import Plan
 from autotune.run.worker import DONE, ERROR, EVENT, MEASURED, WorkerJob
-from autotune.study.owner import OWNER_ATTR, Owner
+from autotune.study.owner import OWNER_ATTR, Owner, this_process
 from autotune.study.store import (
     fail_interrupted_trials,
     fail_running_trial,
@@ -117,6 +117,7 @@ class Supervisor:
         self.started = 0
         self.failed_starts = 0
         self.study = optuna.load_study(study_name=plan.study_name, storage=plan.storage)
+        self.me = this_process()
 
     def __enter__(self) -> Supervisor:
         return self
@@ -206,6 +207,7 @@ class Supervisor:
             log_path=os.path.join(self.logs, f"worker-{self.started}.log"),
             callbacks=self.callbacks,
             debug=self.debug,
+            supervisor=self.me,
             **fields,
         )
 
@@ -282,7 +284,7 @@ class Supervisor:
             )
 
     def _recover(self) -> None:
-        interrupted = fail_interrupted_trials(self.study)
+        interrupted = fail_interrupted_trials(self.study, {w.owner for w in self.active.values()})
         if interrupted:
             self.reporter.on_note(
                 f"trial(s) {', '.join(map(str, interrupted))} were interrupted: marked failed"

@@ -323,6 +323,7 @@ class AutotuneTrainer(Trainer):
 
     def _reuse(self, trial: Any, past: FrozenTrial) -> None:
         attrs = {**past.user_attrs, "duplicate_of": past.number, "trained": False}
+        attrs[OWNER_ATTR] = self.owner.to_dict()  # who ran this trial, not the one it reuses
         attrs["message"] = f"same parameters as trial {past.number}: its result is reused"
         constraints = dict(past.constraints)
         if past.state == optuna.trial.TrialState.COMPLETE:

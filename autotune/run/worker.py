@@ -22,10 +22,13 @@ import os
 import signal
 import sys
 import tempfile
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from autotune.progress import Reporter
+from autotune.study.owner import Owner, is_alive
 
 # Messages from a worker to the supervisor: (kind, payload).
 EVENT, DONE, MEASURED, ERROR = "event", "done", "measured", "error"
@@ -48,6 +51,7 @@ class WorkerJob:
         callbacks: extra Trainer callbacks (pickled; tests inject faults with them).
         max_skips: pre-checked trials after which the worker gives up finding one to train.
         check_fingerprint: refuse a study measured on other hardware (workers on other hosts).
+        supervisor: the process that started the worker: the worker ends itself when it is gone.
     """
 
     study_name: str
@@ -65,6 +69,7 @@ class WorkerJob:
     debug: bool = False
     max_skips: int = 50
     check_fingerprint: bool = False
+    supervisor: Owner | None = None
 
 
 class PipeReporter(Reporter):
@@ -113,6 +118,8 @@ def worker_main(job: WorkerJob, conn: Any) -> None:
 def _become_worker(job: WorkerJob) -> None:
     os.setpgrp()  # its own group: the watchdog ends it with everything it started
     _die_with_parent()
+    if job.supervisor is not None:
+        threading.Thread(target=_watch_supervisor, args=(job.supervisor,), daemon=True).start()
     os.environ.update(job.env)
     if job.cuda_device is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = job.cuda_device  # before CUDA is initialised here
@@ -130,13 +137,31 @@ def _become_worker(job: WorkerJob) -> None:
 
 
 def _die_with_parent() -> None:
-    # The parent is the forkserver, which exits when the supervisor does (even on SIGKILL): the
-    # worker must not outlive them.
+    # The parent is the forkserver, which exits when the supervisor does (even on SIGKILL), once
+    # no process holds the write end of its "alive" pipe. multiprocessing hands each child a copy
+    # (for grandchildren started from the forkserver): close it, or the forkserver outlives the
+    # supervisor for as long as this worker runs.
+    from multiprocessing import forkserver
+
+    server: Any = getattr(forkserver, "_forkserver", None)
+    alive_fd = getattr(server, "_forkserver_alive_fd", None)
+    if alive_fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(alive_fd)
+        server._forkserver_alive_fd = None
     with contextlib.suppress(Exception):
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     if os.getppid() == 1:  # the parent died before the line above took effect
         os._exit(1)
+
+
+def _watch_supervisor(supervisor: Owner) -> None:
+    """End this worker's process group as soon as its supervisor is gone (killed with SIGKILL,
+    say): a worker must never outlive what started it."""
+    while is_alive(supervisor):
+        time.sleep(0.5)
+    os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
 def _run_job(job: WorkerJob, reporter: Reporter) -> dict[str, Any]:
@@ -161,7 +186,7 @@ def _one_trial(trainer: Any, plan: Any, study: Any, job: WorkerJob) -> dict[str,
     import optuna
 
     from autotune.run.driver import distinct_params, hyperparameter_search
-    from autotune.study.owner import OWNER_ATTR, Owner
+    from autotune.study.owner import OWNER_ATTR
     from autotune.study.store import measured_count, was_trained
 
     for _ in range(job.max_skips):

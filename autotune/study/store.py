@@ -11,6 +11,7 @@ import random
 import re
 import time
 import warnings
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -151,11 +152,12 @@ def was_trained(trial: FrozenTrial) -> bool:
     return bool(trial.user_attrs.get("trained", reason not in NOT_TRAINED))
 
 
-def fail_interrupted_trials(study: optuna.Study) -> list[int]:
+def fail_interrupted_trials(study: optuna.Study, mine: Collection[Owner] = ()) -> list[int]:
     """Fail every RUNNING trial whose process is gone, with reason ``interrupted``; return their
     numbers. A trial owned by a process of this host (its ``worker`` attr) is failed at once when
     that process is no longer alive; any other trial when its heartbeat went stale (three intervals
-    old). Optuna would fail stale ones too, but without a reason."""
+    old). Optuna would fail stale ones too, but without a reason. Trials of the processes in `mine`
+    are left to the caller, which knows better why they ended (killed, crashed, hung)."""
     storage = study._storage  # optuna wraps an RDBStorage in a cache that keeps its heartbeat API
     stale: set[int] = set()
     if isinstance(storage, BaseHeartbeat) and storage.get_heartbeat_interval() is not None:
@@ -163,6 +165,8 @@ def fail_interrupted_trials(study: optuna.Study) -> list[int]:
     failed = []
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         owner = Owner.from_attrs(trial.user_attrs.get(OWNER_ATTR))
+        if owner is not None and owner in mine:
+            continue
         dead_here = owner is not None and is_local(owner) and not is_alive(owner)
         if not dead_here and trial._trial_id not in stale:
             continue

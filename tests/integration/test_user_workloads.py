@@ -14,7 +14,7 @@ from transformers import AutoTokenizer, TrainerCallback
 
 import autotune
 from autotune.run.plan import plan_search
-from tests.helpers import FAST_RUN, write_space
+from tests.helpers import FAST_RUN, IN_PROCESS, write_space
 from tests.local_models import write_jsonl, write_model, write_text
 
 SMALL = {"per_device_train_batch_size": [2, 4], "attn_implementation": ["eager", "sdpa"]}
@@ -48,7 +48,7 @@ def test_search_on_a_local_text_file_packs_blocks_and_counts_every_token(tmp_pat
         trials=2,
         storage=f"sqlite:///{tmp_path / 's.db'}",
         seq_len=16,
-        **FAST_RUN,
+        **IN_PROCESS,
     )
     result = autotune.search(config, callbacks=[probe])
 
@@ -91,7 +91,7 @@ def test_classification_counts_only_real_tokens_against_a_hand_count(tmp_path: P
         storage=f"sqlite:///{tmp_path / 'c.db'}",
         seq_len=32,
         callbacks=[probe],
-        **FAST_RUN,
+        **IN_PROCESS,
     )
     assert result.study.user_attrs["workload"]["task"] == "sequence-classification"
     # Hand count: words per line (the word-level tokenizer adds no special tokens), cycled in order.
