@@ -118,6 +118,11 @@ def search_command(
 ) -> None:
     """Search the space for the configuration with the highest measured training throughput."""
     from autotune.cli._render import RichReporter
+
+    if isolation == "process":  # it imports the trial machinery while this process does the same
+        from autotune.run.launcher import start_forkserver
+
+        start_forkserver()
     from autotune.run.driver import search
 
     measure = MeasureSettings(

@@ -12,9 +12,20 @@ import os
 # ask NVML, not the driver, whether CUDA is there.
 os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
 
+# The trial machinery (transformers is lazy: `transformers.trainer` must be named), and what
+# optuna's RDB storage imports lazily in every process that opens one (alembic, sqlalchemy).
 import accelerate  # noqa: F401
+import alembic.command
+import alembic.config
+import alembic.migration
+import alembic.script  # noqa: F401
+import optuna.storages._rdb.models  # noqa: F401
+import sqlalchemy.dialects.mysql
+import sqlalchemy.dialects.postgresql
+import sqlalchemy.dialects.sqlite
+import sqlalchemy.orm  # noqa: F401
 import torch  # noqa: F401
-import transformers.trainer  # noqa: F401  (transformers is lazy: name the module itself)
+import transformers.trainer  # noqa: F401
 
 import autotune.run.driver
 import autotune.run.trainer

@@ -100,6 +100,10 @@ def search(
     """
     config = dataclasses.replace(config or RunConfig(), **overrides)
     reporter = reporter or Reporter()
+    if config.isolation == "process":  # imports the trial machinery while this process plans
+        from autotune.run.launcher import start_forkserver
+
+        start_forkserver()
     plan = plan_search(config)
 
     with quiet_libraries():

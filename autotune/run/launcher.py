@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import multiprocessing.context
 import os
 import signal
 import time
 from dataclasses import dataclass
+from multiprocessing import popen_forkserver, spawn
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -31,11 +33,50 @@ PRELOAD = ["autotune.run._preload"]
 _CRASH_SIGNALS = {signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGILL}
 
 
+class _WorkerPopen(popen_forkserver.Popen):
+    """A forkserver launch that does not make the worker import the caller's ``__main__``.
+
+    multiprocessing re-imports the parent's main script in every child it does not fork, so a
+    user's script that calls `autotune.search()` at module level would run again in each worker
+    (and fail there). The worker's target lives in autotune, which needs no main module.
+    """
+
+    def _launch(self, process_obj: Any) -> None:
+        original = spawn.get_preparation_data
+
+        def without_main(name: str) -> dict[str, Any]:
+            data = original(name)
+            data.pop("init_main_from_path", None)
+            data.pop("init_main_from_name", None)
+            return data
+
+        spawn.get_preparation_data = without_main  # read by the base class's _launch
+        try:
+            super()._launch(process_obj)  # type: ignore[misc]
+        finally:
+            spawn.get_preparation_data = original
+
+
+class _ForkServerProcess(multiprocessing.context.ForkServerProcess):
+    @staticmethod
+    def _Popen(process_obj: Any) -> Any:
+        return _WorkerPopen(process_obj)
+
+
 def forkserver_context() -> Any:
     """The multiprocessing context workers start from (its server is started on first use)."""
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(PRELOAD)
     return context
+
+
+def start_forkserver() -> None:
+    """Start the forkserver now, in the background: it imports while the caller goes on (planning,
+    opening the store), instead of when the first worker is asked for."""
+    from multiprocessing import forkserver
+
+    forkserver_context()
+    forkserver.ensure_running()
 
 
 def watchdog_seconds(trial_timeout_s: float) -> float:
@@ -61,7 +102,7 @@ class WorkerProcess:
         self.slot = slot
         receive, send = context.Pipe(duplex=False)
         self.conn: Connection = receive
-        self.process = context.Process(target=worker_main, args=(job, send), name="autotune-worker")
+        self.process = _ForkServerProcess(target=worker_main, args=(job, send), name="autotune-worker")
         self.process.start()
         send.close()
         assert self.process.pid is not None

@@ -112,10 +112,13 @@ def _exists_here(name_or_path: str) -> bool:
     return name_or_path in builtin_spaces() or Path(name_or_path).exists()
 
 
-def plan_from_study(study_name: str, storage_url: str, check_fingerprint: bool = False) -> tuple[Plan, Any]:
+def plan_from_study(
+    study_name: str, storage_url: str, check_fingerprint: bool = False, existing: bool = False
+) -> tuple[Plan, Any]:
     """The plan of a stored study, rebuilt from the run configuration stored with it: what a worker
     (on this host or another) runs. With `check_fingerprint`, a host whose hardware or libraries
-    differ from the study's is refused: its measurements would not be comparable.
+    differ from the study's is refused: its measurements would not be comparable. `existing`: the
+    store's schema is known to be current (see `open_storage`).
 
     Raises:
         UsageError: no such study, a study without a stored run configuration, or a mismatch.
@@ -125,7 +128,7 @@ def plan_from_study(study_name: str, storage_url: str, check_fingerprint: bool =
     from autotune.study.fingerprint import check_resume, fingerprint
     from autotune.study.store import load_existing_study
 
-    study = load_existing_study(storage_url, study_name)
+    study = load_existing_study(storage_url, study_name, existing)
     attrs = study.user_attrs
     if "run_config" not in attrs:
         raise UsageError(

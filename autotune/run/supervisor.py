@@ -161,26 +161,31 @@ class Supervisor:
 
     def run_search(self, target: int, should_stop: Callable[[], str | None]) -> None:
         """Keep the workers busy until the study holds `target` measured trials, or `should_stop`
-        returns why no more trials are worth starting (then running ones finish)."""
+        returns why no more trials are worth starting (then running ones finish).
+
+        The store is read when a worker ended, and every `RECOVER_EVERY_S` otherwise (to see
+        other processes' trials): not on every progress event, which would take CPU from the
+        trials being measured."""
         stopping: str | None = None
-        last_recover = 0.0
+        last_look = float("-inf")
+        changed = True
         while True:
             now = time.monotonic()
-            if now - last_recover > RECOVER_EVERY_S:
+            if changed or now - last_look > RECOVER_EVERY_S:
+                last_look = now
                 self._recover()
-                last_recover = now
-            measured = measured_count(self.study)
-            if stopping is None and measured < target:
-                stopping = should_stop()
-                if stopping:
-                    self.reporter.on_note(stopping)
-            if not self.active and (measured >= target or stopping):
-                return
-            if stopping is None:
-                self._fill_slots(target, measured)
+                measured = measured_count(self.study)
+                if stopping is None and measured < target:
+                    stopping = should_stop()
+                    if stopping:
+                        self.reporter.on_note(stopping)
+                if not self.active and (measured >= target or stopping):
+                    return
+                if stopping is None:
+                    self._fill_slots(target, measured)
             self._pump(0.5)
             self._watchdog()
-            self._reap()
+            changed = self._reap()
 
     def _fill_slots(self, target: int, measured: int) -> None:
         mine = {w.owner for w in self.active.values()}
@@ -247,7 +252,9 @@ class Supervisor:
             if worker.overdue(now):
                 worker.kill_as_hung()
 
-    def _reap(self) -> None:
+    def _reap(self) -> bool:
+        """Settle the workers that ended; whether any did."""
+        ended = False
         for index, worker in list(self.active.items()):
             if worker.alive():
                 continue
@@ -255,6 +262,8 @@ class Supervisor:
             worker.join()
             del self.active[index]
             self._settle(worker)
+            ended = True
+        return ended
 
     def _settle(self, worker: WorkerProcess) -> None:
         """Record what a finished trial worker leaves behind."""

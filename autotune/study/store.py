@@ -46,12 +46,14 @@ def heartbeat_interval_s() -> int:
     return max(1, int(os.environ.get(HEARTBEAT_ENV, "10")))
 
 
-def open_storage(url: str) -> optuna.storages.RDBStorage:
+def open_storage(url: str, existing: bool = False) -> optuna.storages.RDBStorage:
     """Open (and create if needed) the RDB store at `url`, with trial heartbeats on.
 
     ``postgresql://``, ``postgres://``, ``mysql://`` and ``mariadb://`` reach an installed driver
     (see `engine_url`). A SQLite file is switched to WAL with a busy timeout, so the workers of one
-    host share it. Messages show the URL with its password hidden.
+    host share it. Messages show the URL with its password hidden. With `existing`, the schema is
+    known to be there and current (a worker of a supervisor that opened it): creating and
+    checking it, which loads every schema migration script, is skipped.
 
     Raises:
         UsageError: the URL is not a database URL.
@@ -63,7 +65,7 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
         database = sqlite_file(url)
         if database is not None:
             _prepare_sqlite(database)
-        return _create_storage(target)
+        return _create_storage(target, existing)
     except ImportError as exc:
         cause = exc.__cause__ or exc  # optuna wraps the driver's own ImportError, which names it
         raise StoreError(
@@ -83,7 +85,7 @@ _SCHEMA_RACE = re.compile(r"already exists|UNIQUE constraint|duplicate key|Dupli
 _OPEN_ATTEMPTS = 8
 
 
-def _create_storage(target: str) -> optuna.storages.RDBStorage:
+def _create_storage(target: str, existing: bool = False) -> optuna.storages.RDBStorage:
     interval = heartbeat_interval_s()
     for attempt in range(_OPEN_ATTEMPTS):
         try:
@@ -94,6 +96,8 @@ def _create_storage(target: str) -> optuna.storages.RDBStorage:
                     engine_kwargs=_engine_kwargs(target),
                     heartbeat_interval=interval,
                     grace_period=3 * interval,
+                    skip_table_creation=existing,
+                    skip_compatibility_check=existing,
                 )
         except sqlalchemy.exc.DBAPIError as exc:
             if attempt == _OPEN_ATTEMPTS - 1 or not _SCHEMA_RACE.search(str(exc)):
@@ -261,7 +265,7 @@ def best_trial(study: optuna.Study) -> TrialSummary | None:
     return ranked[0] if ranked and _rankable(ranked[0]) else None
 
 
-def load_existing_study(url: str, name: str) -> optuna.Study:
+def load_existing_study(url: str, name: str, existing: bool = False) -> optuna.Study:
     """Load a stored study by name.
 
     Raises:
@@ -270,7 +274,7 @@ def load_existing_study(url: str, name: str) -> optuna.Study:
     database = sqlite_file(url)
     if database is not None and not database.exists():  # reading must not create an empty store
         raise UsageError(f"no study store at {url}: {database} does not exist", "pass --storage URL")
-    storage = open_storage(url)
+    storage = open_storage(url, existing)
     names = optuna.get_all_study_names(storage)
     if name not in names:
         listed = ", ".join(sorted(names)) or "none"
