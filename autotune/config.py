@@ -151,6 +151,9 @@ class RunConfig:
         isolation: ``"process"``: every trial, the baseline and every re-measurement runs in a
             fresh worker process; ``"none"``: all in this process (debugging).
         workers: worker processes at once (None: one per visible GPU, or one on CPU).
+        nproc_per_node: processes per trial: above 1, each trial is a fresh `torchrun` group of
+            this many DDP processes (rank 0 asks the study, every rank applies its values).
+        ddp_timeout_s: how long a collective may wait before a desynchronised group fails.
         task: ``causal-lm``, ``masked-lm`` or ``seq-classification``; default from the model.
         pretrained: load the model's real weights (default: random weights built from its config).
         trust_remote_code: allow code from the model's hub repository.
@@ -182,6 +185,8 @@ class RunConfig:
     measure_baseline: bool = True
     isolation: Literal["process", "none"] = "process"
     workers: int | None = None
+    nproc_per_node: int = 1
+    ddp_timeout_s: float = 300.0
     task: str | None = None
     pretrained: bool = False
     trust_remote_code: bool = False
@@ -198,6 +203,16 @@ class RunConfig:
             raise UsageError(f"invalid isolation {self.isolation!r}", "use --isolation process or none")
         if self.workers is not None and self.workers < 1:
             raise UsageError(f"--workers must be at least 1, got {self.workers}")
+        if self.nproc_per_node < 1 or self.ddp_timeout_s <= 0:
+            raise UsageError(
+                f"--nproc-per-node must be at least 1 and --ddp-timeout positive, got "
+                f"{self.nproc_per_node} and {self.ddp_timeout_s}"
+            )
+        if self.nproc_per_node > 1 and (self.isolation == "none" or self.workers not in (None, 1)):
+            raise UsageError(
+                f"--nproc-per-node {self.nproc_per_node} runs each trial as its own torchrun group",
+                "drop --isolation none and --workers",
+            )
         if self.workers not in (None, 1) and self.isolation == "none":
             raise UsageError(
                 f"--workers {self.workers} needs worker processes", "drop --isolation none, or --workers"

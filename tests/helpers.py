@@ -89,8 +89,8 @@ class Fault(TrainerCallback):
     with a non-zero code, `raise` raises. Pickled into the worker processes, so it works there too.
     Trials are counted by their parameters, so only the trial that has `params` is hit."""
 
-    def __init__(self, kind: str, params: dict[str, Any], at_step: int = 2) -> None:
-        self.kind, self.params, self.at_step = kind, dict(params), at_step
+    def __init__(self, kind: str, params: dict[str, Any], at_step: int = 2, rank: int | None = None) -> None:
+        self.kind, self.params, self.at_step, self.rank = kind, dict(params), at_step, rank
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         import os
@@ -103,6 +103,8 @@ class Fault(TrainerCallback):
         }
         if state.global_step != self.at_step or any(applied.get(k, v) != v for k, v in self.params.items()):
             return
+        if self.rank is not None and int(os.environ.get("RANK", "0")) != self.rank:
+            return
         if self.kind == "hang":
             time.sleep(3600)
         elif self.kind == "segfault":
@@ -111,3 +113,25 @@ class Fault(TrainerCallback):
             os._exit(3)
         elif self.kind == "raise":
             raise RuntimeError("injected failure")
+
+
+class RankRecorder(TrainerCallback):
+    """Writes, from every rank of a (DDP) trial, what it trained with: one JSON line per trial in
+    `folder/rank<R>.jsonl`. Works across processes, unlike `KnobProbe`."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any) -> None:
+        import json
+        import os
+
+        seen = {
+            "batch_size": args.per_device_train_batch_size,
+            "bf16": bool(args.bf16),
+            "attn_implementation": model.config._attn_implementation,
+            "world_size": args.world_size,
+        }
+        rank = os.environ.get("RANK", "0")
+        with open(os.path.join(self.folder, f"rank{rank}.jsonl"), "a") as handle:
+            handle.write(json.dumps(seen) + "\n")

@@ -80,6 +80,13 @@ def search_command(
     ] = True,
     workers: WorkersOpt = None,
     isolation: IsolationOpt = "process",
+    nproc_per_node: Annotated[
+        int,
+        typer.Option("--nproc-per-node", help="DDP processes per trial: each trial a fresh torchrun group."),
+    ] = 1,
+    ddp_timeout: Annotated[
+        float, typer.Option("--ddp-timeout", help="Seconds a DDP collective may wait (CPU too).")
+    ] = 300.0,
     task: Annotated[
         str | None,
         typer.Option("--task", help="causal-lm, masked-lm or seq-classification. Default: from the model."),
@@ -152,6 +159,8 @@ def search_command(
         allow_mismatch=tuple(allow_mismatch or ()),
         measure_baseline=baseline,
         workers=workers,
+        nproc_per_node=nproc_per_node,
+        ddp_timeout_s=ddp_timeout,
         isolation=isolation,  # type: ignore[arg-type]  # checked by RunConfig
         task=task,
         pretrained=pretrained,

@@ -20,6 +20,7 @@ from transformers import TrainerCallback
 from autotune.config import MeasureSettings
 from autotune.errors import AutotuneError
 from autotune.measure.memory import PeakMemoryMeter
+from autotune.measure.ranks import from_rank_zero
 from autotune.measure.stats import summarize_window, warmup_done, window_done
 from autotune.progress import Reporter
 
@@ -83,19 +84,26 @@ class ThroughputCallback(TrainerCallback):
         now = time.perf_counter()
         step_s, self._last_edge = now - self._last_edge, now
         s = self.settings
-        if now - self._train_begin > s.trial_timeout_s:
+        timed_out = now - self._train_begin > s.trial_timeout_s
+        warming = not self.window_times_s and not warmup_done(
+            self.warmup_times_s, s.warmup_steps, s.max_warmup_steps
+        )
+        window = [*self.window_times_s, step_s]
+        done = not warming and window_done(window, s.min_steps, s.max_steps, s.max_seconds, s.target_rel_ci)
+        # In a DDP group every rank must take the same decision at the same step, or the ranks
+        # that go on wait in a collective for the ones that stopped: rank 0's decision stands.
+        timed_out, warming, done = from_rank_zero((timed_out, warming, done))
+        if timed_out:
             raise TrialTimeout(
                 f"still training after {now - self._train_begin:.0f} s (limit {s.trial_timeout_s:.0f} s)"
             )
-        if not self.window_times_s and not warmup_done(
-            self.warmup_times_s, s.warmup_steps, s.max_warmup_steps
-        ):
+        if warming:
             self.warmup_times_s.append(step_s)
             self.reporter.on_step("warmup", len(self.warmup_times_s), step_s)
             return
         self.window_times_s.append(step_s)
         self.reporter.on_step("measure", len(self.window_times_s), step_s)
-        if window_done(self.window_times_s, s.min_steps, s.max_steps, s.max_seconds, s.target_rel_ci):
+        if done:
             control.should_training_stop = True
 
     def result(self) -> dict[str, Any]:

@@ -23,7 +23,14 @@ from autotune.measure.callback import ThroughputCallback
 from autotune.measure.memory import frozen_heap
 from autotune.measure.stats import rank_finalists, verdict
 from autotune.progress import Reporter, TrialSummary, describe_params
-from autotune.run.plan import Plan, base_training_args, baseline_values, data_notes, plan_search
+from autotune.run.plan import (
+    Plan,
+    base_training_args,
+    baseline_values,
+    data_notes,
+    plan_search,
+    trial_world_size,
+)
 from autotune.study.fingerprint import check_resume, fingerprint
 from autotune.study.store import (
     FINISHED,
@@ -375,7 +382,7 @@ def _header(plan: Plan, done_before: int, remaining: int) -> dict[str, Any]:
         "task": plan.workload.task,
         "seq_len": plan.workload.seq_len,
         "space": f"{space.name} ({len(space.knobs)} knobs, {space.grid_size()} combinations)",
-        "space_notes": [*space.notes, *data_notes(plan)],
+        "space_notes": [*space.notes, *data_notes(plan, trial_world_size(plan.config))],
         "unavailable": plan.not_searched,
         "storage": plan.config.storage_display,
         "study": plan.study_name,

@@ -14,10 +14,18 @@ group), with the tail of its log as the message.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
+import dataclasses
 import multiprocessing
 import multiprocessing.context
 import os
+import pickle
+import re
 import signal
+import socket
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from multiprocessing import popen_forkserver, spawn
@@ -113,9 +121,12 @@ class WorkerProcess:
         self.hung = False
         self.result: tuple[str, Any] | None = None
 
-    @property
-    def sentinel(self) -> int:
-        return int(self.process.sentinel)
+    def waitables(self) -> list[Any]:
+        """What `multiprocessing.connection.wait` watches for this worker: events and its exit."""
+        return [self.conn, int(self.process.sentinel)]
+
+    def poll_connect(self) -> None:
+        """Take a pending events connection (torchrun groups connect back; this one is a pipe)."""
 
     def alive(self) -> bool:
         return self.process.is_alive()
@@ -180,3 +191,128 @@ def _signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
+
+
+class TorchrunWorker:
+    """A DDP worker: a fresh ``torchrun --standalone --nproc-per-node N`` group running
+    `autotune.run.ddp_worker` on one job, in its own session (the watchdog kills the group: the
+    torchrun agent and every rank). Rank 0 connects back to a Unix socket for events; a failing
+    rank writes its reason next to the job file. Same interface as `WorkerProcess`."""
+
+    def __init__(self, job: WorkerJob, nproc: int, watchdog_s: float, folder: str, slot: int = 0) -> None:
+        base = os.path.join(folder, f"job-{job.job_id}")
+        self.events_path = f"{base}.sock"
+        self.job = dataclasses.replace(job, events_path=self.events_path)
+        self.job_file = f"{base}.pkl"
+        with open(self.job_file, "wb") as handle:
+            pickle.dump(self.job, handle)
+        self.nproc = nproc
+        self.slot = slot
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(self.events_path)
+        self.listener.listen(1)
+        self.listener.setblocking(False)
+        self.conn: Connection | None = None
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+        command += ["-m", "autotune.run.ddp_worker", self.job_file]
+        with open(self.job.log_path or os.devnull, "ab") as log:
+            self.popen = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # its own process group: torchrun and all its ranks
+                env={**os.environ, **job.env},
+                preexec_fn=_die_with_parent_signal,
+            )
+        self.pid = self.popen.pid
+        self.owner = Owner(this_host(), self.pid, start_ticks(self.pid))
+        self._pidfd = os.pidfd_open(self.pid)
+        self.started = time.monotonic()
+        self.deadline = self.started + watchdog_s
+        self.hung = False
+        self.result: tuple[str, Any] | None = None
+
+    def waitables(self) -> list[Any]:
+        return [self.conn if self.conn is not None else self.listener, self._pidfd]
+
+    def poll_connect(self) -> None:
+        if self.conn is not None:
+            return
+        with contextlib.suppress(BlockingIOError, OSError):
+            sock, _ = self.listener.accept()
+            sock.setblocking(True)
+            self.conn = Connection(sock.detach())
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def overdue(self, now: float) -> bool:
+        return now > self.deadline and self.alive()
+
+    def kill_group(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+
+    def kill_as_hung(self) -> None:
+        self.hung = True
+        self.kill_group()
+
+    def join(self, timeout_s: float = 10.0) -> None:
+        try:
+            self.popen.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill_group()
+            self.popen.wait(timeout_s)
+        self.kill_group()  # ranks that outlived the agent
+        for closing in (self.conn, self.listener):
+            if closing is not None:
+                with contextlib.suppress(OSError):
+                    closing.close()
+        with contextlib.suppress(OSError):
+            os.close(self._pidfd)
+
+    def exit(self, watchdog_s: float) -> Exit:
+        """Why the group ended: the failing rank's own reason when one wrote it."""
+        from autotune.run.ddp_worker import describe_failure
+
+        code = self.popen.returncode
+        tail = self.log_tail()
+        if self.hung:
+            return Exit(
+                "hung", f"no progress within {watchdog_s:.0f} s: the watchdog killed the group{tail}", code
+            )
+        if code == 0:
+            return Exit(None, "", code)
+        failed = describe_failure(self.job_file, self.nproc)
+        if failed is not None:
+            return Exit(failed["reason"], f"rank {failed['rank']}: {failed['message']}", code)
+        rank_code = _rank_exitcode(self.job.log_path)
+        if rank_code is not None and rank_code < 0:
+            name = _signal_name(-rank_code)
+            reason = "crashed" if -rank_code in _CRASH_SIGNALS else "killed"
+            return Exit(reason, f"a rank died of {name}{tail}", code)
+        if code is not None and code < 0:
+            return Exit("killed", f"torchrun was killed by {_signal_name(-code)}{tail}", code)
+        return Exit("crashed", f"the torchrun group exited with code {code}{tail}", code)
+
+    def log_tail(self, lines: int = 3) -> str:
+        return WorkerProcess.log_tail(self, lines)  # type: ignore[arg-type]
+
+
+def _rank_exitcode(log_path: str | None) -> int | None:
+    """The exit code torchrun reports for its failed rank ("exitcode  : -9")."""
+    if not log_path:
+        return None
+    with contextlib.suppress(OSError):
+        found = re.findall(r"exitcode\s*:\s*(-?\d+)", Path(log_path).read_text(errors="replace"))
+        if found:
+            return int(found[0])
+    return None
+
+
+def _die_with_parent_signal() -> None:
+    # In the child, before torchrun starts: SIGKILL when the supervisor dies (Linux).
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)

@@ -72,7 +72,7 @@ def plan_for(
     model and data, which a run configuration cannot name)."""
     space = _space(config.space, stored)
     hardware = detect_hardware()
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    world_size = trial_world_size(config)
     model = model_support(workload.model_class())
     space = space.for_hardware(*hardware.batch_multiple())
     if config.keep_semantics:
@@ -94,6 +94,14 @@ def plan_for(
         study_name=config.study or default_study_name(config.model, space.name, workload.seq_len),
         storage=open_storage(config.storage_url) if open_store else None,
     )
+
+
+def trial_world_size(config: RunConfig) -> int:
+    """Processes that train each trial together: the supervisor's torchrun groups
+    (``--nproc-per-node``), or the launcher this process runs under (``WORLD_SIZE``)."""
+    if config.nproc_per_node > 1:
+        return config.nproc_per_node
+    return int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def _space(name_or_path: str, stored: Mapping[str, Any] | None) -> SearchSpace:
@@ -229,4 +237,5 @@ def base_training_args(plan: Plan, output_dir: str) -> dict[str, Any]:
         "seed": plan.config.seed,
         # Without a GPU, TrainingArguments refuses bf16 unless told the CPU is meant.
         "use_cpu": not plan.hardware.cuda,
+        "ddp_timeout": int(plan.config.ddp_timeout_s),
     }

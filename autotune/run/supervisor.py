@@ -18,6 +18,7 @@ import os
 import shutil
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,15 +27,15 @@ import optuna
 
 from autotune.errors import AutotuneError, UsageError
 from autotune.progress import Reporter, TrialSummary
-from autotune.run.launcher import WorkerProcess, forkserver_context, watchdog_seconds
+from autotune.run.launcher import TorchrunWorker, WorkerProcess, forkserver_context, watchdog_seconds
 from autotune.run.plan import Plan
 from autotune.run.worker import DONE, ERROR, EVENT, MEASURED, WorkerJob
-from autotune.study.owner import OWNER_ATTR, Owner, this_process
+from autotune.study.owner import OWNER_ATTR, this_process
 from autotune.study.store import (
     fail_interrupted_trials,
     fail_running_trial,
     measured_count,
-    running_trials_of,
+    trials_of_job,
 )
 
 # Workers in a row that end without measuring anything (a broken environment, not a bad trial)
@@ -188,11 +189,11 @@ class Supervisor:
             changed = self._reap()
 
     def _fill_slots(self, target: int, measured: int) -> None:
-        mine = {w.owner for w in self.active.values()}
+        mine = {w.job.job_id for w in self.active.values()}
         elsewhere = [
             t
             for t in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-            if Owner.from_attrs(t.user_attrs.get(OWNER_ATTR)) not in mine
+            if (t.user_attrs.get(OWNER_ATTR) or {}).get("job") not in mine
         ]
         for index, slot in enumerate(self.slots):
             if index in self.active:
@@ -213,11 +214,18 @@ class Supervisor:
             callbacks=self.callbacks,
             debug=self.debug,
             supervisor=self.me,
+            job_id=uuid.uuid4().hex[:12],
+            ddp_timeout_s=self.plan.config.ddp_timeout_s,
             **fields,
         )
 
-    def _start(self, index: int, job: WorkerJob) -> WorkerProcess:
-        worker = WorkerProcess(self.context, job, self.watchdog_s, slot=index)
+    def _start(self, index: int, job: WorkerJob) -> Any:
+        nproc = self.plan.config.nproc_per_node
+        worker: Any
+        if nproc > 1:
+            worker = TorchrunWorker(job, nproc, self.watchdog_s, self.logs, slot=index)
+        else:
+            worker = WorkerProcess(self.context, job, self.watchdog_s, slot=index)
         self.active[index] = worker
         return worker
 
@@ -225,16 +233,18 @@ class Supervisor:
 
     def _pump(self, timeout_s: float) -> None:
         """Wait up to `timeout_s` for an event or an exit, and hand on the events that came."""
-        waitables: list[Any] = [w.conn for w in self.active.values()]
-        waitables += [w.sentinel for w in self.active.values()]
+        waitables: list[Any] = [w for worker in self.active.values() for w in worker.waitables()]
         if not waitables:
             time.sleep(timeout_s)
             return
         multiprocessing.connection.wait(waitables, timeout_s)
         for worker in list(self.active.values()):
+            worker.poll_connect()
             self._drain(worker)
 
-    def _drain(self, worker: WorkerProcess) -> None:
+    def _drain(self, worker: Any) -> None:
+        if worker.conn is None:
+            return
         try:
             while worker.conn.poll():
                 kind, payload = worker.conn.recv()
@@ -275,7 +285,13 @@ class Supervisor:
             return
         reason = ended.reason or "crashed"
         message = ended.message or (result[1]["message"] if result and result[0] == ERROR else "")
-        trials = running_trials_of(self.study, worker.owner)
+        if ended.reason is None and result is not None and result[0] == ERROR:
+            reason = result[1].get("reason") or reason
+        ran = trials_of_job(self.study, worker.job.job_id)
+        trials = [t for t in ran if t.state == optuna.trial.TrialState.RUNNING]
+        if ran and not trials:  # the worker recorded its own trial before it ended (a DDP rank 0)
+            self.failed_starts = 0
+            return
         for trial in trials:
             if fail_running_trial(self.study, trial._trial_id, reason, message, trained=True):
                 self.reporter.on_trial_end(
@@ -293,7 +309,8 @@ class Supervisor:
             )
 
     def _recover(self) -> None:
-        interrupted = fail_interrupted_trials(self.study, {w.owner for w in self.active.values()})
+        jobs = {w.job.job_id for w in self.active.values() if w.job.job_id is not None}
+        interrupted = fail_interrupted_trials(self.study, jobs)
         if interrupted:
             self.reporter.on_note(
                 f"trial(s) {', '.join(map(str, interrupted))} were interrupted: marked failed"

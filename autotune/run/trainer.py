@@ -37,6 +37,7 @@ from autotune.measure.estimate import SAFETY_MARGIN, MemoryEstimate, relative_er
 from autotune.measure.estimator import MemoryEstimator
 from autotune.measure.flops import flops_per_token, mfu, model_shape
 from autotune.measure.memory import release_device_memory
+from autotune.measure.ranks import distributed, from_rank_zero, gather, is_rank_zero
 from autotune.progress import Reporter, TrialSummary
 from autotune.run.feasibility import (
     OVER_MEMORY_CAP,
@@ -62,6 +63,14 @@ class NotTrained(Exception):
     """A pre-check decided the trial needs no training. `reason` is one of `NOT_TRAINED`."""
 
     reason = "not_trained"
+
+
+class SkippedOnRankZero(NotTrained):
+    """Rank 0 of a DDP trial skipped it (its reason is recorded there)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class Unavailable(NotTrained):
@@ -114,6 +123,11 @@ class PredictedOOM(NotTrained):
     def __init__(self, number: int) -> None:
         super().__init__(f"needs at least the memory of trial {number}, which did not fit")
         self.number = number
+
+
+# Ends of a trial that every rank of a DDP trial reaches together (agreed pre-checks, the agreed
+# timeout, a loss gathered from all ranks): the group goes on with the next trial.
+AGREED_ENDS = (NotTrained, TrialTimeout, NonFiniteLoss)
 
 
 def failure_reason(exc: BaseException) -> str:
@@ -176,6 +190,7 @@ class AutotuneTrainer(Trainer):
         self._estimate: MemoryEstimate | None = None
         self._verbatim_values: dict[str, Value] | None = None
         self.owner = this_process()
+        self.job_id: str | None = None  # the worker job (set by workers): how a supervisor finds the trial
         model_init: Callable[..., Any] = self._build_model
         super().__init__(
             model_init=model_init,
@@ -188,6 +203,10 @@ class AutotuneTrainer(Trainer):
         measurement.count_tokens = self.workload.tokens_in
         # With tqdm off, Trainer prints its metrics dict; the reporter shows trials instead.
         self.remove_callback(PrinterCallback)
+
+    def owner_attrs(self) -> dict[str, Any]:
+        """The ``worker`` user attr of the trials this process runs."""
+        return {**self.owner.to_dict(), "job": self.job_id}
 
     # -- applying a trial ---------------------------------------------------------------------
 
@@ -207,12 +226,27 @@ class AutotuneTrainer(Trainer):
         args_kwargs, model_kwargs = trial_kwargs(values)
         self.trial_values, self.trial_model_kwargs = values, model_kwargs
         if isinstance(trial, optuna.Trial):  # who runs it: a trial of a dead process is failed at once
-            trial.set_user_attr(OWNER_ATTR, self.owner.to_dict())
+            trial.set_user_attr(OWNER_ATTR, self.owner_attrs())
         if trial is not None:
             self.reporter.on_trial_start(getattr(trial, "number", -1), values)
-            self._precheck(trial, values)  # before any model, args or accelerator work
+            self._agreed_precheck(trial, values)  # before any model, args or accelerator work
         self._rebuild_args({**self.base_args, **args_kwargs})
         return super().call_model_init(trial)
+
+    def _agreed_precheck(self, trial: Any, values: dict[str, Value]) -> None:
+        """The pre-checks, decided on rank 0 (which alone sees the study) and taken by every rank
+        of a DDP trial, so that all skip together instead of waiting for each other."""
+        skip: NotTrained | None = None
+        if is_rank_zero():
+            try:
+                self._precheck(trial, values)
+            except NotTrained as exc:
+                skip = exc
+        decided = from_rank_zero((skip.reason, str(skip)) if skip is not None else None)
+        if skip is not None:
+            raise skip
+        if decided is not None:
+            raise SkippedOnRankZero(*decided)
 
     def _precheck(self, trial: Any, values: dict[str, Value]) -> None:
         # A space that does not search precision trains at the base config's.
@@ -277,6 +311,10 @@ class AutotuneTrainer(Trainer):
             return self._reuse(trial, reuse.past)
         except Exception as exc:
             self._end_failed_trial(trial, exc)
+            if distributed() and not isinstance(exc, AGREED_ENDS):
+                # Only this rank failed: the others wait for it in a collective. End the process,
+                # so that torchrun ends the group and the trial is recorded with this reason.
+                raise
             raise optuna.TrialPruned(f"{failure_reason(exc)}: {one_line(exc)}") from exc
         over = memory_violation(attrs.get("peak_memory_bytes"), self.plan.cap_bytes)
         if over > 0:
@@ -297,8 +335,15 @@ class AutotuneTrainer(Trainer):
             self._compiled_before = self._compiled_before or bool(self.args.torch_compile)
         attrs = self.measurement.result()
         attrs["train_loss"] = output.training_loss
-        if not math.isfinite(output.training_loss):
-            raise NonFiniteLoss(f"training loss became {output.training_loss}")
+        # Tokens/s is already the whole job's (every rank steps together; samples per step count
+        # the world size). Peak memory is the largest rank's, and every rank's is kept.
+        everyone = gather((attrs.get("peak_memory_bytes"), output.training_loss))
+        if len(everyone) > 1:
+            peaks = [int(peak or 0) for peak, _ in everyone]
+            attrs.update(world_size=len(everyone), rank_peak_memory_bytes=peaks, peak_memory_bytes=max(peaks))
+        losses = [loss for _, loss in everyone]
+        if not all(math.isfinite(loss) for loss in losses):
+            raise NonFiniteLoss(f"training loss became {next(x for x in losses if not math.isfinite(x))}")
         return attrs
 
     def measure_config(self, params: dict[str, Value], number: int, verbatim: bool = False) -> dict[str, Any]:
@@ -323,7 +368,7 @@ class AutotuneTrainer(Trainer):
 
     def _reuse(self, trial: Any, past: FrozenTrial) -> None:
         attrs = {**past.user_attrs, "duplicate_of": past.number, "trained": False}
-        attrs[OWNER_ATTR] = self.owner.to_dict()  # who ran this trial, not the one it reuses
+        attrs[OWNER_ATTR] = self.owner_attrs()  # who ran this trial, not the one it reuses
         attrs["message"] = f"same parameters as trial {past.number}: its result is reused"
         constraints = dict(past.constraints)
         if past.state == optuna.trial.TrialState.COMPLETE:

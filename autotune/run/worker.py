@@ -52,6 +52,8 @@ class WorkerJob:
         max_skips: pre-checked trials after which the worker gives up finding one to train.
         check_fingerprint: refuse a study measured on other hardware (workers on other hosts).
         supervisor: the process that started the worker: the worker ends itself when it is gone.
+        job_id: recorded with the trial it runs (``worker.job``): how the supervisor finds it.
+        events_path: where rank 0 of a torchrun group connects to send its events (a Unix socket).
     """
 
     study_name: str
@@ -70,6 +72,9 @@ class WorkerJob:
     max_skips: int = 50
     check_fingerprint: bool = False
     supervisor: Owner | None = None
+    job_id: str | None = None
+    events_path: str | None = None
+    ddp_timeout_s: float = 300.0
 
 
 class PipeReporter(Reporter):
@@ -170,11 +175,11 @@ def _run_job(job: WorkerJob, reporter: Reporter) -> dict[str, Any]:
     from autotune.run.plan import plan_from_study
 
     with quiet_libraries():
-        plan, study = plan_from_study(
-            job.study_name, job.storage_url, check_fingerprint=job.check_fingerprint
-        )
+        # The supervisor created and checked the store's schema: do not load its migrations again.
+        plan, study = plan_from_study(job.study_name, job.storage_url, job.check_fingerprint, existing=True)
         with tempfile.TemporaryDirectory(prefix="autotune-worker-", dir=plan.config.output_dir) as scratch:
             trainer = build_trainer(plan, scratch, reporter, job.callbacks, job.debug)
+            trainer.job_id = job.job_id
             with frozen_heap():
                 if job.kind == "measure":
                     return dict(trainer.measure_config(job.params, job.number, verbatim=job.verbatim))
@@ -182,26 +187,40 @@ def _run_job(job: WorkerJob, reporter: Reporter) -> dict[str, Any]:
 
 
 def _one_trial(trainer: Any, plan: Any, study: Any, job: WorkerJob) -> dict[str, Any]:
-    """Ask the study for trials until one is trained; return which (or why none was)."""
+    """Ask the study for trials until one is trained; return which (or why none was).
+
+    In a DDP trial only rank 0 asks the study (the Trainer broadcasts each trial's values); every
+    decision to go on or stop is rank 0's, broadcast, so all ranks run the same trials."""
     import optuna
 
+    from autotune.measure.ranks import from_rank_zero, is_rank_zero
     from autotune.run.driver import distinct_params, hyperparameter_search
     from autotune.study.owner import OWNER_ATTR
     from autotune.study.store import measured_count, was_trained
 
     for _ in range(job.max_skips):
-        running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-        if measured_count(study) + len(running) >= job.budget:
-            return {"trained": False, "why": "budget"}
-        if distinct_params(study) >= plan.space.grid_size():
-            return {"trained": False, "why": "exhausted"}
+        verdict: dict[str, Any] | None = None
+        if is_rank_zero():
+            running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+            if measured_count(study) + len(running) >= job.budget:
+                verdict = {"trained": False, "why": "budget"}
+            elif distinct_params(study) >= plan.space.grid_size():
+                verdict = {"trained": False, "why": "exhausted"}
+        verdict = from_rank_zero(verdict)
+        if verdict is not None:
+            return verdict
         seed = plan.config.seed + len(study.get_trials(deepcopy=False))
-        hyperparameter_search(trainer, plan, 1, seed)
-        mine = [
-            t
-            for t in study.get_trials(deepcopy=False)
-            if Owner.from_attrs(t.user_attrs.get(OWNER_ATTR)) == trainer.owner
-        ]
-        if mine and was_trained(mine[-1]):
-            return {"trained": True, "number": mine[-1].number}
+        # On ranks other than 0 a skipped or failed trial leaves the Trainer's loop as TrialPruned.
+        with contextlib.suppress(optuna.TrialPruned):
+            hyperparameter_search(trainer, plan, 1, seed)
+        if is_rank_zero():
+            mine = [
+                t
+                for t in study.get_trials(deepcopy=False)
+                if t.user_attrs.get(OWNER_ATTR) == trainer.owner_attrs()
+            ]
+            verdict = {"trained": True, "number": mine[-1].number} if mine and was_trained(mine[-1]) else None
+        verdict = from_rank_zero(verdict)
+        if verdict is not None:
+            return verdict
     return {"trained": False, "why": "skips"}

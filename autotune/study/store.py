@@ -156,21 +156,21 @@ def was_trained(trial: FrozenTrial) -> bool:
     return bool(trial.user_attrs.get("trained", reason not in NOT_TRAINED))
 
 
-def fail_interrupted_trials(study: optuna.Study, mine: Collection[Owner] = ()) -> list[int]:
+def fail_interrupted_trials(study: optuna.Study, mine: Collection[str] = ()) -> list[int]:
     """Fail every RUNNING trial whose process is gone, with reason ``interrupted``; return their
     numbers. A trial owned by a process of this host (its ``worker`` attr) is failed at once when
     that process is no longer alive; any other trial when its heartbeat went stale (three intervals
-    old). Optuna would fail stale ones too, but without a reason. Trials of the processes in `mine`
-    are left to the caller, which knows better why they ended (killed, crashed, hung)."""
+    old). Optuna would fail stale ones too, but without a reason. Trials of the worker jobs in
+    `mine` are left to the caller, which knows better why they ended (killed, crashed, hung)."""
     storage = study._storage  # optuna wraps an RDBStorage in a cache that keeps its heartbeat API
     stale: set[int] = set()
     if isinstance(storage, BaseHeartbeat) and storage.get_heartbeat_interval() is not None:
         stale = set(storage._get_stale_trial_ids(study._study_id))
     failed = []
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        owner = Owner.from_attrs(trial.user_attrs.get(OWNER_ATTR))
-        if owner is not None and owner in mine:
+        if (trial.user_attrs.get(OWNER_ATTR) or {}).get("job") in mine:
             continue
+        owner = Owner.from_attrs(trial.user_attrs.get(OWNER_ATTR))
         dead_here = owner is not None and is_local(owner) and not is_alive(owner)
         if not dead_here and trial._trial_id not in stale:
             continue
@@ -196,12 +196,14 @@ def fail_running_trial(study: optuna.Study, trial_id: int, reason: str, message:
         return False
 
 
-def running_trials_of(study: optuna.Study, owner: Owner) -> list[FrozenTrial]:
-    """The RUNNING trials owned by one process."""
+def trials_of_job(study: optuna.Study, job_id: str | None) -> list[FrozenTrial]:
+    """The trials a worker job ran (its ``worker.job`` attr), in any state."""
+    if job_id is None:
+        return []
     return [
         t
-        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-        if Owner.from_attrs(t.user_attrs.get(OWNER_ATTR)) == owner
+        for t in study.get_trials(deepcopy=False)
+        if (t.user_attrs.get(OWNER_ATTR) or {}).get("job") == job_id
     ]
 
 
