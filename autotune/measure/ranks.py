@@ -4,6 +4,8 @@ more than one rank every function here is the identity."""
 
 from __future__ import annotations
 
+import os
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -36,3 +38,15 @@ def gather(value: Any) -> list[Any]:
     everyone: list[Any] = [None] * torch.distributed.get_world_size()
     torch.distributed.all_gather_object(everyone, value)
     return everyone
+
+
+def init_group(timeout_s: float) -> tuple[int, int]:
+    """Join the process group a launcher (torchrun, accelerate) describes in the environment, with
+    `timeout_s` for every collective (also on CPU, where the Trainer would leave gloo's 30
+    minutes). Returns (rank, world size)."""
+    if not torch.distributed.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        torch.distributed.init_process_group(backend=backend, timeout=timedelta(seconds=float(timeout_s)))
+    return torch.distributed.get_rank(), torch.distributed.get_world_size()

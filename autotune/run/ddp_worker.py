@@ -18,11 +18,11 @@ import socket
 import sys
 import threading
 import traceback
-from datetime import timedelta
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from autotune.measure.ranks import init_group
 from autotune.progress import Reporter
 from autotune.run.worker import (
     DONE,
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     conn = _connect(job.events_path) if rank == 0 and job.events_path else None
     reporter: Reporter = PipeReporter(conn) if conn is not None else Reporter()
     try:
-        _init_process_group(job)
+        init_group(job.ddp_timeout_s)
         from autotune.run.worker import _run_job
 
         payload = _run_job(job, reporter)
@@ -77,18 +77,6 @@ def _connect(path: str) -> Connection | None:
     except OSError:
         return None  # no supervisor listening: run without progress events
     return Connection(sock.detach())
-
-
-def _init_process_group(job: WorkerJob) -> None:
-    import torch
-
-    if torch.distributed.is_initialized():
-        return
-    timeout = timedelta(seconds=float(job.ddp_timeout_s))
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    if backend == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    torch.distributed.init_process_group(backend=backend, timeout=timeout)
 
 
 def _end_process_group() -> None:

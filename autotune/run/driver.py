@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from autotune.config import RunConfig
 from autotune.errors import StoreError
 from autotune.measure.callback import ThroughputCallback
 from autotune.measure.memory import frozen_heap
+from autotune.measure.ranks import distributed, from_rank_zero, is_rank_zero
 from autotune.measure.stats import rank_finalists, verdict
 from autotune.progress import Reporter, TrialSummary, describe_params
 from autotune.run.plan import (
@@ -107,35 +109,58 @@ def search(
     """
     config = dataclasses.replace(config or RunConfig(), **overrides)
     reporter = reporter or Reporter()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # under torchrun / accelerate launch
+        from autotune.run.group import search_in_group
+
+        return search_in_group(config, reporter, callbacks, enqueue, debug)
     if config.isolation == "process":  # imports the trial machinery while this process plans
         from autotune.run.launcher import start_forkserver
 
         start_forkserver()
     plan = plan_search(config)
-
     with quiet_libraries():
-        study = optuna.create_study(
-            storage=plan.storage, study_name=plan.study_name, direction="maximize", load_if_exists=True
-        )
-        _check_direction(study)
-        current = fingerprint(plan)
-        stored = study.user_attrs.get("fingerprint")
-        if stored is None:
-            _describe_study(study, plan, current)
-        else:
-            for field in check_resume(plan.study_name, stored, current, config.allow_mismatch):
-                reporter.on_note(f"continuing although {field} differs (--allow-mismatch {field})")
-        interrupted = fail_interrupted_trials(study)
-        if interrupted:
-            reporter.on_note(f"trial(s) {', '.join(map(str, interrupted))} were interrupted: marked failed")
-        done_before = measured_count(study)
-        remaining = max(0, config.trials - done_before)
-        reporter.on_search_start(_header(plan, done_before, remaining))
+        study, done_before, remaining = open_study(plan, reporter, enqueue)
         if remaining:
-            for params in enqueue:
-                study.enqueue_trial(dict(params), skip_if_exists=True)
             _run_trials(plan, study, remaining, reporter, callbacks, debug)
+    return finish(study, config, done_before, reporter)
 
+
+def open_study(
+    plan: Plan, reporter: Reporter, enqueue: Sequence[Mapping[str, Any]] = ()
+) -> tuple[optuna.Study, int, int]:
+    """Create (or continue) the plan's study: describe it, check its fingerprint, fail the trials
+    of dead processes, tell the reporter. Returns the study, the measured trials it holds and how
+    many more the budget asks for.
+
+    Raises:
+        UsageError: the stored study was measured differently.
+        StoreError: the study is not a throughput study.
+    """
+    study = optuna.create_study(
+        storage=plan.storage, study_name=plan.study_name, direction="maximize", load_if_exists=True
+    )
+    _check_direction(study)
+    current = fingerprint(plan)
+    stored = study.user_attrs.get("fingerprint")
+    if stored is None:
+        _describe_study(study, plan, current)
+    else:
+        for field in check_resume(plan.study_name, stored, current, plan.config.allow_mismatch):
+            reporter.on_note(f"continuing although {field} differs (--allow-mismatch {field})")
+    interrupted = fail_interrupted_trials(study)
+    if interrupted:
+        reporter.on_note(f"trial(s) {', '.join(map(str, interrupted))} were interrupted: marked failed")
+    done_before = measured_count(study)
+    remaining = max(0, plan.config.trials - done_before)
+    reporter.on_search_start(_header(plan, done_before, remaining))
+    if remaining:
+        for params in enqueue:
+            study.enqueue_trial(dict(params), skip_if_exists=True)
+    return study, done_before, remaining
+
+
+def finish(study: optuna.Study, config: RunConfig, done_before: int, reporter: Reporter) -> SearchResult:
+    """The search's result, told to the reporter."""
     ranked = ranked_trials(study)
     result = SearchResult(study, config, ranked, best_trial(study), measured_count(study) - done_before)
     reporter.on_search_end(result)
@@ -190,7 +215,8 @@ def _run_in_process(
     ):
         trainer = build_trainer(plan, scratch, reporter, callbacks, debug)
         stack.enter_context(frozen_heap())
-        if plan.config.measure_baseline and "baseline" not in study.user_attrs:
+        # Under a launcher every rank runs this: what is read from the study is rank 0's reading.
+        if from_rank_zero(plan.config.measure_baseline and "baseline" not in study.user_attrs):
             _measure_baseline(trainer.measure_config, plan, study, reporter)
         _search_until_budget(trainer, plan, study, target, reporter)
         _remeasure_finalists(trainer.measure_config, plan, study, reporter)
@@ -226,8 +252,12 @@ def _measure_baseline(measure: Measure, plan: Plan, study: optuna.Study, reporte
     try:
         measured = measure(values, -1, verbatim=True)
     except Exception as exc:  # a baseline that fails is a fact to report, not a reason to stop
+        if distributed():
+            raise  # unless one rank alone failed and the others wait for it: end the group
         study.set_user_attr("baseline", {"params": values, "error": f"{type(exc).__name__}: {exc}"[:300]})
         reporter.on_note(f"the baseline failed: {type(exc).__name__}: {exc}"[:300])
+        return
+    if not is_rank_zero():
         return
     study.set_user_attr(
         "baseline",
@@ -264,13 +294,22 @@ def _search_until_budget(
     trainer: Any, plan: Plan, study: optuna.Study, target: int, reporter: Reporter
 ) -> None:
     stop = _stop_reason(plan, study, target)
-    while (missing := target - measured_count(study)) > 0:
-        why = stop()
-        if why is not None:
-            reporter.on_note(why)
+    while True:
+        # Rank 0 reads the study and decides; under a launcher the other ranks follow, one trial
+        # at a time (the Trainer sends them each trial's values).
+        decision: tuple[str, Any] = ("done", None)
+        if is_rank_zero() and (missing := target - measured_count(study)) > 0:
+            why = stop()
+            seed = plan.config.seed + len(study.get_trials(deepcopy=False))
+            decision = ("stop", why) if why is not None else ("run", (1 if distributed() else missing, seed))
+        kind, detail = from_rank_zero(decision)
+        if kind == "done":
             return
-        seed = plan.config.seed + len(study.get_trials(deepcopy=False))
-        hyperparameter_search(trainer, plan, missing, seed)
+        if kind == "stop":
+            reporter.on_note(detail)
+            return
+        with contextlib.suppress(optuna.TrialPruned):  # how a skipped trial ends on other ranks
+            hyperparameter_search(trainer, plan, *detail)
 
 
 BASELINE = -1  # the baseline's number among the finalists
@@ -288,6 +327,7 @@ def _remeasure_finalists(measure: Measure, plan: Plan, study: optuna.Study, repo
     contestants: dict[int, tuple[dict[str, Any], bool]] = {f.number: (f.params, False) for f in finalists}
     if baseline.get("tokens_per_s") and finalists:
         contestants[BASELINE] = (baseline["params"], True)
+    contestants = from_rank_zero(contestants)  # every rank of a launched group measures the same
     if len(contestants) < 2:
         return
     rounds = plan.config.finalist_rounds
@@ -299,13 +339,15 @@ def _remeasure_finalists(measure: Measure, plan: Plan, study: optuna.Study, repo
             try:
                 measured = measure(params, number, verbatim=verbatim)
             except Exception as exc:  # a finalist that fails now is reported, not fatal
+                if distributed():
+                    raise  # unless one rank alone failed and the others wait for it
                 reporter.on_remeasure(number, round_number, None, f"{type(exc).__name__}: {exc}")
                 continue
             samples[number].append(measured["tokens_per_s"])
             reporter.on_remeasure(number, round_number, measured["tokens_per_s"], None)
     ranked = rank_finalists(samples)
     trials_ranked = [f for f in ranked if f.number != BASELINE]
-    if not trials_ranked:
+    if not trials_ranked or not is_rank_zero():
         return
     by_number = {f.number: f for f in finalists}
     winner = trials_ranked[0]

@@ -312,8 +312,9 @@ class AutotuneTrainer(Trainer):
         except Exception as exc:
             self._end_failed_trial(trial, exc)
             if distributed() and not isinstance(exc, AGREED_ENDS):
-                # Only this rank failed: the others wait for it in a collective. End the process,
-                # so that torchrun ends the group and the trial is recorded with this reason.
+                # Only this rank failed: the others wait for it in a collective. Record the trial
+                # with this rank's reason, then end the process: torchrun ends the group.
+                self._record_rank_failure(trial, exc)
                 raise
             raise optuna.TrialPruned(f"{failure_reason(exc)}: {one_line(exc)}") from exc
         over = memory_violation(attrs.get("peak_memory_bytes"), self.plan.cap_bytes)
@@ -365,6 +366,23 @@ class AutotuneTrainer(Trainer):
             self.hp_search_backend = None
             self._verbatim_values = None
             self._release()
+
+    def _record_rank_failure(self, trial: Any, exc: BaseException) -> None:
+        """On a rank other than 0 (which records its own trials), fail the group's running trial
+        with this rank's reason. Best effort: the supervisor or a resume fails it otherwise."""
+        if is_rank_zero() or getattr(trial, "number", None) is None:
+            return
+        import torch.distributed as dist
+
+        from autotune.study.store import fail_running_trial
+
+        try:
+            study = optuna.load_study(study_name=self.plan.study_name, storage=self.plan.storage)
+            trial_id = study.trials[trial.number]._trial_id
+            message = f"rank {dist.get_rank()}: {one_line(exc)}"
+            fail_running_trial(study, trial_id, failure_reason(exc), message, trained=True)
+        except Exception:
+            pass
 
     def _reuse(self, trial: Any, past: FrozenTrial) -> None:
         attrs = {**past.user_attrs, "duplicate_of": past.number, "trained": False}

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import optuna
@@ -68,3 +71,52 @@ def test_ddp_trials_through_the_supervisor(tmp_path: Path) -> None:
         # Peak memory is the largest rank's, and each rank's is kept.
         assert len(attrs["rank_peak_memory_bytes"]) == 2
         assert attrs["peak_memory_bytes"] == max(attrs["rank_peak_memory_bytes"]) > 0
+
+
+def _torchrun(*args: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *args]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env)
+
+
+def test_a_search_under_torchrun_agrees_on_every_trial(tmp_path: Path) -> None:
+    space = write_space(tmp_path, {"per_device_train_batch_size": [2, 4, 8], "precision": ["fp32", "bf16"]})
+    storage = f"sqlite:///{tmp_path / 'launched.db'}"
+    records = tmp_path / "ranks"
+    records.mkdir()
+    script = str(Path(__file__).with_name("launched_search.py"))
+    done = _torchrun(script, storage, space, str(records), "agreed", timeout_s=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    study = optuna.load_study(study_name="agreed", storage=storage)
+    trials = study.trials
+    assert measured_count(study) == 3
+    assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
+    # The duplicate was skipped (its result reused) and the slow trial pruned: on both ranks.
+    assert trials[1].user_attrs["duplicate_of"] == 0
+    assert trials[2].user_attrs["reason"] == "timeout"
+    seen = [[json.loads(x) for x in (records / f"rank{r}.jsonl").read_text().splitlines()] for r in (0, 1)]
+    assert seen[0] == seen[1]
+    assert [s["batch_size"] for s in seen[0]] == [2, 8, 4]  # the skipped duplicate never trained
+
+
+def test_a_failure_on_one_rank_under_torchrun_is_recorded_and_resumable(tmp_path: Path) -> None:
+    space = write_space(tmp_path, {"per_device_train_batch_size": [2, 4, 8], "precision": ["fp32", "bf16"]})
+    storage = f"sqlite:///{tmp_path / 'failing.db'}"
+    records = tmp_path / "ranks"
+    records.mkdir()
+    script = str(Path(__file__).with_name("launched_search.py"))
+    failed = _torchrun(script, storage, space, str(records), "failing", timeout_s=300)
+    assert failed.returncode != 0
+    assert "rank 1: RuntimeError: injected failure" in failed.stderr
+    assert "-m autotune resume failing" in failed.stderr
+    study = optuna.load_study(study_name="failing", storage=storage)
+    first = study.trials[0]
+    assert first.state == optuna.trial.TrialState.FAIL  # recorded, not left RUNNING
+    assert first.user_attrs["message"].startswith("rank 1: RuntimeError: injected failure")
+
+    resumed = _torchrun("-m", "autotune", "resume", "failing", "--storage", storage, timeout_s=300)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert resumed.stdout.count("Top trials of failing") == 1  # rank 0 alone reports
+    study = optuna.load_study(study_name="failing", storage=storage)
+    assert measured_count(study) == 2
+    assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
