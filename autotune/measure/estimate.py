@@ -35,10 +35,12 @@ def precision_class(precision: str) -> str:
     return "fp32" if precision in ("fp32", "tf32") else "half"
 
 
-def static_bytes(n_params: int, precision: str, optim: str) -> int:
-    """Weights, gradients and optimizer states of `n_params` parameters."""
+def static_bytes(n_params: int, precision: str, optim: str, world_size: int = 1) -> int:
+    """Weights, gradients and optimizer states of `n_params` parameters on one device; with DDP
+    (`world_size` > 1) also its gradient buckets, a second copy of the gradients for all-reduce."""
     state = OPTIMIZER_STATE_BYTES.get(optimizer_family(optim), 8)
-    return n_params * (WEIGHT_BYTES[precision] + GRADIENT_BYTES + state)
+    buckets = GRADIENT_BYTES if world_size > 1 else 0
+    return n_params * (WEIGHT_BYTES[precision] + GRADIENT_BYTES + buckets + state)
 
 
 @dataclass(frozen=True)
@@ -64,11 +66,12 @@ def estimate_memory(
     batch_size: int,
     activation_bytes_per_sample: float,
     baseline_bytes: int,
+    world_size: int = 1,
 ) -> MemoryEstimate:
-    """The estimated peak of one configuration."""
+    """The estimated peak of one configuration on one device (of `world_size` DDP processes)."""
     return MemoryEstimate(
         baseline_bytes=baseline_bytes,
-        static_bytes=static_bytes(n_params, precision, optim),
+        static_bytes=static_bytes(n_params, precision, optim, world_size),
         activation_bytes=int(activation_bytes_per_sample * batch_size),
     )
 

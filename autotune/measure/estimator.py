@@ -26,10 +26,18 @@ class MemoryEstimator:
         device: ``"cuda"`` or ``"cpu"``.
         base_args: the base `TrainingArguments` kwargs (precision and optimizer when a space does
             not search them).
+        world_size: DDP processes per trial (each holds gradient buckets beside its gradients).
     """
 
-    def __init__(self, workload: Workload, device: str, base_args: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        workload: Workload,
+        device: str,
+        base_args: Mapping[str, Any] | None = None,
+        world_size: int = 1,
+    ) -> None:
         self.workload = workload
+        self.world_size = world_size
         self.device = device
         self.base_args = dict(base_args or {})
         self._activations: dict[tuple[str, str, bool], float] = {}
@@ -54,7 +62,9 @@ class MemoryEstimator:
         attention = str(values.get("attn_implementation", "sdpa"))
         checkpointing = bool(values.get("activation_checkpointing", False))
         per_sample = self.activation_bytes_per_sample(attention, precision, checkpointing)
-        return estimate_memory(self.n_params, precision, optim, batch, per_sample, self.baseline_bytes)
+        return estimate_memory(
+            self.n_params, precision, optim, batch, per_sample, self.baseline_bytes, self.world_size
+        )
 
     def refresh_baseline(self) -> None:
         """Measure the baseline again before the next estimate: a process's baseline grows as

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import traceback
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import optuna
 import torch
@@ -45,14 +45,12 @@ from autotune.run.feasibility import (
     memory_violation,
     precheck,
 )
+from autotune.run.plan import Plan, trial_world_size
 from autotune.space import precision_of
 from autotune.space.availability import combination_unavailable
 from autotune.space.knobs import Value, trial_kwargs
 from autotune.study.owner import OWNER_ATTR, this_process
 from autotune.study.store import FINISHED, as_past
-
-if TYPE_CHECKING:
-    from autotune.run.plan import Plan
 
 
 class NonFiniteLoss(RuntimeError):
@@ -186,7 +184,9 @@ class AutotuneTrainer(Trainer):
         self.trial_values: dict[str, Value] = {}
         self.trial_model_kwargs: dict[str, Any] = {}
         self._compiled_before = False
-        self.estimator = MemoryEstimator(plan.workload, plan.hardware.device, plan.base_args)
+        self.estimator = MemoryEstimator(
+            plan.workload, plan.hardware.device, plan.base_args, trial_world_size(plan.config)
+        )
         self._estimate: MemoryEstimate | None = None
         self._verbatim_values: dict[str, Value] | None = None
         self.owner = this_process()
