@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 from autotune.progress import Reporter
 from autotune.run.driver import SearchResult, _header, _stop_reason, quiet_libraries
 from autotune.run.plan import plan_from_study
@@ -37,7 +39,8 @@ def join_study(
         target = plan.config.trials
         reporter.on_search_start(_header(plan, done_before, max(0, target - done_before)))
         if done_before < target:
-            with Supervisor(plan, reporter, debug=debug, workers=workers) as supervisor:
+            offset = random.randrange(1, 2**31)  # not the creating search's sampler streams
+            with Supervisor(plan, reporter, debug=debug, workers=workers, seed_offset=offset) as supervisor:
                 supervisor.run_search(target, _stop_reason(plan, study, target))
     result = SearchResult(
         study, plan.config, ranked_trials(study), best_trial(study), measured_count(study) - done_before

@@ -96,6 +96,8 @@ class Supervisor:
         callbacks: Trainer callbacks handed to every worker (they must pickle).
         debug: keep tracebacks of failed trials.
         workers: how many workers run at once (None: one per GPU, or one on CPU).
+        seed_offset: added to the sampler seeds of this supervisor's workers (pool members that
+            join a study pass a random one, so that they do not repeat each other's proposals).
     """
 
     def __init__(
@@ -105,8 +107,10 @@ class Supervisor:
         callbacks: Sequence[Any] = (),
         debug: bool = False,
         workers: int | None = None,
+        seed_offset: int = 0,
     ) -> None:
         self.plan = plan
+        self.seed_offset = seed_offset
         self.reporter = reporter
         self.callbacks = tuple(callbacks)
         self.debug = debug
@@ -200,7 +204,8 @@ class Supervisor:
                 continue
             if measured + len(self.active) + len(elsewhere) >= target:
                 return
-            self._start(index, self._job(slot, kind="trial", budget=target))
+            offset = self.seed_offset + index * 1_000_003  # a sampler stream per concurrent slot
+            self._start(index, self._job(slot, kind="trial", budget=target, seed_offset=offset))
 
     def _job(self, slot: Slot, **fields: Any) -> WorkerJob:
         self.started += 1

@@ -54,6 +54,8 @@ class WorkerJob:
         supervisor: the process that started the worker: the worker ends itself when it is gone.
         job_id: recorded with the trial it runs (``worker.job``): how the supervisor finds it.
         events_path: where rank 0 of a torchrun group connects to send its events (a Unix socket).
+        ddp_timeout_s: how long a collective of a DDP trial may wait.
+        seed_offset: added to the sampler's seed, different for each concurrent worker.
     """
 
     study_name: str
@@ -75,6 +77,7 @@ class WorkerJob:
     job_id: str | None = None
     events_path: str | None = None
     ddp_timeout_s: float = 300.0
+    seed_offset: int = 0
 
 
 class PipeReporter(Reporter):
@@ -198,6 +201,7 @@ def _one_trial(trainer: Any, plan: Any, study: Any, job: WorkerJob) -> dict[str,
     from autotune.study.owner import OWNER_ATTR
     from autotune.study.store import measured_count, was_trained
 
+    collided = 0  # proposals that another worker was already training
     for _ in range(job.max_skips):
         verdict: dict[str, Any] | None = None
         if is_rank_zero():
@@ -209,7 +213,10 @@ def _one_trial(trainer: Any, plan: Any, study: Any, job: WorkerJob) -> dict[str,
         verdict = from_rank_zero(verdict)
         if verdict is not None:
             return verdict
-        seed = plan.config.seed + len(study.get_trials(deepcopy=False))
+        # Concurrent workers must not all draw the sampler's same next proposal: each slot has its
+        # own stream, and a worker whose proposal collided with a running one leaves the shared one.
+        seed = plan.config.seed + job.seed_offset + len(study.get_trials(deepcopy=False))
+        seed += collided * (os.getpid() % 65_521)
         # On ranks other than 0 a skipped or failed trial leaves the Trainer's loop as TrialPruned.
         with contextlib.suppress(optuna.TrialPruned):
             hyperparameter_search(trainer, plan, 1, seed)
@@ -220,6 +227,7 @@ def _one_trial(trainer: Any, plan: Any, study: Any, job: WorkerJob) -> dict[str,
                 if t.user_attrs.get(OWNER_ATTR) == trainer.owner_attrs()
             ]
             verdict = {"trained": True, "number": mine[-1].number} if mine and was_trained(mine[-1]) else None
+            collided += bool(mine and mine[-1].user_attrs.get("reason") == "duplicate_running")
         verdict = from_rank_zero(verdict)
         if verdict is not None:
             return verdict
