@@ -1,6 +1,7 @@
 """Peak memory of one trial: the one place that knows how each device reports it.
 
-CPU: the process's peak resident set (VmHWM), reset per trial through ``/proc/self/clear_refs``.
+CPU: the process's peak resident set (VmHWM), reset per trial through ``/proc/self/clear_refs``, plus
+the largest private memory its child processes (data-loader workers) held, sampled during the trial.
 CUDA: the caching allocator's peaks after a reset (allocated and reserved), and the process's
 device memory as NVML reports it, sampled in a background thread during the trial: that counts
 the CUDA context and buffers outside PyTorch's allocator. The trial's peak is the larger of the
@@ -140,6 +141,73 @@ class NvmlSampler:
         return self._nvml.nvmlDeviceGetHandleByIndex(self._device_index)
 
 
+def child_pids(pid: int | None = None) -> list[int]:
+    """The direct children of a process (Linux), e.g. a trial's data-loader workers."""
+    pid = os.getpid() if pid is None else pid
+    found: list[int] = []
+    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+        with contextlib.suppress(OSError, ValueError):
+            found += [int(x) for x in children.read_text().split()]
+    return found
+
+
+def private_bytes(pid: int) -> int:
+    """Memory a process holds alone (its unique set: private clean and dirty pages), 0 if gone.
+    A forked data-loader worker shares the trial's pages; only what it adds is counted."""
+    total = 0
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                total += int(line.split()[1]) * 1024
+    return total
+
+
+def _multiprocessing_helpers() -> set[int]:
+    # A process that started workers has the forkserver and resource tracker as children: they
+    # are not the trial's (an in-process measurement after an isolated one must not count them).
+    from multiprocessing import forkserver, resource_tracker
+
+    pids = {
+        getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None),
+        getattr(getattr(resource_tracker, "_resource_tracker", None), "_pid", None),
+    }
+    return {pid for pid in pids if pid is not None}
+
+
+class ChildMemorySampler:
+    """Samples the private memory of this process's children (data-loader workers) until stopped;
+    keeps the largest total. Without children it finds nothing and costs a directory read."""
+
+    def __init__(self, interval_s: float = 0.05) -> None:
+        self.interval_s = interval_s
+        self.peak_bytes = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.peak_bytes = 0
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="autotune-children", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> int:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+        self.sample()
+        return self.peak_bytes
+
+    def sample(self) -> None:
+        helpers = _multiprocessing_helpers()
+        held = sum(private_bytes(pid) for pid in child_pids() if pid not in helpers)
+        self.peak_bytes = max(self.peak_bytes, held)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+
 @dataclass
 class PeakMemoryMeter:
     """Measures the peak memory of the code between `reset` and `read`.
@@ -150,6 +218,7 @@ class PeakMemoryMeter:
 
     device: str
     nvml: NvmlSampler | None = field(default=None, repr=False)
+    children: ChildMemorySampler = field(default_factory=ChildMemorySampler, repr=False)
 
     def reset(self) -> None:
         release_device_memory()
@@ -166,6 +235,7 @@ class PeakMemoryMeter:
         except OSError:
             self._resettable = False
         self._start_rss = _status_bytes("VmRSS")
+        self.children.start()
 
     def read(self) -> dict[str, int | str | None]:
         """The trial's peak and its parts, as user attrs (bytes)."""
@@ -182,8 +252,11 @@ class PeakMemoryMeter:
                 "memory_source": "cuda_allocator+nvml" if nvml_peak else "cuda_allocator",
             }
         peak = _status_bytes("VmHWM")
+        children = self.children.stop()
         return {
-            "peak_memory_bytes": peak,
+            # The process's own peak, plus what its data-loader workers held at their largest.
+            "peak_memory_bytes": peak + children if peak is not None else None,
+            "peak_children_bytes": children,
             "rss_start_bytes": getattr(self, "_start_rss", None),
             "memory_source": "rss_hwm" if getattr(self, "_resettable", False) else "rss_hwm_process",
         }

@@ -98,3 +98,26 @@ def test_frozen_heap_keeps_old_objects_out_of_collections_and_new_garbage_collec
         gc.collect()
         assert alive() is None, "garbage made inside the block must still be collected"
     assert gc.get_freeze_count() == 0
+
+
+def test_cpu_meter_counts_what_child_processes_hold() -> None:
+    """A data-loader worker's own memory is part of the trial's peak (its shared pages are not)."""
+    import subprocess
+    import sys
+
+    meter = PeakMemoryMeter("cpu")
+    meter.reset()
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; b = bytearray(200 * 2**20); time.sleep(1.5)"],
+    )
+    try:
+        child.wait(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    measured = meter.read()
+    assert measured["peak_children_bytes"] >= 190 * 2**20
+    own = measured["peak_memory_bytes"] - measured["peak_children_bytes"]
+    assert own < measured["rss_start_bytes"] + 100 * 2**20  # the parent itself allocated little
+    meter.reset()
+    assert meter.read()["peak_children_bytes"] == 0  # no children now
