@@ -135,3 +135,15 @@ class RankRecorder(TrainerCallback):
         rank = os.environ.get("RANK", "0")
         with open(os.path.join(self.folder, f"rank{rank}.jsonl"), "a") as handle:
             handle.write(json.dumps(seen) + "\n")
+
+
+def wait_for(predicate: Any, timeout_s: float, what: str) -> None:
+    """Poll `predicate` until it holds; fail the test after `timeout_s` (never wait forever)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")

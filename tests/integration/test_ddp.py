@@ -79,13 +79,18 @@ def _torchrun(*args: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env)
 
 
-def test_a_search_under_torchrun_agrees_on_every_trial(tmp_path: Path) -> None:
+def _launched_search(tmp_path: Path, mode: str) -> tuple[str, Path, subprocess.CompletedProcess[str]]:
+    """`launched_search.py` under torchrun: its store, the ranks' records, and how it ended."""
     space = write_space(tmp_path, {"per_device_train_batch_size": [2, 4, 8], "precision": ["fp32", "bf16"]})
-    storage = f"sqlite:///{tmp_path / 'launched.db'}"
+    storage = f"sqlite:///{tmp_path / (mode + '.db')}"
     records = tmp_path / "ranks"
     records.mkdir()
     script = str(Path(__file__).with_name("launched_search.py"))
-    done = _torchrun(script, storage, space, str(records), "agreed", timeout_s=300)
+    return storage, records, _torchrun(script, storage, space, str(records), mode, timeout_s=300)
+
+
+def test_a_search_under_torchrun_agrees_on_every_trial(tmp_path: Path) -> None:
+    storage, records, done = _launched_search(tmp_path, "agreed")
     assert done.returncode == 0, done.stdout + done.stderr
     study = optuna.load_study(study_name="agreed", storage=storage)
     trials = study.trials
@@ -100,12 +105,7 @@ def test_a_search_under_torchrun_agrees_on_every_trial(tmp_path: Path) -> None:
 
 
 def test_a_failure_on_one_rank_under_torchrun_is_recorded_and_resumable(tmp_path: Path) -> None:
-    space = write_space(tmp_path, {"per_device_train_batch_size": [2, 4, 8], "precision": ["fp32", "bf16"]})
-    storage = f"sqlite:///{tmp_path / 'failing.db'}"
-    records = tmp_path / "ranks"
-    records.mkdir()
-    script = str(Path(__file__).with_name("launched_search.py"))
-    failed = _torchrun(script, storage, space, str(records), "failing", timeout_s=300)
+    storage, _, failed = _launched_search(tmp_path, "failing")
     assert failed.returncode != 0
     assert "rank 1: RuntimeError: injected failure" in failed.stderr
     assert "-m autotune resume failing" in failed.stderr

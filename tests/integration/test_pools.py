@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 
 from autotune.study.owner import Owner, is_alive
 from autotune.study.store import measured_count, open_storage, was_trained
-from tests.helpers import write_space
+from tests.helpers import wait_for, write_space
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
@@ -41,15 +40,6 @@ def _load(storage: str, study: str) -> optuna.Study | None:
         return optuna.load_study(study_name=study, storage=open_storage(storage))
     except KeyError:
         return None
-
-
-def _wait_for(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _end(procs: list[subprocess.Popen]) -> None:
@@ -94,7 +84,7 @@ def test_three_searches_share_a_postgres_study_and_survive_a_kill(tmp_path: Path
             study = _load(postgres_url, name)
             return study is not None and measured_count(study) >= 2 and _running_under(study, procs[0].pid)
 
-        _wait_for(victim_running, 300, "the first search running a trial")
+        wait_for(victim_running, 300, "the first search running a trial")
         victim_trials = _running_under(_load(postgres_url, name), procs[0].pid)
         procs[0].send_signal(signal.SIGKILL)
         for proc in procs[1:]:
@@ -151,7 +141,7 @@ def test_a_search_with_two_workers_and_a_joining_worker_on_mariadb(tmp_path: Pat
     )
     joined = None
     try:
-        _wait_for(
+        wait_for(
             lambda: (s := _load(mysql_url, name)) is not None and "run_config" in s.user_attrs, 120, "study"
         )
         joined = subprocess.run(

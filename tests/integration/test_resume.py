@@ -16,16 +16,7 @@ import autotune
 from autotune.errors import UsageError
 from autotune.study.owner import Owner, is_alive
 from autotune.study.store import measured_count
-from tests.helpers import FAST_RUN, write_space
-
-
-def _wait_for(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+from tests.helpers import FAST_RUN, wait_for, write_space
 
 
 def _states(storage: str, name: str) -> list[optuna.trial.TrialState]:
@@ -49,7 +40,7 @@ def test_sigkill_mid_trial_then_resume(tmp_path: Path) -> None:
     args += ["--warmup-steps", "1", "--max-steps", "100000", "--max-seconds", "2", "--target-ci", "0.000001"]
     proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        _wait_for(
+        wait_for(
             lambda: (
                 optuna.trial.TrialState.COMPLETE in _states(storage, "kill")
                 and _states(storage, "kill")[-1] == optuna.trial.TrialState.RUNNING
