@@ -151,6 +151,10 @@ class RunConfig:
         isolation: ``"process"``: every trial, the baseline and every re-measurement runs in a
             fresh worker process; ``"none"``: all in this process (debugging).
         workers: worker processes at once (None: one per visible GPU, or one on CPU).
+        backend: ``"optuna"``: trials in autotune's worker processes; ``"ray"``: trials in Ray Tune
+            actors through ``Trainer.hyperparameter_search(backend="ray")`` (`autotune.run.ray_search`).
+        ray_address: the Ray cluster to join (``ray://...`` or ``HOST:PORT``); None: start a local
+            Ray instance for the search and shut it down at the end.
         task: ``causal-lm``, ``masked-lm`` or ``seq-classification``; default from the model.
         pretrained: load the model's real weights (default: random weights built from its config).
         trust_remote_code: allow code from the model's hub repository.
@@ -182,6 +186,8 @@ class RunConfig:
     measure_baseline: bool = True
     isolation: Literal["process", "none"] = "process"
     workers: int | None = None
+    backend: Literal["optuna", "ray"] = "optuna"
+    ray_address: str | None = None
     task: str | None = None
     pretrained: bool = False
     trust_remote_code: bool = False
@@ -202,6 +208,7 @@ class RunConfig:
             raise UsageError(
                 f"--workers {self.workers} needs worker processes", "drop --isolation none, or --workers"
             )
+        self._check_backend()
         if self.finalists < 0 or self.finalist_rounds < 1:
             raise UsageError(
                 f"--finalists must be >= 0 and --finalist-rounds >= 1, got {self.finalists} and "
@@ -220,6 +227,25 @@ class RunConfig:
             raise UsageError(f"--seq-len must be at least 2, got {self.seq_len}")
         if self.memory_cap is not None:
             parse_memory_cap(self.memory_cap)
+
+    def _check_backend(self) -> None:
+        if self.backend not in ("optuna", "ray"):
+            raise UsageError(f"invalid backend {self.backend!r}", "use --backend optuna or ray")
+        if self.backend != "ray":
+            if self.ray_address is not None:
+                raise UsageError("--ray-address only applies with --backend ray", "add --backend ray")
+            return
+        if self.isolation == "none":
+            raise UsageError(
+                "--backend ray runs trials in Ray actors, not in this process",
+                "drop --isolation none, or --backend ray",
+            )
+        if self.workers is not None:
+            raise UsageError(
+                f"--workers {self.workers} does not apply with --backend ray: Ray runs one trial per GPU "
+                "(or per CPU machine)",
+                "drop --workers",
+            )
 
     def _check_workload(self) -> None:
         if self.task is not None and self.task not in ("causal-lm", "masked-lm", "seq-classification"):

@@ -80,6 +80,20 @@ def search_command(
     ] = True,
     workers: WorkersOpt = None,
     isolation: IsolationOpt = "process",
+    backend: Annotated[
+        str,
+        typer.Option(
+            "--backend", help="optuna: trials in autotune's worker processes; ray: trials in Ray Tune actors."
+        ),
+    ] = "optuna",
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray-address",
+            help="Ray cluster to join (HOST:PORT or ray://...). Default: a local Ray instance.",
+            show_default=False,
+        ),
+    ] = None,
     task: Annotated[
         str | None,
         typer.Option("--task", help="causal-lm, masked-lm or seq-classification. Default: from the model."),
@@ -153,6 +167,8 @@ def search_command(
         measure_baseline=baseline,
         workers=workers,
         isolation=isolation,  # type: ignore[arg-type]  # checked by RunConfig
+        backend=backend,  # type: ignore[arg-type]  # checked by RunConfig
+        ray_address=ray_address,
         task=task,
         pretrained=pretrained,
         trust_remote_code=trust_remote_code,
