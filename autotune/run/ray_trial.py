@@ -56,7 +56,8 @@ class RayLaunchTrainer(Trainer):
         """Run one trial of the study in this Ray actor and report it to Ray."""
         import ray.tune
 
-        metrics = run_trial_in_actor(self.job, ray.tune.get_context().get_trial_id())
+        context = ray.tune.get_context()
+        metrics = run_trial_in_actor(self.job, context.get_trial_id(), context.get_trial_dir())
         self.objective: float | None = metrics[
             "objective"
         ]  # not None: transformers then reports nothing itself
@@ -77,8 +78,11 @@ class _TagRayTrial(Reporter):
         storage.set_trial_user_attr(trial_id, RAY_TRIAL_ATTR, self.ray_trial_id)
 
 
-def run_trial_in_actor(job: WorkerJob, ray_trial_id: str) -> dict[str, Any]:
+def run_trial_in_actor(job: WorkerJob, ray_trial_id: str, trial_dir: str | None = None) -> dict[str, Any]:
     """Measure one trial of `job`'s study in this process; the metrics reported to Ray.
+
+    The trial's scratch folder goes under the study's output dir, else under Ray's trial folder,
+    which Ray (or the search, for its local instance) removes even when this actor is killed.
 
     ``objective`` is the trial's tokens/s when it completed feasibly, NaN otherwise (Ray's best
     trial skips NaN); ``trial`` is its number (-1: none was trained, ``why`` says why).
@@ -95,7 +99,9 @@ def run_trial_in_actor(job: WorkerJob, ray_trial_id: str) -> dict[str, Any]:
         )
         watchdog = _Watchdog(study, watchdog_seconds(plan.config.measure.trial_timeout_s))
         try:
-            with tempfile.TemporaryDirectory(prefix="autotune-ray-", dir=plan.config.output_dir) as scratch:
+            with tempfile.TemporaryDirectory(
+                prefix="autotune-ray-", dir=plan.config.output_dir or trial_dir
+            ) as scratch:
                 trainer = build_trainer(
                     plan, scratch, _TagRayTrial(study, ray_trial_id), job.callbacks, job.debug
                 )
