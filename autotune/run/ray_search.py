@@ -57,6 +57,8 @@ MAX_EMPTY_ROUNDS = 3
 RAY_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
     "TUNE_DISABLE_SIGINT_HANDLER": "1",
+    # Actors keep the search's working directory: relative paths (a SQLite file, a dataset) hold.
+    "RAY_CHDIR_TO_TRIAL_DIR": "0",
     "RAY_AIR_NEW_OUTPUT": "0",
 }
 
@@ -85,7 +87,7 @@ def run_ray_trials(
         reporter.on_note(f"running trials on {where}, {_describe(resources)} per trial")
         job = WorkerJob(
             study_name=plan.study_name,
-            storage_url=plan.config.storage_url,
+            storage_url=_absolute(plan.config.storage_url),
             budget=target,
             callbacks=tuple(callbacks),
             debug=debug,
@@ -128,6 +130,10 @@ def _round(
     trainer = RayLaunchTrainer(job, results)
     # A backstop for the whole round: each trial is bounded by its own watchdog already.
     bound_s = n_trials * (watchdog_seconds(plan.config.measure.trial_timeout_s) + 60)
+    tune_logger = logging.getLogger("ray.tune")
+    level = tune_logger.level
+    # Tune logs each dead trial's traceback; the study records it (and the reporter shows it).
+    tune_logger.setLevel(logging.CRITICAL)
     try:
         trainer.hyperparameter_search(
             hp_space=lambda trial: {},  # the values come from the study, asked in each actor
@@ -149,6 +155,7 @@ def _round(
         if not events.ended:
             raise
     finally:
+        tune_logger.setLevel(level)
         remove_results(results)
     return events.settle()
 
@@ -233,6 +240,16 @@ def _reason(error: str) -> tuple[str, str]:
     if "sigkill" in lowered or "out of memory" in lowered or "oom" in lowered.split():
         return "killed", f"its Ray actor was killed: {error}"
     return "crashed", f"its Ray trial failed: {error}"
+
+
+def _absolute(storage_url: str) -> str:
+    """A SQLite URL with its file made absolute: Ray actors may run in another directory."""
+    from autotune.study.urls import sqlite_file
+
+    database = sqlite_file(storage_url)
+    if database is None or database.is_absolute():
+        return storage_url
+    return storage_url.replace(str(database), str(database.resolve()), 1)
 
 
 def trial_resources() -> dict[str, float]:

@@ -94,3 +94,10 @@ def test_the_error_line_of_a_python_failure_is_its_last(tmp_path: Any) -> None:
     assert ray_search._error_text(trial) == "ValueError: bad"
     died = SimpleNamespace(get_pickled_error=lambda: None, error_file=None)
     assert ray_search._error_text(died) == "the Ray trial failed without an error message"
+
+
+def test_a_relative_sqlite_file_is_made_absolute_for_the_actors(tmp_path: Any, monkeypatch: Any) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert ray_search._absolute("sqlite:///ray.db") == f"sqlite:///{tmp_path / 'ray.db'}"
+    assert ray_search._absolute("sqlite:////abs/ray.db") == "sqlite:////abs/ray.db"
+    assert ray_search._absolute("postgresql://u:p@h/db") == "postgresql://u:p@h/db"
