@@ -154,6 +154,10 @@ class RunConfig:
         nproc_per_node: processes per trial: above 1, each trial is a fresh `torchrun` group of
             this many DDP processes (rank 0 asks the study, every rank applies its values).
         ddp_timeout_s: how long a collective may wait before a desynchronised group fails.
+        backend: ``"optuna"``: trials in autotune's worker processes; ``"ray"``: trials in Ray Tune
+            actors through ``Trainer.hyperparameter_search(backend="ray")`` (`autotune.run.ray_search`).
+        ray_address: the Ray cluster to join (``ray://...`` or ``HOST:PORT``); None: start a local
+            Ray instance for the search and shut it down at the end.
         task: ``causal-lm``, ``masked-lm`` or ``seq-classification``; default from the model.
         pretrained: load the model's real weights (default: random weights built from its config).
         trust_remote_code: allow code from the model's hub repository.
@@ -187,6 +191,8 @@ class RunConfig:
     workers: int | None = None
     nproc_per_node: int = 1
     ddp_timeout_s: float = 300.0
+    backend: Literal["optuna", "ray"] = "optuna"
+    ray_address: str | None = None
     task: str | None = None
     pretrained: bool = False
     trust_remote_code: bool = False
@@ -217,6 +223,7 @@ class RunConfig:
             raise UsageError(
                 f"--workers {self.workers} needs worker processes", "drop --isolation none, or --workers"
             )
+        self._check_backend()
         if self.finalists < 0 or self.finalist_rounds < 1:
             raise UsageError(
                 f"--finalists must be >= 0 and --finalist-rounds >= 1, got {self.finalists} and "
@@ -235,6 +242,30 @@ class RunConfig:
             raise UsageError(f"--seq-len must be at least 2, got {self.seq_len}")
         if self.memory_cap is not None:
             parse_memory_cap(self.memory_cap)
+
+    def _check_backend(self) -> None:
+        if self.backend not in ("optuna", "ray"):
+            raise UsageError(f"invalid backend {self.backend!r}", "use --backend optuna or ray")
+        if self.backend != "ray":
+            if self.ray_address is not None:
+                raise UsageError("--ray-address only applies with --backend ray", "add --backend ray")
+            return
+        if self.isolation == "none":
+            raise UsageError(
+                "--backend ray runs trials in Ray actors, not in this process",
+                "drop --isolation none, or --backend ray",
+            )
+        if self.workers is not None:
+            raise UsageError(
+                f"--workers {self.workers} does not apply with --backend ray: Ray runs one trial per GPU "
+                "(or per CPU machine)",
+                "drop --workers",
+            )
+        if self.nproc_per_node > 1:
+            raise UsageError(
+                "--nproc-per-node runs trials as torchrun groups, not Ray actors",
+                "drop --nproc-per-node, or --backend ray",
+            )
 
     def _check_workload(self) -> None:
         if self.task is not None and self.task not in ("causal-lm", "masked-lm", "seq-classification"):

@@ -87,6 +87,20 @@ def search_command(
     ddp_timeout: Annotated[
         float, typer.Option("--ddp-timeout", help="Seconds a DDP collective may wait (CPU too).")
     ] = 300.0,
+    backend: Annotated[
+        str,
+        typer.Option(
+            "--backend", help="optuna: trials in autotune's worker processes; ray: trials in Ray Tune actors."
+        ),
+    ] = "optuna",
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray-address",
+            help="Ray cluster to join (HOST:PORT or ray://...). Default: a local Ray instance.",
+            show_default=False,
+        ),
+    ] = None,
     task: Annotated[
         str | None,
         typer.Option("--task", help="causal-lm, masked-lm or seq-classification. Default: from the model."),
@@ -125,11 +139,6 @@ def search_command(
 ) -> None:
     """Search the space for the configuration with the highest measured training throughput."""
     from autotune.cli._render import RichReporter
-
-    if isolation == "process":  # it imports the trial machinery while this process does the same
-        from autotune.run.launcher import start_forkserver
-
-        start_forkserver()
     from autotune.run.driver import search
 
     measure = MeasureSettings(
@@ -162,6 +171,8 @@ def search_command(
         nproc_per_node=nproc_per_node,
         ddp_timeout_s=ddp_timeout,
         isolation=isolation,  # type: ignore[arg-type]  # checked by RunConfig
+        backend=backend,  # type: ignore[arg-type]  # checked by RunConfig
+        ray_address=ray_address,
         task=task,
         pretrained=pretrained,
         trust_remote_code=trust_remote_code,

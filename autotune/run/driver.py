@@ -113,11 +113,11 @@ def search(
         from autotune.run.group import search_in_group
 
         return search_in_group(config, reporter, callbacks, enqueue, debug)
-    if config.isolation == "process":  # imports the trial machinery while this process plans
+    plan = plan_search(config)  # bad input fails here, before any process is started
+    if config.isolation == "process":  # imports the trial machinery while this process goes on
         from autotune.run.launcher import start_forkserver
 
         start_forkserver()
-    plan = plan_search(config)
     with quiet_libraries():
         study, done_before, remaining = open_study(plan, reporter, enqueue)
         if remaining:
@@ -181,13 +181,16 @@ def _run_trials(
     milliseconds and do not count against the budget, so trials are asked for until the budget is
     met; a sampler that keeps proposing only those is stopped after a bound (`_stop_reason`).
     By default every trial and measurement runs in a fresh worker process (`Supervisor`);
-    ``isolation="none"`` runs them in this process.
+    ``isolation="none"`` runs them in this process; ``backend="ray"`` runs the trials in Ray actors.
     """
     target = measured_count(study) + budget
     if plan.config.isolation == "none":
         _run_in_process(plan, study, target, reporter, callbacks, debug)
         return
     from autotune.run.supervisor import Supervisor
+
+    if plan.config.backend == "ray":  # imported first: a missing Ray is said before any measurement
+        from autotune.run.ray_search import run_ray_trials
 
     with Supervisor(plan, reporter, callbacks, debug, plan.config.workers) as supervisor:
         if len(supervisor.slots) > 1 and not plan.hardware.cuda:
@@ -197,7 +200,10 @@ def _run_trials(
             )
         if plan.config.measure_baseline and "baseline" not in study.user_attrs:
             _measure_baseline(supervisor.measure, plan, study, reporter)
-        supervisor.run_search(target, _stop_reason(plan, study, target))
+        if plan.config.backend == "ray":  # trials in Ray actors; baseline and finalists as ever
+            run_ray_trials(plan, study, target, reporter, callbacks, debug, _stop_reason(plan, study, target))
+        else:
+            supervisor.run_search(target, _stop_reason(plan, study, target))
         _remeasure_finalists(supervisor.measure, plan, study, reporter)
 
 
