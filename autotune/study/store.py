@@ -196,6 +196,15 @@ def fail_running_trial(study: optuna.Study, trial_id: int, reason: str, message:
         return False
 
 
+def running_trials_of(study: optuna.Study, owner: Owner) -> list[FrozenTrial]:
+    """The RUNNING trials owned by one process."""
+    return [
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        if Owner.from_attrs(t.user_attrs.get(OWNER_ATTR)) == owner
+    ]
+
+
 def trials_of_job(study: optuna.Study, job_id: str | None) -> list[FrozenTrial]:
     """The trials a worker job ran (its ``worker.job`` attr), in any state."""
     if job_id is None:
