@@ -50,6 +50,12 @@ class RayLaunchTrainer(Trainer):
         args = TrainingArguments(output_dir=output_dir, report_to=[], save_strategy="no", use_cpu=True)
         super().__init__(model_init=_placeholder_model, args=args)  # type: ignore[arg-type]
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Ray pickles this Trainer to every actor: send only what the actor needs and build the
+        # rest there. The whole object would carry this process's accelerator state, which after
+        # earlier in-process trials holds objects that do not pickle (weak references).
+        return (type(self), (self.job, self.args.output_dir))
+
     def train(  # type: ignore[override]
         self, resume_from_checkpoint: Any = None, trial: Any = None, **kwargs: Any
     ) -> None:

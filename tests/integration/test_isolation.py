@@ -56,8 +56,11 @@ def test_a_worker_killed_mid_trial_is_recorded_and_the_search_completes(tmp_path
                 continue
             for trial in study.get_trials(states=(optuna.trial.TrialState.RUNNING,)):
                 owner = Owner.from_attrs(trial.user_attrs.get("worker"))
-                if owner is not None and owner.pid != os.getpid() and trial.number >= 1:
-                    time.sleep(0.3)  # inside its training
+                if owner is None or owner.pid == os.getpid() or trial.number < 1:
+                    continue
+                time.sleep(0.5)  # inside its training (a pre-checked trial ends in milliseconds)
+                still = study.trials[trial.number]
+                if still.state == optuna.trial.TrialState.RUNNING:
                     os.kill(owner.pid, signal.SIGKILL)
                     killed.update(number=trial.number, owner=owner)
                     return
