@@ -382,8 +382,9 @@ def _isolation(data: dict[str, Any] | None, claims: list[str]) -> str:
         for name, row in run["configs"].items():
             for mode, label in (("in", "in-process"), ("iso", "isolated")):
                 cell = row[mode]
+                seq = run["seq_len"] or "preset"
                 lines.append(
-                    f"| {model} | {run['seq_len'] or 'preset'} | {name} | {label} | {cell['tokens_per_s']['n']} | "
+                    f"| {model} | {seq} | {name} | {label} | {cell['tokens_per_s']['n']} | "
                     f"{_spread(cell['tokens_per_s'], _k)} | {_spread(cell['peak'], _mib)} | "
                     f"{_spread(cell['growth'], _mib)} |"
                 )

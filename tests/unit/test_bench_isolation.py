@@ -124,8 +124,8 @@ def test_section_says_whether_the_budget_is_met() -> None:
 def test_section_shows_peaks_with_spread_and_the_drift_case() -> None:
     text = results_md._isolation(_data([1.0], [1.0]), [])
     assert (
-        "| tiny-gpt2 | 256 | defaults | isolated | 2 | 1.1k (1.0k-1.2k) | 512 MiB (512 MiB-513 MiB) | 256 MiB (256 MiB-256 MiB) |"
-        in text
+        "| tiny-gpt2 | 256 | defaults | isolated | 2 | 1.1k (1.0k-1.2k) | 512 MiB (512 MiB-513 MiB) | "
+        "256 MiB (256 MiB-256 MiB) |" in text
     )
     assert "| 512 MiB | 1024 MiB (measurement 12) | 512 MiB, 512 MiB |" in text
     assert "15 ms (10 ms-20 ms)" in text  # later workers' start, the first (the server's) left out
