@@ -433,6 +433,15 @@ def _isolation(data: dict[str, Any] | None, claims: list[str]) -> str:
         lines.append(f"| {name} | {what.get(name, '')} | {_spread(summary, _ms)} |")
     extra = sum(phases[n]["median"] or 0.0 for n in phases if n not in ("measure", "wall"))
     lines.append(f"\nIsolation's own cost per worker (every phase but the measurement): {_ms(extra)}.\n")
+    inside = _inside_measurement(data["paired"])
+    lines.append(
+        "Inside the measurement, a fresh process may pay first-use costs a long-lived one paid once "
+        "(kernel and allocator set-up): over the paired measurements above, *set-up* (model build, "
+        "Trainer and accelerator set-up, memory release: the measurement minus warm-up and window) "
+        f"took {_spread(inside['in']['setup'], _seconds)} in-process and "
+        f"{_spread(inside['iso']['setup'], _seconds)} in a worker; *warm-up* "
+        f"{_spread(inside['in']['warmup'], _seconds)} and {_spread(inside['iso']['warmup'], _seconds)}.\n"
+    )
     run = data["make_run"]
     met = run["overhead"] <= ISOLATION_BUDGET
     lines.append(
@@ -470,6 +479,26 @@ def _isolation(data: dict[str, Any] | None, claims: list[str]) -> str:
         lines.append(f"| `{row['function']}` | {row['calls']} | {_seconds(row['cumulative_s'])} |")
     lines.append("")
     return "\n".join(lines)
+
+
+def _inside_measurement(paired: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Set-up and warm-up seconds of every paired measurement, per mode (median, min, max)."""
+    setup: dict[str, list[float]] = {"in": [], "iso": []}
+    warmup: dict[str, list[float]] = {"in": [], "iso": []}
+    for run in paired.values():
+        for row in run["configs"].values():
+            for record in row["raw"].get("in", []):
+                if record.get("tokens_per_s") and "warmup_s" in record:
+                    setup["in"].append(record["setup_s"])
+                    warmup["in"].append(record["warmup_s"])
+            for record in row["raw"].get("iso", []):
+                measure = record.get("phases", {}).get("measure")
+                if record.get("tokens_per_s") and measure is not None:
+                    setup["iso"].append(measure - record["warmup_s"] - record["window_s"])
+                    warmup["iso"].append(record["warmup_s"])
+    return {
+        mode: {"setup": _summary(setup[mode]), "warmup": _summary(warmup[mode])} for mode in ("in", "iso")
+    }
 
 
 def _summary(values: list[float]) -> dict[str, Any]:

@@ -60,7 +60,8 @@ def test_top_functions_ranks_by_cumulative_time() -> None:
 def _data(process: list[float], none: list[float]) -> dict[str, Any]:
     walls = {"process": process, "none": none}
     summary = isolation.summarize
-    iso_run = {"tokens_per_s": 1000.0, "peak": 2**29, "rss_start": 2**28}
+    in_run = {"tokens_per_s": 1000.0, "setup_s": 0.5, "warmup_s": 1.0, "window_s": 3.0}
+    iso_run = {"tokens_per_s": 1000.0, "warmup_s": 2.0, "window_s": 3.0, "phases": {"measure": 5.75}}
     cell = {
         "tokens_per_s": summary([1000.0, 1200.0]),
         "peak": summary([2**29, 2**29 + 2**20]),
@@ -83,7 +84,7 @@ def _data(process: list[float], none: list[float]) -> dict[str, Any]:
         "paired": {
             "tiny-gpt2": {
                 "seq_len": 256,
-                "configs": {"defaults": {"in": cell, "iso": cell, "raw": {"iso": [iso_run]}}},
+                "configs": {"defaults": {"in": cell, "iso": cell, "raw": {"in": [in_run], "iso": [iso_run]}}},
             }
         },
         "drift": {
@@ -129,3 +130,9 @@ def test_section_shows_peaks_with_spread_and_the_drift_case() -> None:
     )
     assert "| 512 MiB | 1024 MiB (measurement 12) | 512 MiB, 512 MiB |" in text
     assert "15 ms (10 ms-20 ms)" in text  # later workers' start, the first (the server's) left out
+
+
+def test_set_up_inside_the_measurement_is_the_measurement_minus_warm_up_and_window() -> None:
+    text = results_md._isolation(_data([1.0], [1.0]), [])
+    assert "took 0.50 s (0.50 s-0.50 s) in-process and 0.75 s (0.75 s-0.75 s) in a worker" in text
+    assert "*warm-up* 1.00 s (1.00 s-1.00 s) and 2.00 s (2.00 s-2.00 s)" in text
