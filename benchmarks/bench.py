@@ -132,7 +132,9 @@ def main() -> None:
         )
     if "isolation" in only:
         print("[bench] item 5: in-process vs isolated trials", flush=True)
-        save("isolation", isolation.run(ISOLATION_PRESETS, args.iso_rounds, args.make_runs))
+        isolation.run(
+            ISOLATION_PRESETS, args.iso_rounds, args.make_runs, save=lambda data: save("isolation", data)
+        )
     path = write_results(RESULTS, HERE / "RESULTS.md")
     print(f"[bench] wrote {path}", flush=True)
 

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,9 @@ sys.path.insert(0, str(HERE))
 from _timed_worker import PROFILE_ENV, STAMPS_ENV, report_started, timed_worker_main  # noqa: E402
 
 SPACE = "quick"
-MAKE_RUN_ARGS = ("--model", "tiny-gpt2", "--space", "quick", "--trials", "8")
+# `make run`'s search; --max-seconds bounds each window (the default 60 s is reached only when the
+# shared machine's load keeps the throughput's CI from settling, which it does not on a quiet one).
+MAKE_RUN_ARGS = ("--model", "tiny-gpt2", "--space", "quick", "--trials", "8", "--max-seconds", "10")
 RUN_TIMEOUT_S = 1200  # one `make run`; never wait forever on a stuck search
 CHILD_TIMEOUT_S = 900
 # Paired and drift measurements: a fixed, short window in both modes (the stored run configuration
@@ -362,21 +364,39 @@ def _mib(value: float | None) -> str:
     return "-" if value is None else f"{value / 2**20:.0f} MiB"
 
 
-def run(presets: Mapping[str, int | None], rounds: int, runs: int, drift_others: int = 10) -> dict[str, Any]:
-    """Every part of item 5; the raw figures for `results_md`."""
-    out: dict[str, Any] = {"space": SPACE, "paired": {}, "drift": {}}
+def run(
+    presets: Mapping[str, int | None],
+    rounds: int,
+    runs: int,
+    drift_others: int = 10,
+    save: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Every part of item 5; the raw figures for `results_md`. `save` gets the figures so far after
+    each part (a run cut short keeps what it measured)."""
+    out: dict[str, Any] = {"space": SPACE, "window": WINDOW}
+
+    def done() -> None:
+        if save is not None:
+            save(out)
+
     print("[isolation] forkserver start, in fresh processes", flush=True)
     out["forkserver"] = [_child("forkserver") for _ in range(3)]
+    out["make_run"] = make_run(runs)
+    done()
+    out["paired"] = {}
     for model, seq_len in presets.items():
         out["paired"][model] = paired(model, seq_len, rounds)
-    runs_iso = [r for row in out["paired"].values() for c in row["configs"].values() for r in c["raw"]["iso"]]
-    out["worker_phases"] = worker_phases(runs_iso)
+        iso = [r for row in out["paired"].values() for c in row["configs"].values() for r in c["raw"]["iso"]]
+        out["worker_phases"] = worker_phases(iso)
+        done()
+    model, seq_len = next(iter(presets.items()))
+    out["profile"] = profile_worker(model, seq_len)
+    done()
+    out["drift"] = {}
     for model, seq_len in presets.items():
         print(f"[isolation] drift: {model} as the 1st and {drift_others + 2}th measurement", flush=True)
         out["drift"][model] = _child("drift", model, str(seq_len or 0), str(drift_others))
-    model, seq_len = next(iter(presets.items()))
-    out["profile"] = profile_worker(model, seq_len)
-    out["make_run"] = make_run(runs)
+        done()
     return out
 
 

@@ -370,113 +370,123 @@ def _isolation(data: dict[str, Any] | None, claims: list[str]) -> str:
         "Command: `python benchmarks/bench.py --only isolation` (`make bench-isolation`).\n",
         "Load caveat: the machine has 2 cores shared with other agents running tests at the same time, "
         "so single figures are noisy; every comparison is interleaved and given as median (min-max).\n",
-        f"### Same configurations in-process and isolated ({data['space']} space)\n",
-        "Each configuration measured in this process (the in-process trial code, `--isolation none`) "
-        "and in a fresh worker (the supervisor's own `measure`, as for the baseline and finalists), "
-        "interleaved A(in) A(iso) B(in) B(iso) ... . *Peak*: the process's VmHWM during the trial "
-        "(reset at its start); *growth*: peak minus the process's RSS when the trial began.\n",
-        "| preset | seq | configuration | mode | n | tok/s | peak | growth |",
-        "|---|---|---|---|---|---|---|---|",
     ]
-    for model, run in data["paired"].items():
-        for name, row in run["configs"].items():
-            for mode, label in (("in", "in-process"), ("iso", "isolated")):
-                cell = row[mode]
-                seq = run["seq_len"] or "preset"
-                lines.append(
-                    f"| {model} | {seq} | {name} | {label} | {cell['tokens_per_s']['n']} | "
-                    f"{_spread(cell['tokens_per_s'], _k)} | {_spread(cell['peak'], _mib)} | "
-                    f"{_spread(cell['growth'], _mib)} |"
-                )
-    lines.append(
-        "\n### Drift: the 1st against a later in-process measurement\n\n"
-        "In a fresh process: the configuration measured in-process first, then after other "
-        "configurations of the space (as a search's later trial), and in a fresh worker before and "
-        "after.\n"
-    )
-    lines.append("| preset | configuration | in-process, 1st | in-process, later | fresh worker |")
-    lines.append("|---|---|---|---|---|")
-    for model, drift in data["drift"].items():
-        iso = ", ".join(_mib(p) for p in drift["iso_peaks"])
+    if data.get("paired"):
+        lines += [
+            f"### Same configurations in-process and isolated ({data['space']} space)\n",
+            "Each configuration measured in this process (the in-process trial code, `--isolation none`) "
+            "and in a fresh worker (the supervisor's own `measure`, as for the baseline and finalists), "
+            "interleaved A(in) A(iso) B(in) B(iso) ... . *Peak*: the process's VmHWM during the trial "
+            "(reset at its start); *growth*: peak minus the process's RSS when the trial began.\n",
+            "| preset | seq | configuration | mode | n | tok/s | peak | growth |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for model, run in data["paired"].items():
+            for name, row in run["configs"].items():
+                for mode, label in (("in", "in-process"), ("iso", "isolated")):
+                    cell = row[mode]
+                    seq = run["seq_len"] or "preset"
+                    lines.append(
+                        f"| {model} | {seq} | {name} | {label} | {cell['tokens_per_s']['n']} | "
+                        f"{_spread(cell['tokens_per_s'], _k)} | {_spread(cell['peak'], _mib)} | "
+                        f"{_spread(cell['growth'], _mib)} |"
+                    )
+    if data.get("drift"):
         lines.append(
-            f"| {model} | `{describe_params(drift['params'])}` | {_mib(drift['in_first_peak'])} | "
-            f"{_mib(drift['in_later_peak'])} (measurement {drift['in_later_position']}) | {iso} |"
+            "\n### Drift: the 1st against a later in-process measurement\n\n"
+            "In a fresh process: the configuration measured in-process first, then after other "
+            "configurations of the space (as a search's later trial), and in a fresh worker before and "
+            "after.\n"
         )
-    forks = data["forkserver"]
-    first = sorted(f["first_worker_running_s"] for f in forks)
-    children = sorted(c for f in forks for c in f["children_s"][1:])
-    phases = data["worker_phases"]
-    lines.append(
-        "\n### Start cost\n\n"
-        f"The forkserver's own start (once per search; the CLI starts it before planning, so part of it "
-        f"overlaps): from `start_forkserver()` to the first worker running, in a fresh process, "
-        f"{_spread(_summary(first), _seconds)} over {len(first)} processes. Later workers run "
-        f"{_spread(_summary(children), _ms)} after they are asked for (a trivial job).\n"
-    )
-    lines.append(
-        "Per worker, during the measurements above (timestamps on the shared monotonic clock; "
-        "`benchmarks/_timed_worker.py`):\n"
-    )
-    lines.append("| phase | what | median (min-max) |")
-    lines.append("|---|---|---|")
-    what = {
-        "start": "asked for -> the worker's code running (forkserver fork, unpickling the job)",
-        "prepare": "process group, parent watch, environment, log file",
-        "plan": "the plan from the stored study (`plan_from_study`)",
-        "trainer": "the trial `Trainer` built (`build_trainer`)",
-        "measure": "the measurement (model build, warm-up, window, release)",
-        "teardown": "scratch folder, heap unfreeze, result sent",
-        "exit": "the worker's exit seen and joined by the supervisor",
-        "wall": "asked for -> result in the supervisor",
-    }
-    for name, summary in phases.items():
-        lines.append(f"| {name} | {what.get(name, '')} | {_spread(summary, _ms)} |")
-    extra = sum(phases[n]["median"] or 0.0 for n in phases if n not in ("measure", "wall"))
-    lines.append(f"\nIsolation's own cost per worker (every phase but the measurement): {_ms(extra)}.\n")
-    inside = _inside_measurement(data["paired"])
-    lines.append(
-        "Inside the measurement, a fresh process may pay first-use costs a long-lived one paid once "
-        "(kernel and allocator set-up): over the paired measurements above, *set-up* (model build, "
-        "Trainer and accelerator set-up, memory release: the measurement minus warm-up and window) "
-        f"took {_spread(inside['in']['setup'], _seconds)} in-process and "
-        f"{_spread(inside['iso']['setup'], _seconds)} in a worker; *warm-up* "
-        f"{_spread(inside['in']['warmup'], _seconds)} and {_spread(inside['iso']['warmup'], _seconds)}.\n"
-    )
-    run = data["make_run"]
-    met = run["overhead"] <= ISOLATION_BUDGET
-    lines.append(
-        f"### `make run`: wall time\n\n`{run['command']}` on a fresh SQLite store, "
-        f"`--isolation process` and `--isolation none` interleaved, {run['runs']} runs each:\n"
-    )
-    lines.append("| isolation | median | min-max | runs (s) |")
-    lines.append("|---|---|---|---|")
-    for mode in ("process", "none"):
-        walls = ", ".join(f"{w:.0f}" for w in run["walls_s"][mode])
+        lines.append("| preset | configuration | in-process, 1st | in-process, later | fresh worker |")
+        lines.append("|---|---|---|---|---|")
+        for model, drift in data["drift"].items():
+            iso = ", ".join(_mib(p) for p in drift["iso_peaks"])
+            lines.append(
+                f"| {model} | `{describe_params(drift['params'])}` | {_mib(drift['in_first_peak'])} | "
+                f"{_mib(drift['in_later_peak'])} (measurement {drift['in_later_position']}) | {iso} |"
+            )
+    extra: float | None = None
+    if data.get("worker_phases") and data.get("forkserver"):
+        forks = data["forkserver"]
+        first = sorted(f["first_worker_running_s"] for f in forks)
+        children = sorted(c for f in forks for c in f["children_s"][1:])
+        phases = data["worker_phases"]
         lines.append(
-            f"| {mode} | {_seconds(run[mode]['median'])} | {_seconds(run[mode]['min'])}-"
-            f"{_seconds(run[mode]['max'])} | {walls} |"
+            "\n### Start cost\n\n"
+            f"The forkserver's own start (once per search; the CLI starts it before planning, so part of it "
+            f"overlaps): from `start_forkserver()` to the first worker running, in a fresh process, "
+            f"{_spread(_summary(first), _seconds)} over {len(first)} processes. Later workers run "
+            f"{_spread(_summary(children), _ms)} after they are asked for (a trivial job).\n"
         )
-    verdict = "met" if met else "NOT met"
-    lines.append(
-        f"\nIsolated over in-process: {100 * run['overhead']:+.1f}% (medians), forkserver start included. "
-        f"The issue's budget (at most {100 * ISOLATION_BUDGET:.0f}% more) is **{verdict}**.\n"
-    )
-    claims.append(
-        f"Isolation: `make run` takes {_seconds(run['process']['median'])} with a fresh worker per trial "
-        f"against {_seconds(run['none']['median'])} in one process ({100 * run['overhead']:+.1f}%, medians "
-        f"of {run['runs']}); the 15% budget is {verdict}. A worker costs {_ms(extra)} beyond its "
-        "measurement."
-    )
-    profile = data["profile"]
-    lines.append(
-        "### Where a worker's time goes (cProfile of one worker measuring the defaults)\n\n"
-        f"Worker wall {_seconds(profile['phases']['wall'])}, of which the measurement "
-        f"{_seconds(profile['phases'].get('measure'))}. Largest cumulative times:\n"
-    )
-    lines.append("| function | calls | cumulative |")
-    lines.append("|---|---|---|")
-    for row in profile["top"]:
-        lines.append(f"| `{row['function']}` | {row['calls']} | {_seconds(row['cumulative_s'])} |")
+        lines.append(
+            "Per worker, during the measurements above (timestamps on the shared monotonic clock; "
+            "`benchmarks/_timed_worker.py`):\n"
+        )
+        lines.append("| phase | what | median (min-max) |")
+        lines.append("|---|---|---|")
+        what = {
+            "start": "asked for -> the worker's code running (forkserver fork, unpickling the job)",
+            "prepare": "process group, parent watch, environment, log file",
+            "plan": "the plan from the stored study (`plan_from_study`)",
+            "trainer": "the trial `Trainer` built (`build_trainer`)",
+            "measure": "the measurement (model build, warm-up, window, release)",
+            "teardown": "scratch folder, heap unfreeze, result sent",
+            "exit": "the worker's exit seen and joined by the supervisor",
+            "wall": "asked for -> result in the supervisor",
+        }
+        for name, summary in phases.items():
+            lines.append(f"| {name} | {what.get(name, '')} | {_spread(summary, _ms)} |")
+        extra = sum(phases[n]["median"] or 0.0 for n in phases if n not in ("measure", "wall"))
+        lines.append(f"\nIsolation's own cost per worker (every phase but the measurement): {_ms(extra)}.\n")
+        inside = _inside_measurement(data["paired"])
+        lines.append(
+            "Inside the measurement, a fresh process may pay first-use costs a long-lived one paid once "
+            "(kernel and allocator set-up): over the paired measurements above, *set-up* (model build, "
+            "Trainer and accelerator set-up, memory release: the measurement minus warm-up and window) "
+            f"took {_spread(inside['in']['setup'], _seconds)} in-process and "
+            f"{_spread(inside['iso']['setup'], _seconds)} in a worker; *warm-up* "
+            f"{_spread(inside['in']['warmup'], _seconds)} and {_spread(inside['iso']['warmup'], _seconds)}.\n"
+        )
+    if data.get("make_run"):
+        run = data["make_run"]
+        met = run["overhead"] <= ISOLATION_BUDGET
+        lines.append(
+            f"### `make run`: wall time\n\n`{run['command']}` on a fresh SQLite store, "
+            f"`--isolation process` and `--isolation none` interleaved, {run['runs']} runs each:\n"
+        )
+        lines.append("| isolation | median | min-max | runs (s) |")
+        lines.append("|---|---|---|---|")
+        for mode in ("process", "none"):
+            walls = ", ".join(f"{w:.0f}" for w in run["walls_s"][mode])
+            lines.append(
+                f"| {mode} | {_seconds(run[mode]['median'])} | {_seconds(run[mode]['min'])}-"
+                f"{_seconds(run[mode]['max'])} | {walls} |"
+            )
+        verdict = "met" if met else "NOT met"
+        lines.append(
+            f"\nIsolated over in-process: {100 * run['overhead']:+.1f}% (medians), forkserver start "
+            "included. "
+            f"The issue's budget (at most {100 * ISOLATION_BUDGET:.0f}% more) is **{verdict}**.\n"
+        )
+        claims.append(
+            f"Isolation: `make run` takes {_seconds(run['process']['median'])} with a fresh worker per "
+            f"trial against {_seconds(run['none']['median'])} in one process "
+            f"({100 * run['overhead']:+.1f}%, medians of {run['runs']}); the 15% budget is {verdict}."
+            + (f" A worker costs {_ms(extra)} beyond its measurement." if extra is not None else "")
+        )
+    if data.get("profile"):
+        profile = data["profile"]
+        lines.append(
+            "### Where a worker's time goes (cProfile of one worker measuring the defaults)\n\n"
+            f"Worker wall {_seconds(profile['phases']['wall'])}, of which the measurement "
+            f"{_seconds(profile['phases'].get('measure'))}. Largest cumulative times:\n"
+        )
+        lines.append("| function | calls | cumulative |")
+        lines.append("|---|---|---|")
+        for row in profile["top"]:
+            lines.append(f"| `{row['function']}` | {row['calls']} | {_seconds(row['cumulative_s'])} |")
+        lines.append("")
     lines.append("")
     return "\n".join(lines)
 

@@ -136,3 +136,11 @@ def test_set_up_inside_the_measurement_is_the_measurement_minus_warm_up_and_wind
     text = results_md._isolation(_data([1.0], [1.0]), [])
     assert "took 0.50 s (0.50 s-0.50 s) in-process and 0.75 s (0.75 s-0.75 s) in a worker" in text
     assert "*warm-up* 1.00 s (1.00 s-1.00 s) and 2.00 s (2.00 s-2.00 s)" in text
+
+
+def test_a_run_cut_short_renders_what_it_measured() -> None:
+    data = _data([110.0], [100.0])
+    partial = {key: data[key] for key in ("machine", "space", "forkserver", "make_run")}
+    text = results_md._isolation(partial, [])
+    assert "`make run`: wall time" in text and "is **met**" in text
+    assert "Drift" not in text and "Same configurations" not in text
