@@ -314,6 +314,38 @@ def forkserver_child(children: int = 3) -> dict[str, Any]:
     return {"first_worker_running_s": running_at[0] - started, "children_s": latencies}
 
 
+def estimate_child(model: str) -> dict[str, Any]:
+    """In this (fresh) process, with the forkserver's preload imported: seconds of autotune's memory
+    estimate for a trial, cold (what every isolated trial pays: the probe's forward and backward are
+    the process's first), again for the same kind (what an in-process search pays), and for a new
+    kind (bf16)."""
+    import autotune.run._preload  # noqa: F401  # a worker's starting point
+    from autotune.config import RunConfig
+    from autotune.measure.estimator import MemoryEstimator
+    from autotune.run.plan import baseline_values, plan_search
+
+    plan = plan_search(RunConfig(model=model, space=SPACE), open_store=False)
+    values = baseline_values(plan)
+    estimator = MemoryEstimator(plan.workload, plan.hardware.device, plan.base_args)
+    out = {}
+    for name, params in (
+        ("cold", values),
+        ("same_kind", values),
+        ("new_kind", {**values, "precision": "bf16"}),
+    ):
+        estimator.refresh_baseline()  # as every trial does
+        started = time.perf_counter()
+        estimator.estimate(params)
+        out[name] = time.perf_counter() - started
+    return out
+
+
+def estimate_cost(model: str, processes: int = 3) -> dict[str, Any]:
+    """`estimate_child` in `processes` fresh processes: median (min-max) of each figure."""
+    results = [_child("estimate", model) for _ in range(processes)]
+    return {name: summarize([r[name] for r in results]) for name in results[0]}
+
+
 def make_run(runs: int) -> dict[str, Any]:
     """`autotune search` as `make run` runs it, on a fresh SQLite store, both isolation modes
     interleaved `runs` times each: wall seconds."""
@@ -391,6 +423,7 @@ def run(
         done()
     model, seq_len = next(iter(presets.items()))
     out["profile"] = profile_worker(model, seq_len)
+    out["estimate"] = estimate_cost(model)
     done()
     out["drift"] = {}
     for model, seq_len in presets.items():
@@ -404,6 +437,8 @@ if __name__ == "__main__" and len(sys.argv) > 2 and sys.argv[1] == "--child":
     mode = sys.argv[2]
     if mode == "forkserver":
         result = forkserver_child()
+    elif mode == "estimate":
+        result = estimate_child(sys.argv[3])
     else:
         model, seq, others = sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
         result = drift_child(model, seq or None, others)

@@ -475,6 +475,25 @@ def _isolation(data: dict[str, Any] | None, claims: list[str]) -> str:
             f"({100 * run['overhead']:+.1f}%, medians of {run['runs']}); the 15% budget is {verdict}."
             + (f" A worker costs {_ms(extra)} beyond its measurement." if extra is not None else "")
         )
+    if data.get("estimate"):
+        est = data["estimate"]
+        lines.append(
+            "### The memory estimate in a fresh process\n\n"
+            "Every trial asks for autotune's memory estimate before it trains; its probe (a forward and "
+            "backward at batch 2, per kind of attention, precision and checkpointing) is cached for the "
+            "life of the process. In fresh processes (median (min-max) of 3, the forkserver's preload "
+            f"imported): the first estimate {_spread(est['cold'], _seconds)}, the same kind again "
+            f"{_spread(est['same_kind'], _seconds)}, a new kind afterwards "
+            f"{_spread(est['new_kind'], _seconds)}. A worker measures one trial, so every isolated "
+            "trial pays the first figure; in one process only the first trial does, and a new kind "
+            "costs the third"
+            + (
+                ": the difference is the process's first forward and backward (kernel and allocator "
+                "first use), not the probe's own work.\n"
+                if est["cold"]["median"] > 2 * est["new_kind"]["median"]
+                else ".\n"
+            )
+        )
     if data.get("profile"):
         profile = data["profile"]
         lines.append(

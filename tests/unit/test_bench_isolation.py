@@ -144,3 +144,14 @@ def test_a_run_cut_short_renders_what_it_measured() -> None:
     text = results_md._isolation(partial, [])
     assert "`make run`: wall time" in text and "is **met**" in text
     assert "Drift" not in text and "Same configurations" not in text
+
+
+def test_estimate_costs_are_shown_cold_and_warm() -> None:
+    data = _data([1.0], [1.0])
+    data["estimate"] = {
+        "cold": isolation.summarize([2.0, 2.5, 3.0]),
+        "same_kind": isolation.summarize([0.01]),
+        "new_kind": isolation.summarize([0.5]),
+    }
+    text = results_md._isolation(data, [])
+    assert "the first estimate 2.50 s (2.00 s-3.00 s), the same kind again 0.01 s" in text
