@@ -391,6 +391,8 @@ def _isolation(data: dict[str, Any] | None, claims: list[str]) -> str:
                         f"{_spread(cell['tokens_per_s'], _k)} | {_spread(cell['peak'], _mib)} | "
                         f"{_spread(cell['growth'], _mib)} |"
                     )
+    if data.get("paired"):
+        claims.append(_paired_claim(data["paired"]))
     if data.get("drift"):
         lines.append(
             "\n### Drift: the 1st against a later in-process measurement\n\n"
@@ -463,6 +465,16 @@ def _isolation(data: dict[str, Any] | None, claims: list[str]) -> str:
                 f"| {mode} | {_seconds(run[mode]['median'])} | {_seconds(run[mode]['min'])}-"
                 f"{_seconds(run[mode]['max'])} | {walls} |"
             )
+        loaded = data.get("make_run_loaded")
+        if loaded:
+            lines.append(
+                f"\nAn earlier pass of the same {loaded['runs']} + {loaded['runs']} runs, while other "
+                "agents' tests kept the load average at 4-5 on the 2 cores: process "
+                + ", ".join(f"{w:.0f}" for w in loaded["walls_s"]["process"])
+                + " s; none "
+                + ", ".join(f"{w:.0f}" for w in loaded["walls_s"]["none"])
+                + " s. Under such load the wall time measures the neighbours, not isolation.\n"
+            )
         verdict = "met" if met else "NOT met"
         lines.append(
             f"\nIsolated over in-process: {100 * run['overhead']:+.1f}% (medians), forkserver start "
@@ -508,6 +520,32 @@ def _isolation(data: dict[str, Any] | None, claims: list[str]) -> str:
         lines.append("")
     lines.append("")
     return "\n".join(lines)
+
+
+def _paired_claim(paired: dict[str, Any]) -> str:
+    """Isolated against in-process, per preset and configuration: tok/s ratio and peak difference."""
+    parts = []
+    larger_growth = True
+    for model, run in paired.items():
+        for name, row in run["configs"].items():
+            tin, tiso = row["in"]["tokens_per_s"]["median"], row["iso"]["tokens_per_s"]["median"]
+            pin, piso = row["in"]["peak"]["median"], row["iso"]["peak"]["median"]
+            if not (tin and tiso and pin and piso):
+                continue
+            parts.append(f"{model} {name} {tiso / tin:.2f}x tok/s, peak {(piso - pin) / 2**20:+.0f} MiB")
+            growth_in, growth_iso = row["in"]["growth"]["median"], row["iso"]["growth"]["median"]
+            larger_growth = larger_growth and bool(growth_in and growth_iso and growth_iso > growth_in)
+    return (
+        "Isolated against in-process, the same configurations interleaved (medians): "
+        + "; ".join(parts)
+        + ". A worker's peak leaves out what the search's own process holds"
+        + (
+            "; its trial's growth over its starting RSS is larger, since a fresh process's heap has not "
+            "grown yet."
+            if larger_growth
+            else "."
+        )
+    )
 
 
 def _inside_measurement(paired: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
