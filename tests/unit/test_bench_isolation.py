@@ -173,3 +173,11 @@ def test_paired_claim_gives_the_ratio_and_peak_difference() -> None:
     results_md._isolation(data, claims)
     assert "tiny-gpt2 defaults 0.90x tok/s, peak -100 MiB" in claims[0]
     assert "growth over its starting RSS is larger" in claims[0]
+
+
+def test_overlapping_make_run_ranges_are_called_unsettled() -> None:
+    overlapping = results_md._isolation(_data([20.0, 70.0, 110.0], [37.0, 41.0, 53.0]), [])
+    assert "Fastest run of each (the least disturbed): -45.9%." in overlapping
+    assert "cannot settle the budget" in overlapping
+    apart = results_md._isolation(_data([60.0, 61.0, 62.0], [40.0, 41.0, 42.0]), [])
+    assert "cannot settle" not in apart and "**NOT met**" in apart
