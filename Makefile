@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 RUN_ARGS ?= --model tiny-gpt2 --space quick --trials 8
 LINT_PATHS := autotune tests $(wildcard benchmarks/*.py)
 
-.PHONY: install run test test-unit lint format clean bench bench-grid
+.PHONY: install run test test-unit lint format clean bench bench-grid bench-isolation
 
 install: $(STAMP)
 
@@ -39,7 +39,7 @@ format: install
 	$(BIN)/ruff check --fix $(LINT_PATHS)
 	$(BIN)/ruff format $(LINT_PATHS)
 
-# Benchmarks (CPU, about 30 minutes): items 1-4 of benchmarks/RESULTS.md, rewritten by `make bench`.
+# Benchmarks (CPU, about 45 minutes): items 1-5 of benchmarks/RESULTS.md, rewritten by `make bench`.
 # The replayed grids are read from benchmarks/data/; `make bench-grid` measures them again (about
 # 80 minutes on 2 cores: every configuration of benchmarks/space.yaml, twice, for two presets).
 BENCH_ARGS ?=
@@ -47,6 +47,10 @@ GRID_MODELS ?= --model tiny-gpt2 --model tiny-llama
 
 bench: install
 	$(BIN)/python benchmarks/bench.py $(BENCH_ARGS)
+
+# Item 5 alone (about 15 minutes): in-process vs isolated trials, worker start cost, `make run` wall.
+bench-isolation: install
+	$(BIN)/python benchmarks/bench.py --only isolation $(BENCH_ARGS)
 
 bench-grid: install
 	$(BIN)/python benchmarks/grid.py $(GRID_MODELS) --repeats 2 --fresh

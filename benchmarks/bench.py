@@ -1,7 +1,8 @@
-"""``make bench``: run the CPU benchmarks (items 1-4) and rewrite ``benchmarks/RESULTS.md``.
+"""``make bench``: run the CPU benchmarks (items 1-5) and rewrite ``benchmarks/RESULTS.md``.
 
-    python benchmarks/bench.py            # everything, about 30 minutes on 2 CPU cores
+    python benchmarks/bench.py            # everything, about 45 minutes on 2 CPU cores
     python benchmarks/bench.py --only replay,noise
+    python benchmarks/bench.py --only isolation   # item 5 (`make bench-isolation`)
 
 The grid tables in ``benchmarks/data/`` are measured by ``make bench-grid`` (`grid.py`); this
 script only reads them. Raw results go to ``benchmarks/results/<item>.json``; RESULTS.md is
@@ -22,6 +23,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import isolation  # noqa: E402
 import noise  # noqa: E402
 import quality  # noqa: E402
 import replay  # noqa: E402
@@ -32,7 +34,9 @@ from results_md import write_results  # noqa: E402
 RESULTS = HERE / "results"
 GRID_MODELS = ("tiny-gpt2", "tiny-llama")
 PRESETS = ("tiny-gpt2", "tiny-llama", "tiny-bert")
-ITEMS = ("replay", "quality", "cost", "noise")
+ITEMS = ("replay", "quality", "cost", "noise", "isolation")
+# Item 5: presets and their sequence lengths (None: the preset's own).
+ISOLATION_PRESETS: dict[str, int | None] = {"tiny-gpt2": 256, "tiny-llama": None}
 
 
 def process_start(runs: int = 3) -> dict[str, float]:
@@ -74,6 +78,8 @@ def main() -> None:
     parser.add_argument(
         "--finalist-rounds", type=int, default=3, help="noise: re-measurement rounds of the repeated searches"
     )
+    parser.add_argument("--iso-rounds", type=int, default=3, help="isolation: interleaved rounds per mode")
+    parser.add_argument("--make-runs", type=int, default=3, help="isolation: `make run`s per mode")
     args = parser.parse_args()
     only = [item.strip() for item in args.only.split(",") if item.strip()]
     unknown = [item for item in only if item not in ITEMS]
@@ -123,6 +129,11 @@ def main() -> None:
                 "repeats": noise.repeats("tiny-gpt2", configs, args.repeats),
                 "searches": noise.repeated_searches("tiny-gpt2", args.searches, args.finalist_rounds),
             },
+        )
+    if "isolation" in only:
+        print("[bench] item 5: in-process vs isolated trials", flush=True)
+        isolation.run(
+            ISOLATION_PRESETS, args.iso_rounds, args.make_runs, save=lambda data: save("isolation", data)
         )
     path = write_results(RESULTS, HERE / "RESULTS.md")
     print(f"[bench] wrote {path}", flush=True)

@@ -73,6 +73,7 @@ class Bench:
         seed: model initialisation and data seed.
         freeze_heap: as a search does, keep the long-lived objects out of the garbage collector's
             walks (False: measure what that saves).
+        seq_len: tokens per sample (the preset's unless given).
     """
 
     def __init__(
@@ -82,8 +83,11 @@ class Bench:
         measure: MeasureSettings | None = None,
         seed: int = 0,
         freeze_heap: bool = True,
+        seq_len: int | None = None,
     ) -> None:
-        config = RunConfig(model=model, space=space, seed=seed, measure=measure or MeasureSettings())
+        config = RunConfig(
+            model=model, space=space, seed=seed, measure=measure or MeasureSettings(), seq_len=seq_len
+        )
         self.plan: Plan = plan_search(config, open_store=False)
         self._scratch = tempfile.mkdtemp(prefix="autotune-bench-")
         with quiet_libraries():
