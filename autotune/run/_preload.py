@@ -25,6 +25,10 @@ import sqlalchemy.dialects.postgresql
 import sqlalchemy.dialects.sqlite
 import sqlalchemy.orm  # noqa: F401
 import torch  # noqa: F401
+import transformers.generation.utils
+import transformers.models.bert.modeling_bert
+import transformers.models.gpt2.modeling_gpt2
+import transformers.models.llama.modeling_llama
 import transformers.trainer  # noqa: F401
 
 import autotune.run.driver
