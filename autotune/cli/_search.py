@@ -139,7 +139,7 @@ def search_command(
 ) -> None:
     """Search the space for the configuration with the highest measured training throughput."""
     from autotune.cli._render import RichReporter
-    from autotune.run.driver import search
+    from autotune.run.launcher import start_forkserver_for
 
     measure = MeasureSettings(
         warmup_steps=warmup_steps,
@@ -183,5 +183,8 @@ def search_command(
         tokenizer=tokenizer,
         pad_to_multiple_of=pad_to_multiple_of,
     )
+    start_forkserver_for(config)  # before the imports below: both processes import side by side
+    from autotune.run.driver import search
+
     with RichReporter() as reporter:
         search(config, reporter=reporter, debug=debug)

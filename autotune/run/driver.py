@@ -113,25 +113,15 @@ def search(
         from autotune.run.group import search_in_group
 
         return search_in_group(config, reporter, callbacks, enqueue, debug)
-    if config.isolation == "process" and _local_model(config.model):
-        # The forkserver imports the trial machinery while this process plans (both import
-        # torch and transformers: about 3 s each, side by side). Not for a hub id, whose lookup
-        # may fail on the network: a run that stops there should stop fast.
-        from autotune.run.launcher import start_forkserver
+    from autotune.run.launcher import start_forkserver_for
 
-        start_forkserver()
+    start_forkserver_for(config)  # its imports overlap this process's planning
     plan = plan_search(config)
     with quiet_libraries():
         study, done_before, remaining = open_study(plan, reporter, enqueue)
         if remaining:
             _run_trials(plan, study, remaining, reporter, callbacks, debug)
     return finish(study, config, done_before, reporter)
-
-
-def _local_model(model: str) -> bool:
-    """A folder on this host or a name without an organisation (the built-in presets): not an
-    ``org/name`` hub id. Decided without importing the workload code (it imports torch)."""
-    return os.path.isdir(model) or "/" not in model
 
 
 def open_study(
