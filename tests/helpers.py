@@ -145,5 +145,5 @@ def wait_for(predicate: Any, timeout_s: float, what: str) -> None:
     while time.monotonic() < deadline:
         if predicate():
             return
-        time.sleep(0.2)
+        time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")

@@ -3,6 +3,7 @@ and MariaDB, a global budget, a supervisor killed mid-trial, no twin trials runn
 
 from __future__ import annotations
 
+import datetime
 import os
 import signal
 import subprocess
@@ -79,13 +80,23 @@ def test_three_searches_share_a_postgres_study_and_survive_a_kill(tmp_path: Path
         for log in logs
     ]
     try:
-        # Kill the first supervisor while one of its workers trains a trial.
+        # Kill the first supervisor while one of its workers trains a trial: one that started
+        # 0.2-0.8 s ago (past its pre-checks, seconds before its window can end).
+        victim_trials: list[optuna.trial.FrozenTrial] = []
+
         def victim_running() -> bool:
             study = _load(postgres_url, name)
-            return study is not None and measured_count(study) >= 2 and _running_under(study, procs[0].pid)
+            if study is None or measured_count(study) < 2:
+                return False
+            now = datetime.datetime.now()
+            victim_trials[:] = [
+                t
+                for t in _running_under(study, procs[0].pid)
+                if t.datetime_start and 0.2 < (now - t.datetime_start).total_seconds() < 0.8
+            ]
+            return bool(victim_trials)
 
         wait_for(victim_running, 300, "the first search running a trial")
-        victim_trials = _running_under(_load(postgres_url, name), procs[0].pid)
         procs[0].send_signal(signal.SIGKILL)
         for proc in procs[1:]:
             proc.wait(timeout=400)
