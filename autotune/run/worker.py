@@ -180,7 +180,9 @@ def _run_job(job: WorkerJob, reporter: Reporter) -> dict[str, Any]:
     with quiet_libraries():
         # The supervisor created and checked the store's schema: do not load its migrations again.
         plan, study = plan_from_study(job.study_name, job.storage_url, job.check_fingerprint, existing=True)
-        with tempfile.TemporaryDirectory(prefix="autotune-worker-", dir=plan.config.output_dir) as scratch:
+        # In the supervisor's folder by default: it removes that folder even when a worker was killed.
+        folder = plan.config.output_dir or (os.path.dirname(job.log_path) if job.log_path else None)
+        with tempfile.TemporaryDirectory(prefix="autotune-worker-", dir=folder) as scratch:
             trainer = build_trainer(plan, scratch, reporter, job.callbacks, job.debug)
             trainer.job_id = job.job_id
             with frozen_heap():
