@@ -14,8 +14,6 @@ group), with the tail of its log as the message.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import dataclasses
 import multiprocessing
 import multiprocessing.context
@@ -33,8 +31,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from autotune.run.worker import WorkerJob, worker_main
-from autotune.study.owner import Owner, start_ticks, this_host
+from autotune.run.worker import WorkerJob, kill_me_with_my_parent, worker_main
 
 PRELOAD = ["autotune.run._preload"]
 # Signals that mean the process itself failed (crashed), as opposed to being killed from outside.
@@ -112,12 +109,45 @@ class Exit:
     exitcode: int | None
 
 
-class WorkerProcess:
-    """One running worker: its process, its event pipe, its owner identity and its deadline."""
+class _Watched:
+    """What the supervisor keeps of any worker: its job, its watchdog deadline, whether the
+    watchdog killed it, and the result it sent."""
 
-    def __init__(self, context: Any, job: WorkerJob, watchdog_s: float, slot: int = 0) -> None:
+    def __init__(self, job: WorkerJob, watchdog_s: float) -> None:
         self.job = job
-        self.slot = slot
+        self.deadline = time.monotonic() + watchdog_s
+        self.hung = False
+        self.result: tuple[str, Any] | None = None
+
+    def alive(self) -> bool:
+        raise NotImplementedError
+
+    def kill_group(self) -> None:
+        raise NotImplementedError
+
+    def overdue(self, now: float) -> bool:
+        return now > self.deadline and self.alive()
+
+    def kill_as_hung(self) -> None:
+        self.hung = True
+        self.kill_group()
+
+    def log_tail(self, lines: int = 3) -> str:
+        """The last lines the worker wrote, for the message of a worker that died."""
+        if not self.job.log_path:
+            return ""
+        try:
+            text = Path(self.job.log_path).read_text(errors="replace")
+        except OSError:
+            return ""
+        kept = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
+        return f"; last output: {' | '.join(kept)}"[:400] if kept else ""
+
+
+class WorkerProcess(_Watched):
+    """One worker started from the forkserver: its process and its event pipe."""
+
+    def __init__(self, context: Any, job: WorkerJob, watchdog_s: float) -> None:
         receive, send = context.Pipe(duplex=False)
         self.conn: Connection = receive
         self.process = _ForkServerProcess(target=worker_main, args=(job, send), name="autotune-worker")
@@ -125,11 +155,7 @@ class WorkerProcess:
         send.close()
         assert self.process.pid is not None
         self.pid: int = self.process.pid
-        self.owner = Owner(this_host(), self.pid, start_ticks(self.pid))
-        self.started = time.monotonic()
-        self.deadline = self.started + watchdog_s
-        self.hung = False
-        self.result: tuple[str, Any] | None = None
+        super().__init__(job, watchdog_s)  # the deadline counts from the start
 
     def waitables(self) -> list[Any]:
         """What `multiprocessing.connection.wait` watches for this worker: events and its exit."""
@@ -141,9 +167,6 @@ class WorkerProcess:
     def alive(self) -> bool:
         return self.process.is_alive()
 
-    def overdue(self, now: float) -> bool:
-        return now > self.deadline and self.alive()
-
     def kill_group(self) -> None:
         """SIGKILL the worker's process group (it made its own), falling back to the process."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -151,10 +174,6 @@ class WorkerProcess:
                 os.killpg(self.pid, signal.SIGKILL)
             except ProcessLookupError:
                 os.kill(self.pid, signal.SIGKILL)
-
-    def kill_as_hung(self) -> None:
-        self.hung = True
-        self.kill_group()
 
     def join(self, timeout_s: float = 10.0) -> None:
         self.process.join(timeout_s)
@@ -185,16 +204,6 @@ class WorkerProcess:
             return Exit("killed", why + tail, code)
         return Exit("crashed", f"the worker exited with code {code}{tail}", code)
 
-    def log_tail(self, lines: int = 3) -> str:
-        if not self.job.log_path:
-            return ""
-        try:
-            text = Path(self.job.log_path).read_text(errors="replace")
-        except OSError:
-            return ""
-        kept = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
-        return f"; last output: {' | '.join(kept)}"[:400] if kept else ""
-
 
 def _signal_name(number: int) -> str:
     try:
@@ -203,21 +212,21 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-class TorchrunWorker:
+class TorchrunWorker(_Watched):
     """A DDP worker: a fresh ``torchrun --standalone --nproc-per-node N`` group running
     `autotune.run.ddp_worker` on one job, in its own session (the watchdog kills the group: the
     torchrun agent and every rank). Rank 0 connects back to a Unix socket for events; a failing
     rank writes its reason next to the job file. Same interface as `WorkerProcess`."""
 
-    def __init__(self, job: WorkerJob, nproc: int, watchdog_s: float, folder: str, slot: int = 0) -> None:
+    def __init__(self, job: WorkerJob, nproc: int, watchdog_s: float, folder: str) -> None:
         base = os.path.join(folder, f"job-{job.job_id}")
         self.events_path = f"{base}.sock"
-        self.job = dataclasses.replace(job, events_path=self.events_path)
+        job = dataclasses.replace(job, events_path=self.events_path)
+        self.job = job
         self.job_file = f"{base}.pkl"
         with open(self.job_file, "wb") as handle:
             pickle.dump(self.job, handle)
         self.nproc = nproc
-        self.slot = slot
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(self.events_path)
         self.listener.listen(1)
@@ -233,15 +242,11 @@ class TorchrunWorker:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # its own process group: torchrun and all its ranks
                 env={**os.environ, **job.env},
-                preexec_fn=_die_with_parent_signal,
+                preexec_fn=kill_me_with_my_parent,
             )
         self.pid = self.popen.pid
-        self.owner = Owner(this_host(), self.pid, start_ticks(self.pid))
         self._pidfd = os.pidfd_open(self.pid)
-        self.started = time.monotonic()
-        self.deadline = self.started + watchdog_s
-        self.hung = False
-        self.result: tuple[str, Any] | None = None
+        super().__init__(job, watchdog_s)
 
     def waitables(self) -> list[Any]:
         return [self.conn if self.conn is not None else self.listener, self._pidfd]
@@ -257,16 +262,9 @@ class TorchrunWorker:
     def alive(self) -> bool:
         return self.popen.poll() is None
 
-    def overdue(self, now: float) -> bool:
-        return now > self.deadline and self.alive()
-
     def kill_group(self) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signal.SIGKILL)
-
-    def kill_as_hung(self) -> None:
-        self.hung = True
-        self.kill_group()
 
     def join(self, timeout_s: float = 10.0) -> None:
         try:
@@ -306,9 +304,6 @@ class TorchrunWorker:
             return Exit("killed", f"torchrun was killed by {_signal_name(-code)}{tail}", code)
         return Exit("crashed", f"the torchrun group exited with code {code}{tail}", code)
 
-    def log_tail(self, lines: int = 3) -> str:
-        return WorkerProcess.log_tail(self, lines)  # type: ignore[arg-type]
-
 
 def _rank_exitcode(log_path: str | None) -> int | None:
     """The exit code torchrun reports for its failed rank ("exitcode  : -9")."""
@@ -319,10 +314,3 @@ def _rank_exitcode(log_path: str | None) -> int | None:
         if found:
             return int(found[0])
     return None
-
-
-def _die_with_parent_signal() -> None:
-    # In the child, before torchrun starts: SIGKILL when the supervisor dies (Linux).
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)

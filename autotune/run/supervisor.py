@@ -228,9 +228,9 @@ class Supervisor:
         nproc = self.plan.config.nproc_per_node
         worker: Any
         if nproc > 1:
-            worker = TorchrunWorker(job, nproc, self.watchdog_s, self.logs, slot=index)
+            worker = TorchrunWorker(job, nproc, self.watchdog_s, self.logs)
         else:
-            worker = WorkerProcess(self.context, job, self.watchdog_s, slot=index)
+            worker = WorkerProcess(self.context, job, self.watchdog_s)
         self.active[index] = worker
         return worker
 

@@ -157,11 +157,17 @@ def _die_with_parent() -> None:
         with contextlib.suppress(OSError):
             os.close(alive_fd)
         server._forkserver_alive_fd = None
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    kill_me_with_my_parent()
     if os.getppid() == 1:  # the parent died before the line above took effect
         os._exit(1)
+
+
+def kill_me_with_my_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent ends (``PR_SET_PDEATHSIG``; it survives
+    ``exec``, so a launcher can call it in a child before the program starts)."""
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)
 
 
 def _watch_supervisor(supervisor: Owner) -> None:
