@@ -32,11 +32,11 @@ __all__ = [
 
 def __getattr__(name: str):  # torch and transformers load only when a search is asked for
     if name in ("search", "SearchResult"):
-        from autotune.run import driver
+        from autotune.driver import search as driver
 
         return getattr(driver, name)
     if name in ("tune", "TuneResult"):
-        from autotune.run import byo
+        from autotune.driver import tune
 
-        return getattr(byo, name)
+        return getattr(tune, name)
     raise AttributeError(f"module 'autotune' has no attribute {name!r}")

@@ -93,6 +93,10 @@ class MeasureSettings:
             relative to its mean, is below this.
         trial_timeout_s: a trial still training after this many seconds (warm-up included) ends
             with reason ``timeout`` at its next step.
+        screen_ratio: screening: a search trial whose fastest step so far, once its minimum
+            warm-up is done, runs at less than this fraction of the best throughput the study has
+            measured (its trials and its baseline) stops there with reason ``screened_out``
+            instead of taking its full window; 0 gives every trial its full window.
     """
 
     warmup_steps: int = 3
@@ -102,8 +106,14 @@ class MeasureSettings:
     max_seconds: float = 60.0
     target_rel_ci: float = 0.03
     trial_timeout_s: float = 900.0
+    screen_ratio: float = 0.5
 
     def __post_init__(self) -> None:
+        if not 0 <= self.screen_ratio < 1:
+            raise UsageError(
+                f"--screen-ratio must be in [0, 1), got {self.screen_ratio}",
+                "use 0.5 (stop trials under half the best throughput) or 0 (no screening)",
+            )
         if self.trial_timeout_s <= 0:
             raise UsageError(f"--trial-timeout must be positive, got {self.trial_timeout_s}")
         if self.warmup_steps < 1:
@@ -155,7 +165,7 @@ class RunConfig:
             this many DDP processes (rank 0 asks the study, every rank applies its values).
         ddp_timeout_s: how long a collective may wait before a desynchronised group fails.
         backend: ``"optuna"``: trials in autotune's worker processes; ``"ray"``: trials in Ray Tune
-            actors through ``Trainer.hyperparameter_search(backend="ray")`` (`autotune.run.ray_search`).
+            actors through ``Trainer.hyperparameter_search(backend="ray")`` (`autotune.executors.ray`).
         ray_address: the Ray cluster to join (``ray://...`` or ``HOST:PORT``); None: start a local
             Ray instance for the search and shut it down at the end.
         task: ``causal-lm``, ``masked-lm`` or ``seq-classification``; default from the model.
@@ -168,6 +178,16 @@ class RunConfig:
         text_column: the column holding the text; default ``text``, else the first string column.
         tokenizer: tokenizer folder or hub id for `dataset`; default the model's.
         pad_to_multiple_of: pad classification batches to a multiple of this.
+        compile_cache: the folder every trial process of the study compiles into (inductor's and
+            Triton's caches), shared storage for pools on several hosts; default: next to a SQLite
+            store's file, else under the user's cache directory by study name
+            (`autotune.trial.compile_cache.compile_cache_folder`).
+        loss_tolerance: a trial whose loss is worse than the baseline's at equal tokens by more
+            than this fraction is infeasible (reason ``loss_diverged``).
+        train_tokens: the length of the user's run in tokens: trials are then scored on its
+            predicted wall time (set-up + compilation + tokens / throughput), not on throughput.
+        train_steps: the same in optimizer steps of the baseline's batch (needs the baseline).
+        price_per_hour: the price of an hour of this machine: the answer states the run's cost.
     """
 
     model: str = "tiny-gpt2"
@@ -202,9 +222,15 @@ class RunConfig:
     text_column: str | None = None
     tokenizer: str | None = None
     pad_to_multiple_of: int | None = None
+    compile_cache: str | None = None
+    loss_tolerance: float = 0.05
+    train_tokens: int | None = None
+    train_steps: int | None = None
+    price_per_hour: float | None = None
 
     def __post_init__(self) -> None:
         self._check_workload()
+        self._check_run_length()
         if self.isolation not in ("process", "none"):
             raise UsageError(f"invalid isolation {self.isolation!r}", "use --isolation process or none")
         if self.workers is not None and self.workers < 1:
@@ -242,6 +268,22 @@ class RunConfig:
             raise UsageError(f"--seq-len must be at least 2, got {self.seq_len}")
         if self.memory_cap is not None:
             parse_memory_cap(self.memory_cap)
+
+    def _check_run_length(self) -> None:
+        if not self.loss_tolerance > 0:
+            raise UsageError(f"--loss-tolerance must be positive, got {self.loss_tolerance}")
+        if self.train_tokens is not None and self.train_steps is not None:
+            raise UsageError("give --train-tokens or --train-steps, not both", "drop one of them")
+        for flag, value in (("--train-tokens", self.train_tokens), ("--train-steps", self.train_steps)):
+            if value is not None and value < 1:
+                raise UsageError(f"{flag} must be at least 1, got {value}")
+        if self.train_steps is not None and not self.measure_baseline:
+            raise UsageError(
+                "--train-steps counts steps of the baseline's batch, which --no-baseline does not measure",
+                "drop --no-baseline, or give --train-tokens",
+            )
+        if self.price_per_hour is not None and not self.price_per_hour > 0:
+            raise UsageError(f"--price-per-hour must be positive, got {self.price_per_hour}")
 
     def _check_backend(self) -> None:
         if self.backend not in ("optuna", "ray"):
@@ -303,22 +345,127 @@ class RunConfig:
         return parse_memory_cap(self.memory_cap) if self.memory_cap else None
 
     def to_dict(self) -> dict[str, Any]:
+        """The configuration as stored with its study: what `from_dict` reads back, on this host or
+        on a pool member started anywhere else. It records the schema and autotune versions that
+        wrote it; local paths (model, dataset, tokenizer, base config, space file) are absolute."""
         data = asdict(self)
         # Stored with the study and shown by `studies`/`show`: never the password. Whoever
         # continues a study passes its own --storage (resume, worker).
         data["storage"] = self.storage_display
         data["allow_mismatch"] = list(self.allow_mismatch)
+        data.update(stored_paths(self))
+        data[SCHEMA_KEY] = RUN_CONFIG_SCHEMA
+        data[VERSION_KEY] = autotune_version()
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], **overrides: Any) -> RunConfig:
-        """Rebuild a stored run configuration (``autotune resume``), with `overrides` on top."""
+        """Rebuild a stored run configuration (``autotune resume``, a pool member), with `overrides`
+        on top. An older configuration (an older schema, or none recorded) is read with defaults
+        for the keys it lacks; keys this autotune does not know are ignored (a key an older schema
+        had and this one dropped).
+
+        Raises:
+            UsageError: the configuration was written with a newer schema than this autotune reads
+                (its values could mean what this version cannot do): upgrade autotune here.
+        """
+        check_schema(data)
         fields = {**data, **{k: v for k, v in overrides.items() if v is not None}}
         if isinstance(fields.get("measure"), dict):
-            fields["measure"] = MeasureSettings(**fields["measure"])
+            known_measure = set(MeasureSettings.__dataclass_fields__)
+            fields["measure"] = MeasureSettings(
+                **{k: v for k, v in fields["measure"].items() if k in known_measure}
+            )
         fields["allow_mismatch"] = tuple(fields.get("allow_mismatch") or ())
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in fields.items() if k in known})
+
+
+# The run configuration's schema: raised whenever a key is added or a value changes meaning, so that
+# an older worker refuses a study it would misread. 1: before versions were recorded.
+RUN_CONFIG_SCHEMA = 2
+SCHEMA_KEY = "schema"
+VERSION_KEY = "autotune_version"
+
+
+def autotune_version() -> str:
+    from autotune import __version__
+
+    return __version__
+
+
+def check_schema(data: dict[str, Any]) -> None:
+    """Refuse a stored run configuration written with a newer schema than this autotune's.
+
+    Raises:
+        UsageError: its schema is newer (the message names both autotune versions).
+    """
+    schema = data.get(SCHEMA_KEY, 1)
+    if not isinstance(schema, int) or isinstance(schema, bool):
+        raise UsageError(f"stored run configuration has an invalid schema {schema!r}")
+    if schema <= RUN_CONFIG_SCHEMA:
+        return
+    writer = data.get(VERSION_KEY) or "a newer version"
+    raise UsageError(
+        f"the study's run configuration has schema {schema} (written by autotune {writer}), "
+        f"newer than schema {RUN_CONFIG_SCHEMA} of this autotune {autotune_version()}",
+        f"upgrade autotune on this worker to {writer} or later",
+    )
+
+
+def _absolute(path: str | None) -> str | None:
+    """`path` made absolute where it names something on this machine; else as given (a hub id)."""
+    if path is None:
+        return None
+    local = os.path.expanduser(path)
+    return os.path.abspath(local) if os.path.exists(local) else path
+
+
+def _absolute_folder(path: str | None) -> str | None:
+    return os.path.abspath(os.path.expanduser(path)) if path else None
+
+
+def stored_paths(config: RunConfig) -> dict[str, str | None]:
+    """The configuration's local paths as stored: absolute, so that a pool member started in any
+    folder finds them. Hub ids, shipped space names and model presets are kept as given (a preset
+    or shipped space wins over a local file of that name, as when they are loaded)."""
+    paths = {
+        "dataset": _absolute(config.dataset),
+        "tokenizer": _absolute(config.tokenizer),
+        "base_args": _absolute(config.base_args),
+        # A folder that may not exist yet: absolute all the same (a pool member's is the same one).
+        "compile_cache": _absolute_folder(config.compile_cache),
+        "model": config.model,
+        "space": config.space,
+    }
+    if _absolute(config.model) != config.model:
+        from autotune.workloads.workload import PRESETS  # imports torch: only for a local path
+
+        if config.model not in PRESETS:
+            paths["model"] = _absolute(config.model)
+    if _absolute(config.space) != config.space:
+        from autotune.space.searchspace import builtin_spaces
+
+        if config.space not in builtin_spaces():
+            paths["space"] = _absolute(config.space)
+    return paths
+
+
+def refuse_stored_remote_code(stored: dict[str, Any], allowed: bool) -> None:
+    """Refuse to run code that a stored run configuration asks for: a pool member takes its run
+    configuration from the store, and whoever can write the store must not choose code for it.
+    ``trust_remote_code`` (the model's, the tokenizer's and the dataset's own Python from the hub)
+    runs only where this worker's own command line said ``--trust-remote-code`` (`allowed`).
+
+    Raises:
+        UsageError: the stored configuration asks for remote code and `allowed` is False.
+    """
+    if stored.get("trust_remote_code") and not allowed:
+        raise UsageError(
+            f"the study's run configuration runs code from the hub repository of {stored.get('model')!r} "
+            "(trust_remote_code), which this worker was not allowed to run",
+            "read that code, then start the worker with --trust-remote-code",
+        )
 
 
 # TrainingArguments fields a search controls itself: a base config may not set them.

@@ -45,6 +45,10 @@ _SHORT = {
     "dataloader_num_workers": "workers",
     "dataloader_pin_memory": "pin",
     "torch_empty_cache_steps": "empty_cache",
+    "ddp_find_unused_parameters": "ddp_unused",
+    "ddp_bucket_cap_mb": "ddp_bucket",
+    "ddp_static_graph": "ddp_static",
+    "ddp_broadcast_buffers": "ddp_bcast",
 }
 
 

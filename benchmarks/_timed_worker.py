@@ -1,6 +1,6 @@
 """Worker-side timestamps for `benchmarks/isolation.py`: imported inside the worker processes.
 
-`timed_worker_main` stands in for `autotune.run.worker.worker_main` (the benchmark patches the
+`timed_worker_main` stands in for `autotune.executors.forkserver.worker_main` (the benchmark patches the
 launcher's reference in its own process, so the supervisor's code is otherwise unchanged). It runs the
 real `worker_main` and records, on the system-wide monotonic clock shared by every process, when the
 worker started running, when it planned, built its trainer, measured and returned. With the
@@ -41,13 +41,14 @@ def _wrap(owner: Any, name: str, stamps: dict[str, Any], label: str) -> None:
 def timed_worker_main(job: Any, conn: Any) -> None:
     """`worker_main` with timestamps (and optionally a profile) written for the benchmark."""
     stamps: dict[str, Any] = {"started": time.monotonic(), "pid": os.getpid()}
-    from autotune.run import driver, plan, worker
-    from autotune.run.trainer import AutotuneTrainer
+    from autotune.executors import forkserver as worker
+    from autotune.trial import entry
+    from autotune.trial.trainer import AutotuneTrainer
 
-    _wrap(plan, "plan_from_study", stamps, "plan")
-    _wrap(driver, "build_trainer", stamps, "trainer")
+    _wrap(entry, "plan_from_study", stamps, "plan")
+    _wrap(entry, "build_trainer", stamps, "trainer")
     _wrap(AutotuneTrainer, "measure_config", stamps, "measure")
-    _wrap(driver, "hyperparameter_search", stamps, "search")
+    _wrap(entry, "hyperparameter_search", stamps, "search")
     profile_dir = job.env.get(PROFILE_ENV)
     try:
         if profile_dir:

@@ -47,7 +47,7 @@ def process_start(runs: int = 3) -> dict[str, float]:
     for _ in range(runs):
         for name, command in (
             ("cli_help_s", [autotune, "--help"]),
-            ("import_trainer_s", [python, "-c", "import autotune.run.trainer"]),
+            ("import_trainer_s", [python, "-c", "import autotune.trial.trainer"]),
         ):
             start = time.perf_counter()
             subprocess.run(command, check=True, capture_output=True)

@@ -22,12 +22,14 @@ from typing import Any
 import torch
 
 from autotune.config import MeasureSettings, RunConfig
+from autotune.logs import quiet_libraries
 from autotune.measure.memory import frozen_heap
+from autotune.plan.build import plan_search
+from autotune.plan.resolved import Plan, baseline_values
 from autotune.progress import Reporter
-from autotune.run.driver import build_trainer, quiet_libraries
-from autotune.run.plan import Plan, baseline_values, plan_search
-from autotune.run.trainer import failure_reason
 from autotune.space.knobs import Value
+from autotune.trial.errors import failure_reason
+from autotune.trial.trainer import build_trainer
 
 
 @dataclasses.dataclass

@@ -99,7 +99,7 @@ def top_functions(profile: pstats.Stats, count: int = 15, min_share: float = 0.0
 @contextlib.contextmanager
 def _timed_workers(asked: dict[int, float]) -> Iterator[None]:
     """Workers start `timed_worker_main`; the time each was asked for is recorded by pid."""
-    from autotune.run import launcher
+    from autotune.executors import forkserver as launcher
 
     original_init = launcher.WorkerProcess.__init__
     original_main = launcher.worker_main
@@ -125,11 +125,12 @@ class Isolated:
         import optuna
 
         from autotune.config import MeasureSettings, RunConfig
+        from autotune.driver.study import describe_study
+        from autotune.driver.supervisor import Supervisor
+        from autotune.executors.forkserver import ForkserverExecutor
+        from autotune.executors.warm import start_forkserver
+        from autotune.plan.build import plan_search
         from autotune.progress import Reporter
-        from autotune.run.driver import _describe_study
-        from autotune.run.launcher import start_forkserver
-        from autotune.run.plan import plan_search
-        from autotune.run.supervisor import Supervisor
         from autotune.study.fingerprint import fingerprint
 
         self._stack = contextlib.ExitStack()
@@ -152,8 +153,9 @@ class Isolated:
         study = optuna.create_study(
             storage=plan.storage, study_name=plan.study_name, direction="maximize", load_if_exists=True
         )
-        _describe_study(study, plan, fingerprint(plan))
-        self.supervisor = self._stack.enter_context(Supervisor(plan, Reporter()))
+        describe_study(study, plan, fingerprint(plan))
+        executor = self._stack.enter_context(ForkserverExecutor(plan, Reporter()))
+        self.supervisor = Supervisor(plan, study, executor, Reporter())
 
     def measure(self, params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, float]]:
         """Measure `params` once in a fresh worker: its measurements and its phases' seconds."""
@@ -294,7 +296,7 @@ def drift_child(model: str, seq_len: int | None, others: int) -> dict[str, Any]:
 def forkserver_child(children: int = 3) -> dict[str, Any]:
     """In this (fresh) process: start the forkserver as a search does, then start trivial workers;
     seconds from the request to each one running (the first includes the forkserver's imports)."""
-    from autotune.run.launcher import _ForkServerProcess, forkserver_context, start_forkserver
+    from autotune.executors.warm import ForkServerProcess, forkserver_context, start_forkserver
 
     started = time.monotonic()
     start_forkserver()
@@ -303,7 +305,7 @@ def forkserver_child(children: int = 3) -> dict[str, Any]:
     for _ in range(children):
         receive, send = context.Pipe(duplex=False)
         asked = time.monotonic()
-        process = _ForkServerProcess(target=report_started, args=(send,))
+        process = ForkServerProcess(target=report_started, args=(send,))
         process.start()
         send.close()
         running = receive.recv() if receive.poll(CHILD_TIMEOUT_S) else float("nan")
@@ -319,10 +321,10 @@ def estimate_child(model: str) -> dict[str, Any]:
     estimate for a trial, cold (what every isolated trial pays: the probe's forward and backward are
     the process's first), again for the same kind (what an in-process search pays), and for a new
     kind (bf16)."""
-    import autotune.run._preload  # noqa: F401  # a worker's starting point
+    import autotune.executors._preload  # noqa: F401  # a worker's starting point
     from autotune.config import RunConfig
     from autotune.measure.estimator import MemoryEstimator
-    from autotune.run.plan import baseline_values, plan_search
+    from autotune.plan import baseline_values, plan_search
 
     plan = plan_search(RunConfig(model=model, space=SPACE), open_store=False)
     values = baseline_values(plan)
@@ -378,7 +380,7 @@ def profile_worker(model: str, seq_len: int | None) -> dict[str, Any]:
         os.environ[PROFILE_ENV] = profiles
         try:
             with Isolated(model, seq_len) as isolated:
-                from autotune.run.plan import baseline_values
+                from autotune.plan import baseline_values
 
                 _, phases = isolated.measure(baseline_values(isolated.supervisor.plan))
         finally:

@@ -25,8 +25,8 @@ from grid import SPACE  # noqa: E402
 from harness import Bench  # noqa: E402
 
 from autotune.config import MeasureSettings, RunConfig  # noqa: E402
+from autotune.driver.search import search  # noqa: E402
 from autotune.progress import describe_params  # noqa: E402
-from autotune.run.driver import search  # noqa: E402
 from autotune.study.store import ranked_trials  # noqa: E402
 
 STABILITY_SPACE = str(HERE / "stability.yaml")

@@ -29,8 +29,8 @@ from harness import Bench  # noqa: E402
 from replay import load_table  # noqa: E402
 
 from autotune.config import RunConfig  # noqa: E402
+from autotune.driver.search import search  # noqa: E402
 from autotune.progress import Reporter, TrialSummary  # noqa: E402
-from autotune.run.driver import search  # noqa: E402
 
 AUTO_FIND_START = 64
 

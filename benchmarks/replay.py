@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import optuna
@@ -39,16 +40,21 @@ sys.path.insert(0, str(HERE))
 from grid import KNOBS, SPACE, config_key, grid_path  # noqa: E402
 
 from autotune.config import RunConfig  # noqa: E402
+from autotune.driver.stopping import stop_reason  # noqa: E402
+from autotune.driver.supervisor import Supervisor  # noqa: E402
+from autotune.executors.inprocess import InProcessExecutor  # noqa: E402
+from autotune.plan.resolved import Plan  # noqa: E402
 from autotune.progress import Reporter  # noqa: E402
-from autotune.run.driver import _search_until_budget  # noqa: E402
-from autotune.run.feasibility import (  # noqa: E402
+from autotune.space import SearchSpace, load_space  # noqa: E402
+from autotune.study.outcomes import (  # noqa: E402
+    DUPLICATE,
+    OVER_MEMORY_CAP,
     constraint_values,
     memory_violation,
-    precheck,
 )
-from autotune.run.plan import Plan  # noqa: E402
-from autotune.space import SearchSpace, load_space  # noqa: E402
-from autotune.study.store import FINISHED, as_past  # noqa: E402
+from autotune.study.owner import OWNER_ATTR  # noqa: E402
+from autotune.study.store import FINISHED  # noqa: E402
+from autotune.trial.feasibility import as_past, precheck  # noqa: E402
 
 STRATEGIES = ("random", "grid", "tpe", "autotune")
 # autotune's answer is its finalists' winner: the best three re-measured in interleaved rounds.
@@ -252,11 +258,17 @@ def replay_grid(space: SearchSpace, evaluator: Evaluator, seed: int, budget: int
 
 
 class _TableTrainer:
-    """Stands in for `AutotuneTrainer` under the driver's loop: the same pre-checks, constraints and
-    trial accounting, with measurements drawn from the table instead of trained."""
+    """Stands in for `AutotuneTrainer` under the search's own loop (the supervisor over the
+    in-process executor): the same pre-checks, constraints and trial accounting, with measurements
+    drawn from the table instead of trained."""
 
     def __init__(self, space: SearchSpace, evaluator: Evaluator) -> None:
         self.space, self.evaluator = space, evaluator
+        self.job_id: str | None = None
+        self.measurement = SimpleNamespace(job_started_s=None)  # what run_on stamps a job's start on
+
+    def owner_attrs(self) -> dict[str, Any]:
+        return {"job": self.job_id}
 
     def hyperparameter_search(self, **kwargs: Any) -> None:
         study = optuna.create_study(
@@ -272,27 +284,28 @@ class _TableTrainer:
         evaluator = self.evaluator
         evaluator.replay.proposals += 1
         values = self.space.suggest(trial)
+        trial.set_user_attr(OWNER_ATTR, self.owner_attrs())
         finished = trial.study.get_trials(deepcopy=False, states=FINISHED)
         estimate = evaluator.table.configs[config_key(values)].estimate_bytes
         skip = precheck(trial.params, [as_past(t) for t in finished], lambda: estimate, evaluator.cap)
-        if skip is not None and skip[0] == "duplicate" and skip[1] is not None:
+        if skip is not None and skip[0] == DUPLICATE and skip[1] is not None:
             source = next(t for t in finished if t.number == skip[1].number)
             for name, value in source.constraints.items():
                 trial.set_constraint(name, value)
             trial.set_user_attr("trained", False)
-            trial.set_user_attr("reason", "duplicate")
+            trial.set_user_attr("reason", DUPLICATE)
             if source.state == optuna.trial.TrialState.COMPLETE and source.value is not None:
                 return source.value
-            raise optuna.TrialPruned("duplicate")
+            raise optuna.TrialPruned(DUPLICATE)
         if skip is not None:
             self._finish(trial, skip[0], None)
             trial.set_user_attr("trained", False)
             raise optuna.TrialPruned(skip[0])
         value, memory, reason = evaluator.measure(values)
         over = memory_violation(memory, evaluator.cap) > 0
-        self._finish(trial, reason or ("over_memory_cap" if over else None), memory)
+        self._finish(trial, reason or (OVER_MEMORY_CAP if over else None), memory)
         if value is None or over:
-            raise optuna.TrialPruned(reason or "over_memory_cap")
+            raise optuna.TrialPruned(reason or OVER_MEMORY_CAP)
         return value
 
     def _finish(self, trial: optuna.Trial, reason: str | None, memory: int | None) -> None:
@@ -316,7 +329,9 @@ def replay_autotune(space: SearchSpace, evaluator: Evaluator, seed: int, budget:
         cap_bytes=evaluator.cap,
     )
     study = optuna.create_study(storage=plan.storage, study_name=plan.study_name, direction="maximize")
-    _search_until_budget(_TableTrainer(space, evaluator), plan, study, budget, Reporter())
+    trainer: Any = _TableTrainer(space, evaluator)
+    with InProcessExecutor(plan, study, Reporter(), trainer=trainer) as executor:
+        Supervisor(plan, study, executor, Reporter()).run_search(budget, stop_reason(plan, study, budget))
     return evaluator.replay
 
 

@@ -273,7 +273,7 @@ def _cost(data: dict[str, Any] | None, quality: dict[str, Any] | None) -> str:
     freeze = data["heap_freeze"]
     lines.append(
         f"Process start: `autotune --help` answers in {start['cli_help_s']:.2f} s; importing the trial "
-        f"machinery (`import autotune.run.trainer`: torch, transformers, accelerate) takes "
+        f"machinery (`import autotune.trial.trainer`: torch, transformers, accelerate) takes "
         f"{start['import_trainer_s']:.2f} s.\n"
     )
     lines.append(

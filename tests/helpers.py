@@ -147,3 +147,131 @@ def wait_for(predicate: Any, timeout_s: float, what: str) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+class FixedStepTime(TrainerCallback):
+    """Makes every optimizer step of every configuration take `seconds` (the step's own work must
+    be shorter): after the measuring callback has taken its step edge, sleep until the next edge is
+    due. Configurations of one batch size then all measure the same tokens/s, within a millisecond
+    of scheduling. Pickled into worker processes like the other probes."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._due: float | None = None
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        import time
+
+        self._due = time.perf_counter() + self.seconds
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        import time
+
+        now = time.perf_counter()
+        due = self._due if self._due is not None else now
+        time.sleep(max(0.0, due - now))
+        self._due = max(due, now) + self.seconds
+
+
+class SlowParams(TrainerCallback):
+    """Makes every optimizer step of the trials with `params` take `seconds` more (a configuration
+    ten times slower than the rest, as bf16 is on a CPU without native bf16). The sleep comes after
+    the measuring callback's step edge, so it lands in the next step, the first one's included.
+    Pickled into worker processes like the other probes."""
+
+    def __init__(self, params: dict[str, Any], seconds: float) -> None:
+        self.params, self.seconds = dict(params), seconds
+
+    def _slowed(self, args: Any) -> bool:
+        applied = _applied(args)
+        return all(applied.get(k, v) == v for k, v in self.params.items())
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        import time
+
+        if self._slowed(args):
+            time.sleep(self.seconds)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        import time
+
+        if self._slowed(args):
+            time.sleep(self.seconds)
+
+
+class SkipLastBlock(TrainerCallback):
+    """Makes the model's last transformer block an identity from the first step on: its parameters
+    then get no gradient (a model with unused parameters, as DDP sees it). GPT-2 blocks only."""
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any) -> None:
+        block = model.transformer.h[-1]
+        block.forward = lambda hidden_states, *args, **kwargs: hidden_states
+
+
+def _applied(args: Any) -> dict[str, Any]:
+    """The knob values a probe can tell from a trial's `TrainingArguments`."""
+    return {
+        "per_device_train_batch_size": args.per_device_train_batch_size,
+        "precision": "bf16" if args.bf16 else "fp32",
+        "torch_compile": args.torch_compile_backend if args.torch_compile else "off",
+    }
+
+
+class DivergeLoss(TrainerCallback):
+    """Makes the loss of the trials with `params` diverge, finite: after their first optimizer step
+    every weight is multiplied by `factor`, so the logits (and the cross-entropy) blow up while
+    staying finite. Pickled into worker processes like `Fault`."""
+
+    def __init__(self, params: dict[str, Any], factor: float = 8.0) -> None:
+        self.params, self.factor = dict(params), factor
+
+    def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        applied = _applied(args)
+        if state.global_step != 1 or any(applied.get(k, v) != v for k, v in self.params.items()):
+            return
+        with torch.no_grad():
+            for parameter in model.parameters():
+                parameter.mul_(self.factor)
+
+
+class SlowCompile(TrainerCallback):
+    """Fakes what compilation does to a trial's timing, deterministically and whatever the steps'
+    own work costs: a trial that compiles spends `compile_s` more in its first step (the warm-up
+    records it as excess); every step of a trial that does not compile takes `slower_s` more, so
+    compiled trials win on throughput. The sleeps come after the measuring callback's step edge,
+    so each lands in the step that follows (the first one's in the first step)."""
+
+    def __init__(self, compile_s: float, slower_s: float) -> None:
+        self.compile_s, self.slower_s = compile_s, slower_s
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        import time
+
+        time.sleep(self.compile_s if args.torch_compile else self.slower_s)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        import time
+
+        if not args.torch_compile:
+            time.sleep(self.slower_s)
+
+
+def terminate_connections(admin_url: str, database: str, seconds: float, kills: list[int]) -> None:
+    """Terminate every connection to `database` but this one, over and over, for `seconds`."""
+    import time
+
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    statement = sqlalchemy.text(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+        "WHERE datname = :database AND pid <> pg_backend_pid()"
+    )
+    try:
+        with engine.connect() as connection:
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                kills.append(int(connection.execute(statement, {"database": database}).scalar() or 0))
+                time.sleep(0.02)
+    finally:
+        engine.dispose()

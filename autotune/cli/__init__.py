@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from types import FrameType
 
 import typer
 
@@ -53,9 +58,60 @@ def _is_usage_error(exc: BaseException) -> bool:
     return hasattr(exc, "format_message") and getattr(exc, "exit_code", None) == 2
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what `timeout`, `kill`, systemd and container runtimes send), raised in the main
+    thread like Ctrl-C's KeyboardInterrupt, so that everything that cleans up after Ctrl-C
+    (workers and rank sessions ended, the running trial recorded ``interrupted``, temporary
+    folders removed) also runs after SIGTERM."""
+
+
+_received: list[int] = []  # the signal that interrupted the command (typer turns it into 130)
+
+
+def _interrupt(number: int, frame: FrameType | None) -> None:
+    # The first signal interrupts; more during the (bounded) clean-up must not cut it short.
+    _received.append(number)
+    for each in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(each, signal.SIG_IGN)
+    raise Terminated() if number == signal.SIGTERM else KeyboardInterrupt()
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGINT and SIGTERM raise (see `Terminated`) while a command runs; the handlers it found
+    are put back after (`main` may run in a caller's process, such as a test's)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    if saved[signal.SIGINT] is signal.default_int_handler:  # not ignored by whoever started us
+        signal.signal(signal.SIGINT, _interrupt)
+    if saved[signal.SIGTERM] is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        for number, handler in saved.items():
+            signal.signal(number, handler)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the app, turning every error into one line and an exit code."""
-    args = list(sys.argv[1:] if argv is None else argv)
+    """Entry point: run the app, turning every error into one line and an exit code.
+
+    SIGINT (Ctrl-C) and SIGTERM end a command the same way, its clean-up included; the exit code
+    is 130 after SIGINT and 143 after SIGTERM (128 + the signal, as a shell reports them)."""
+    _received.clear()
+    with _signals_interrupt():
+        code = _run(list(sys.argv[1:] if argv is None else argv))
+    if code == 130 and _received[:1] == [signal.SIGTERM]:
+        code = 143
+    if code in (130, 143):
+        print_error("terminated" if code == 143 else "interrupted")
+    sys.exit(code)
+
+
+def _run(args: list[str]) -> int:
+    """Run the app; the exit code. Errors are one line (exit 1, 2, or the error's own code)."""
     debug = "--debug" in args
     try:
         code = app(args=args, prog_name="autotune", standalone_mode=False)
@@ -63,20 +119,18 @@ def main(argv: list[str] | None = None) -> None:
         if debug:
             raise
         print_error(f"error: {exc}")
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        code = 130
+        return exc.exit_code
+    except KeyboardInterrupt as exc:
+        return 143 if isinstance(exc, Terminated) else 130
     except Exception as exc:
         if _is_usage_error(exc):
             ctx = getattr(exc, "ctx", None)
             command = ctx.command_path if ctx is not None else "autotune"
             print_error(f"error: {exc.format_message()} (see '{command} --help')")  # type: ignore[attr-defined]
-            sys.exit(2)
+            return 2
         if debug:
             raise
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         print_error(f"error: {type(exc).__name__}: {text} (rerun with --debug for the traceback)")
-        sys.exit(1)
-    if code == 130:
-        print_error("interrupted")
-    sys.exit(code if isinstance(code, int) else 0)
+        return 1
+    return code if isinstance(code, int) else 0

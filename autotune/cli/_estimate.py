@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import itertools
-from typing import Annotated
 
-import typer
 from rich.table import Table
+
+from autotune.cli._options import BaseArgsOpt, MemoryCapOpt, ModelOpt, SeqLenOpt, SpaceOpt
 
 # Knobs that change the estimate; the others do not move memory in this model.
 MEMORY_KNOBS = (
@@ -19,30 +19,20 @@ MEMORY_KNOBS = (
 
 
 def estimate_command(
-    model: Annotated[
-        str, typer.Option("--model", "-m", help="Preset, local directory or hub id.")
-    ] = "tiny-gpt2",
-    space: Annotated[str, typer.Option("--space", "-s", help="Shipped space name or YAML path.")] = "quick",
-    seq_len: Annotated[
-        int | None,
-        typer.Option("--seq-len", help="Tokens per sample. Default: the preset's.", show_default=False),
-    ] = None,
-    memory_cap: Annotated[
-        str | None, typer.Option("--memory-cap", help="Mark configurations over this cap (20GiB, 90%, ...).")
-    ] = None,
-    base_args: Annotated[
-        str | None,
-        typer.Option("--base-args", help="JSON/YAML TrainingArguments kwargs the trials start from."),
-    ] = None,
+    model: ModelOpt = "tiny-gpt2",
+    space: SpaceOpt = "quick",
+    seq_len: SeqLenOpt = None,
+    memory_cap: MemoryCapOpt = None,
+    base_args: BaseArgsOpt = None,
 ) -> None:
     """Print the estimated peak memory of each configuration of the space, before running any."""
     from autotune.cli._render import console, format_bytes
     from autotune.config import RunConfig
+    from autotune.logs import quiet_libraries
     from autotune.measure.estimate import clearly_over
     from autotune.measure.estimator import MemoryEstimator
+    from autotune.plan.build import plan_search
     from autotune.progress import short_name
-    from autotune.run.driver import quiet_libraries
-    from autotune.run.plan import plan_search
 
     plan = plan_search(
         RunConfig(model=model, space=space, seq_len=seq_len, memory_cap=memory_cap, base_args=base_args),

@@ -34,7 +34,7 @@ def export_command(
     from autotune.cli._render import console
     from autotune.config import RunConfig
     from autotune.errors import UsageError
-    from autotune.study.export import FORMATS, export_config, render, resolve_cap, select_trial
+    from autotune.study.export import FORMATS, export_config, notes, render, resolve_cap, select_trial
     from autotune.study.store import load_existing_study
 
     if format not in FORMATS:
@@ -42,13 +42,17 @@ def export_command(
     loaded = load_existing_study(RunConfig(storage=storage).storage_url, study)
     cap_bytes = resolve_cap(loaded, memory_cap) if memory_cap is not None else None
     trial = select_trial(loaded, cap_bytes, cap_text=memory_cap)
-    text = render(export_config(loaded, trial), format)
+    config = export_config(loaded, trial)
+    text = render(config, format)
     if output is None:
         typer.echo(text, nl=False)
-        return
-    try:
-        with open(output, "w", encoding="utf-8") as handle:
-            handle.write(text)
-    except OSError as exc:
-        raise UsageError(f"cannot write {output}: {exc.strerror or exc}", "check the path") from None
-    console.print(f"wrote trial {trial.number} of {study} as {format} to {output}", highlight=False)
+    else:
+        try:
+            with open(output, "w", encoding="utf-8") as handle:
+                handle.write(text)
+        except OSError as exc:
+            raise UsageError(f"cannot write {output}: {exc.strerror or exc}", "check the path") from None
+        console.print(f"wrote trial {trial.number} of {study} as {format} to {output}", highlight=False)
+    # What the format cannot hold (the flags file is flags alone) goes beside it, on stderr.
+    for line in notes(config, format):
+        typer.echo(line, err=True)

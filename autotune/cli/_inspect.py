@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from autotune.cli._options import DebugOpt, StorageOpt
+from autotune.cli._options import DebugOpt, StorageOpt, StoreRetryOpt, apply_store_retry
 
 
 def studies_command(storage: StorageOpt = None) -> None:
@@ -58,7 +58,7 @@ def show_command(
     limit: Annotated[int | None, typer.Option("--limit", help="Show at most this many rows.")] = None,
 ) -> None:
     """Show a study's trials, best first: knob values, tokens/s, samples/s, peak memory, state, reason."""
-    from autotune.cli._render import console, trials_table
+    from autotune.cli._render import console, time_breakdown_table, trials_table
     from autotune.config import RunConfig
     from autotune.errors import UsageError
     from autotune.study.store import load_existing_study, ranked_trials
@@ -75,6 +75,8 @@ def show_command(
     for trial in trials[:limit] if limit else trials:
         if trial.message and trial.state != "COMPLETE":
             console.print(f"  #{trial.number} {trial.reason}: {trial.message}", highlight=False, markup=False)
+    if breakdown := loaded.user_attrs.get("time_breakdown"):
+        console.print(time_breakdown_table(breakdown))
 
 
 def resume_command(
@@ -87,13 +89,15 @@ def resume_command(
         list[str] | None,
         typer.Option("--allow-mismatch", help="A fingerprint field allowed to differ (repeatable)."),
     ] = None,
+    store_retry_s: StoreRetryOpt = None,
     debug: DebugOpt = False,
 ) -> None:
     """Continue a stored study with the run configuration it was started with."""
+    apply_store_retry(store_retry_s)
     from autotune.cli._render import RichReporter
     from autotune.config import RunConfig
+    from autotune.driver.search import search
     from autotune.errors import UsageError
-    from autotune.run.driver import search
     from autotune.study.store import load_existing_study
 
     url = RunConfig(storage=storage).storage_url

@@ -19,6 +19,7 @@ from autotune.progress import (
     format_value,
     short_name,
 )
+from autotune.study import outcomes
 from autotune.study.semantics import study_changes
 
 console = Console(width=None if sys.stdout.isatty() else 150)
@@ -32,13 +33,13 @@ def print_error(text: str) -> None:
 
 def trial_line(t: TrialSummary) -> str:
     head = f"trial {t.number:>3}  {describe_params(t.params)}"
-    if t.reason == "unavailable":
+    if t.reason == outcomes.UNAVAILABLE:
         return f"{head}  [dim]skipped: {t.message}[/]"
     if "duplicate_of" in t.attrs:
         return f"{head}  [dim]{t.message}[/]"
-    if t.reason in ("oom_predicted", "over_estimate"):
+    if t.reason in (outcomes.OOM_PREDICTED, outcomes.OVER_ESTIMATE):
         return f"{head}  [yellow]not run[/] [dim]{t.reason}: {t.message}[/]"
-    if t.state == "COMPLETE" or t.reason == "over_memory_cap":
+    if t.state == "COMPLETE" or t.reason == outcomes.OVER_MEMORY_CAP:
         ci = f" ±{100 * t.rel_ci_halfwidth:.1f}%" if t.rel_ci_halfwidth is not None else ""
         verdict = "[green]ok[/]" if t.state == "COMPLETE" else "[red]over the memory cap[/]"
         return (
@@ -111,6 +112,38 @@ def trials_table(trials: list[TrialSummary], title: str, limit: int | None = 10)
     return table
 
 
+_PHASE_NAMES = {
+    "setup_s": "set-up",
+    "compile_s": "compile",
+    "warmup_s": "warm-up",
+    "window_s": "measured windows",
+    "screening_s": "screened out",
+    "between_s": "between trials",
+}
+_STAGE_NAMES = {"baseline_s": "baseline", "search_s": "search", "finalists_s": "finalists"}
+
+
+def time_breakdown_table(breakdown: dict[str, Any]) -> Table:
+    """A study's ``time_breakdown`` (`autotune.driver.accounting`): seconds and share per phase,
+    then the wall-clock seconds of each stage."""
+    slots = int(breakdown.get("slots", 1))
+    wall_s = float(breakdown.get("wall_s", 0.0))
+    share = float(breakdown.get("measured_share", 0.0))
+    over = f" x {slots} slots" if slots > 1 else ""
+    title = f"Time of the last search: {wall_s:.1f} s{over}, {100 * share:.0f}% of it measured"
+    table = Table(title=title, title_justify="left")
+    table.add_column("phase")
+    table.add_column("seconds", justify="right")
+    table.add_column("share", justify="right")
+    total_s = wall_s * slots
+    for key, seconds in (breakdown.get("phases") or {}).items():
+        percent = f"{100 * seconds / total_s:.0f}%" if total_s > 0 else "-"
+        table.add_row(_PHASE_NAMES.get(key, key), f"{seconds:.1f}", percent)
+    for key, seconds in (breakdown.get("stages") or {}).items():
+        table.add_row(f"[dim]stage: {_STAGE_NAMES.get(key, key)}[/dim]", f"[dim]{seconds:.1f}[/dim]", "")
+    return table
+
+
 class RichReporter(Reporter):
     """The CLI's live view: a bar over trials, a bar over the running trial's steps, a line per trial."""
 
@@ -150,7 +183,7 @@ class RichReporter(Reporter):
             f"budget {header['budget']} trials: {header['finished']} done, {header['to_run']} to run",
         ]
         lines += [f"  {note}" for note in header.get("space_notes", [])]
-        unavailable = header.get("unavailable", [])
+        unavailable = header.get("not_searched", [])
         if unavailable:
             lines.append(f"  not searched, cannot run here ({len(unavailable)}):")
             lines += [f"    {item}" for item in unavailable]
@@ -194,6 +227,14 @@ class RichReporter(Reporter):
             self.progress.advance(self._trials_task)
         self.console.print(trial_line(trial), highlight=False, soft_wrap=True)
 
+    def _print_run(self, result: Any, best: TrialSummary) -> None:
+        """The winner's loss against the baseline, and its predicted run (or compile payoff)."""
+        from autotune.study.objective import run_lines  # with optuna's store: not for `--help`
+        from autotune.study.store import trial_run_facts
+
+        for line in run_lines(trial_run_facts(result.study, best)):
+            self.console.print(line, highlight=False, markup=False, soft_wrap=True)
+
     def on_search_end(self, result: Any) -> None:
         self.progress.stop()
         if not result.trials:
@@ -218,12 +259,28 @@ class RichReporter(Reporter):
         if result.verdict:
             self.console.print(f"[bold]re-measured[/]: {result.verdict}", highlight=False, soft_wrap=True)
         if result.speedup_over_baseline is not None:
+            from autotune.study.store import winner_speedup  # optuna: not for `autotune --help`
+
+            paired = winner_speedup(result.study, best)
+            interval = (
+                f" (95% interval {paired['low']:.2f}-{paired['high']:.2f}x over {paired['rounds']} rounds)"
+                if paired and paired.get("rounds", 0) > 1
+                else ""
+            )
             self.console.print(
                 f"[bold]speedup over the baseline[/] ({describe_params(baseline_params(result))}): "
-                f"{result.speedup_over_baseline:.2f}x",
+                f"{result.speedup_over_baseline:.2f}x{interval}",
                 highlight=False,
                 soft_wrap=True,
             )
+            if paired and not paired.get("beats_baseline"):
+                self.console.print(
+                    "[bold yellow]nothing beat the defaults measurably[/]: keep them (the export "
+                    "below is the best measured, within the noise of the baseline)",
+                    highlight=False,
+                    soft_wrap=True,
+                )
+        self._print_run(result, best)
         changes = study_changes(result.study.user_attrs, best.params, best.attrs.get("training_args"))
         if changes:
             self.console.print(

@@ -6,27 +6,31 @@ from typing import Annotated
 
 import typer
 
-from autotune.cli._options import DebugOpt, IsolationOpt, StorageOpt, StudyOpt, WorkersOpt
+from autotune.cli._options import (
+    BaseArgsOpt,
+    DebugOpt,
+    IsolationOpt,
+    MemoryCapOpt,
+    ModelOpt,
+    SeqLenOpt,
+    SpaceOpt,
+    StorageOpt,
+    StoreRetryOpt,
+    StudyOpt,
+    WorkersOpt,
+    apply_store_retry,
+)
 from autotune.config import MeasureSettings, RunConfig
 
 
 def search_command(
-    model: Annotated[
-        str,
-        typer.Option("--model", "-m", help="Preset (tiny-gpt2, tiny-llama, ...), local directory or hub id."),
-    ] = "tiny-gpt2",
-    space: Annotated[str, typer.Option("--space", "-s", help="Shipped space name or YAML path.")] = "quick",
+    model: ModelOpt = "tiny-gpt2",
+    space: SpaceOpt = "quick",
     trials: Annotated[int, typer.Option("--trials", "-n", help="Total trial budget of the study.")] = 8,
     storage: StorageOpt = None,
     study: StudyOpt = None,
-    seq_len: Annotated[
-        int | None,
-        typer.Option("--seq-len", help="Tokens per sample. Default: the preset's.", show_default=False),
-    ] = None,
-    memory_cap: Annotated[
-        str | None,
-        typer.Option("--memory-cap", help="Peak memory cap: 20GiB, 20000MiB, 90% or 0.9 of the device."),
-    ] = None,
+    seq_len: SeqLenOpt = None,
+    memory_cap: MemoryCapOpt = None,
     seed: Annotated[int, typer.Option("--seed", help="Seeds the sampler and model init.")] = 0,
     warmup_steps: Annotated[int, typer.Option("--warmup-steps", help="Minimum unscored warm-up steps.")] = 3,
     max_steps: Annotated[int, typer.Option("--max-steps", help="Most measured steps per trial.")] = 30,
@@ -36,6 +40,14 @@ def search_command(
     target_ci: Annotated[
         float, typer.Option("--target-ci", help="Stop measuring at this relative 95% CI half-width.")
     ] = 0.03,
+    screen_ratio: Annotated[
+        float,
+        typer.Option(
+            "--screen-ratio",
+            help="Screening: stop a trial whose fastest step runs under this fraction of the best "
+            "throughput measured so far (screened_out); 0: every trial gets its full window.",
+        ),
+    ] = MeasureSettings.screen_ratio,
     global_batch_size: Annotated[
         int | None,
         typer.Option(
@@ -52,12 +64,7 @@ def search_command(
             "search only speed knobs.",
         ),
     ] = False,
-    base_args: Annotated[
-        str | None,
-        typer.Option(
-            "--base-args", help="JSON/YAML file of TrainingArguments kwargs every trial starts from."
-        ),
-    ] = None,
+    base_args: BaseArgsOpt = None,
     finalists: Annotated[
         int,
         typer.Option("--finalists", help="Re-measure this many of the best trials before choosing (0: off)."),
@@ -135,11 +142,57 @@ def search_command(
         int | None,
         typer.Option("--pad-to-multiple-of", help="Pad classification batches to a multiple of this."),
     ] = None,
+    store_retry_s: StoreRetryOpt = None,
+    compile_cache: Annotated[
+        str | None,
+        typer.Option(
+            "--compile-cache",
+            help="Folder the study's trials share compiled code in (shared storage for pools on several "
+            "hosts). Default: next to a SQLite store, else ~/.cache/autotune/compile-cache/STUDY.",
+            show_default=False,
+        ),
+    ] = None,
+    # -- the user's run: loss parity, run length, price ------------------------------------------
+    loss_tolerance: Annotated[
+        float,
+        typer.Option(
+            "--loss-tolerance",
+            help="A trial whose loss is worse than the baseline's at equal tokens by more than this "
+            "fraction is infeasible (loss_diverged).",
+        ),
+    ] = 0.05,
+    train_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--train-tokens",
+            help="Tokens of your whole run: pick by its predicted wall time (set-up + compile + "
+            "tokens / throughput), not by throughput.",
+            show_default=False,
+        ),
+    ] = None,
+    train_steps: Annotated[
+        int | None,
+        typer.Option(
+            "--train-steps",
+            help="The same in optimizer steps of the baseline's batch.",
+            show_default=False,
+        ),
+    ] = None,
+    price_per_hour: Annotated[
+        float | None,
+        typer.Option(
+            "--price-per-hour",
+            help="Price of an hour of this machine: the answer states the run's cost.",
+            show_default=False,
+        ),
+    ] = None,
     debug: DebugOpt = False,
 ) -> None:
     """Search the space for the configuration with the highest measured training throughput."""
+    apply_store_retry(store_retry_s)
     from autotune.cli._render import RichReporter
-    from autotune.run.launcher import start_forkserver_for
+    from autotune.executors.warm import start_forkserver_for
+    from autotune.workloads.hub import require_reachable_model
 
     measure = MeasureSettings(
         warmup_steps=warmup_steps,
@@ -149,6 +202,7 @@ def search_command(
         max_seconds=max_seconds,
         target_rel_ci=target_ci,
         trial_timeout_s=trial_timeout,
+        screen_ratio=screen_ratio,
     )
     config = RunConfig(
         model=model,
@@ -182,9 +236,15 @@ def search_command(
         text_column=text_column,
         tokenizer=tokenizer,
         pad_to_multiple_of=pad_to_multiple_of,
+        compile_cache=compile_cache,
+        loss_tolerance=loss_tolerance,
+        train_tokens=train_tokens,
+        train_steps=train_steps,
+        price_per_hour=price_per_hour,
     )
+    require_reachable_model(config.model)  # a hub id without a hub fails before torch is imported
     start_forkserver_for(config)  # before the imports below: both processes import side by side
-    from autotune.run.driver import search
+    from autotune.driver.search import search
 
     with RichReporter() as reporter:
         search(config, reporter=reporter, debug=debug)

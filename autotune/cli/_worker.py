@@ -6,13 +6,25 @@ from typing import Annotated
 
 import typer
 
-from autotune.cli._options import DebugOpt, StorageOpt, WorkersOpt
+from autotune.cli._options import DebugOpt, StorageOpt, StoreRetryOpt, WorkersOpt, apply_store_retry
+
+TrustRemoteCodeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--trust-remote-code",
+        help="Allow the code from the model's hub repository that the study's run configuration asks "
+        "for. Without it, a study that asks for remote code is refused: the store does not choose "
+        "what code runs here.",
+    ),
+]
 
 
 def worker_command(
     study: Annotated[str, typer.Argument(help="Study name (see `autotune studies`).")],
     storage: StorageOpt = None,
     workers: WorkersOpt = None,
+    trust_remote_code: TrustRemoteCodeOpt = False,
+    store_retry_s: StoreRetryOpt = None,
     debug: DebugOpt = False,
 ) -> None:
     """Measure trials of a stored study until it holds its budget: a pool member on any host.
@@ -23,8 +35,11 @@ def worker_command(
     """
     from autotune.cli._render import RichReporter
     from autotune.config import RunConfig
-    from autotune.run.pool import join_study
+    from autotune.driver.pool import join_study
 
+    apply_store_retry(store_retry_s)
     url = RunConfig(storage=storage).storage_url
     with RichReporter() as reporter:
-        join_study(study, url, reporter=reporter, workers=workers, debug=debug)
+        join_study(
+            study, url, reporter=reporter, workers=workers, debug=debug, trust_remote_code=trust_remote_code
+        )

@@ -33,6 +33,46 @@ class TrialTimeout(RuntimeError):
     """The trial ran past its time budget."""
 
 
+class ScreenedOut(RuntimeError):
+    """Screening stopped the trial: even its fastest step is too slow to compete (see
+    `ThroughputCallback.screen_against`).
+
+    Attributes:
+        bound_tokens_per_s: the trial's optimistic throughput, its fastest step's.
+        reference_tokens_per_s: the best throughput measured in the study when the trial began.
+        ratio: the screening line, as a fraction of the reference.
+        steps: the optimizer steps the trial ran.
+        steps_s: the seconds those steps took (compilation included).
+    """
+
+    def __init__(
+        self,
+        bound_tokens_per_s: float,
+        reference_tokens_per_s: float,
+        ratio: float,
+        steps: int,
+        steps_s: float,
+    ) -> None:
+        self.bound_tokens_per_s = bound_tokens_per_s
+        self.reference_tokens_per_s = reference_tokens_per_s
+        self.ratio = ratio
+        self.steps = steps
+        self.steps_s = steps_s
+        super().__init__(
+            f"screened out after {steps} steps: its fastest step ran at {bound_tokens_per_s:,.0f} tok/s, "
+            f"under {ratio:g}x the best measured {reference_tokens_per_s:,.0f} tok/s"
+        )
+
+    def attrs(self) -> dict[str, Any]:
+        return {
+            "screen_tokens_per_s": self.bound_tokens_per_s,
+            "screen_reference_tokens_per_s": self.reference_tokens_per_s,
+            "screen_ratio": self.ratio,
+            "screen_steps": self.steps,
+            "screen_s": self.steps_s,
+        }
+
+
 def _sync() -> None:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
@@ -54,6 +94,12 @@ class ThroughputCallback(TrainerCallback):
     """
 
     count_tokens: Callable[[int, int], int] | None = None
+    # When this process started the job (`time.perf_counter`; set by whoever runs the job): the
+    # trial's set-up is the time from there to its first step.
+    job_started_s: float | None = None
+    # Screening (`MeasureSettings.screen_ratio`): the best tokens/s the study had measured when
+    # this trial began, set by the Trainer for search trials (None: a measurement, no screening).
+    screen_against: float | None = None
 
     def __init__(self, settings: MeasureSettings, tokens_per_sample: int, reporter: Reporter) -> None:
         self.settings = settings
@@ -69,6 +115,19 @@ class ThroughputCallback(TrainerCallback):
         self._last_edge = 0.0
         self._train_begin = 0.0
         self.setup_s = 0.0
+        self._pending_losses: list[torch.Tensor] = []
+        self._step_losses: list[torch.Tensor] = []
+
+    @property
+    def train_begin_s(self) -> float:
+        """When (``time.perf_counter``) the trial's first step began: its set-up ends there."""
+        return self._train_begin
+
+    def add_loss(self, loss: torch.Tensor) -> None:
+        """One micro-batch's loss as `Trainer.training_step` returns it (already divided by the
+        accumulation steps): the optimizer step's loss is their sum. Kept on the device until the
+        trial ends, so no step waits for it."""
+        self._pending_losses.append(loss.detach())
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._reset_trial()
@@ -78,11 +137,18 @@ class ThroughputCallback(TrainerCallback):
         self.meter.reset()
         _sync()
         self._train_begin = self._last_edge = time.perf_counter()
+        if self.job_started_s is not None:
+            # Loading the study, building the model and the Trainer's own set-up (pre-checked
+            # trials before it included: a job trains at most one trial).
+            self.setup_s = max(0.0, self._train_begin - self.job_started_s)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         _sync()
         now = time.perf_counter()
         step_s, self._last_edge = now - self._last_edge, now
+        if self._pending_losses:
+            self._step_losses.append(torch.stack(self._pending_losses).sum())
+            self._pending_losses = []
         s = self.settings
         timed_out = now - self._train_begin > s.trial_timeout_s
         warming = not self.window_times_s and not warmup_done(
@@ -90,13 +156,16 @@ class ThroughputCallback(TrainerCallback):
         )
         window = [*self.window_times_s, step_s]
         done = not warming and window_done(window, s.min_steps, s.max_steps, s.max_seconds, s.target_rel_ci)
+        screened = None if done else self._screen(step_s)
         # In a DDP group every rank must take the same decision at the same step, or the ranks
         # that go on wait in a collective for the ones that stopped: rank 0's decision stands.
-        timed_out, warming, done = from_rank_zero((timed_out, warming, done))
+        timed_out, warming, done, screened = from_rank_zero((timed_out, warming, done, screened))
         if timed_out:
             raise TrialTimeout(
                 f"still training after {now - self._train_begin:.0f} s (limit {s.trial_timeout_s:.0f} s)"
             )
+        if screened is not None:
+            raise ScreenedOut(*screened)
         if warming:
             self.warmup_times_s.append(step_s)
             self.reporter.on_step("warmup", len(self.warmup_times_s), step_s)
@@ -105,6 +174,23 @@ class ThroughputCallback(TrainerCallback):
         self.reporter.on_step("measure", len(self.window_times_s), step_s)
         if done:
             control.should_training_stop = True
+
+    def _screen(self, step_s: float) -> tuple[float, float, float, int, float] | None:
+        """The verdict of screening after this step: stop (`ScreenedOut`'s arguments) or go on (None).
+
+        The trial's optimistic throughput is its fastest step's, over every step since the first
+        (compilation and allocator growth only make steps slower, and so does noise, mostly), with
+        each sample counted at its full length: real throughput is never higher. It is judged once
+        the minimum warm-up is done, and every step after (it only rises)."""
+        reference, ratio = self.screen_against, self.settings.screen_ratio
+        steps = len(self.warmup_times_s) + len(self.window_times_s) + 1
+        if not reference or ratio <= 0 or steps < max(2, self.settings.warmup_steps):
+            return None
+        fastest = min(step_s, *self.warmup_times_s, *self.window_times_s)
+        bound = self.samples_per_step * self.tokens_per_sample / fastest if fastest > 0 else math.inf
+        if bound >= ratio * reference:
+            return None
+        return bound, reference, ratio, steps, math.fsum([*self.warmup_times_s, *self.window_times_s, step_s])
 
     def result(self) -> dict[str, Any]:
         """The trial's measurements as flat user attrs.
@@ -137,5 +223,22 @@ class ThroughputCallback(TrainerCallback):
             # Time the warm-up took beyond steady-state steps: compilation, autotuning, allocator growth.
             "warmup_excess_s": max(0.0, warmup_s - steady_s * len(self.warmup_times_s)),
             "first_step_s": self.warmup_times_s[0] if self.warmup_times_s else None,
+            "setup_s": self.setup_s,
+            "loss_curve": self.loss_curve(),
             **self.meter.read(),
         }
+
+    def loss_curve(self) -> list[list[float]]:
+        """``[tokens seen, loss]`` after each optimizer step of the trial (warm-up included), real
+        tokens counted as the window counts them; the loss is this rank's."""
+        if not self._step_losses:
+            return []
+        losses = torch.stack(self._step_losses).float().cpu().tolist()
+        per_step, curve, seen = self.samples_per_step, [], 0
+        for step, loss in enumerate(losses):
+            if self.count_tokens is not None:
+                seen += self.count_tokens(step * per_step, per_step)
+            else:
+                seen += per_step * self.tokens_per_sample
+            curve.append([seen, round(loss, 6) if math.isfinite(loss) else loss])
+        return curve

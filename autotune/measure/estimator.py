@@ -5,6 +5,7 @@ one forward and backward pass at a small batch on the trial device."""
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -12,7 +13,8 @@ import torch
 
 from autotune.measure.estimate import GRADIENT_BYTES, MemoryEstimate, estimate_memory, precision_class
 from autotune.measure.memory import PeakMemoryMeter, release_device_memory, rss_bytes
-from autotune.space import precision_of
+from autotune.space.availability import model_support
+from autotune.space.defaults import base_knobs, default_attention
 from autotune.workloads.workload import Workload
 
 PROBE_BATCH = 2
@@ -44,6 +46,13 @@ class MemoryEstimator:
         self._baseline: int | None = None
         self._n_params: int | None = None
 
+    @functools.cached_property
+    def defaults(self) -> dict[str, Any]:
+        """The knob values of the base config, for the knobs a trial does not set (the attention
+        kernel is the model's default: sdpa where the model class supports it)."""
+        attention = default_attention(model_support(self.workload.model_class()).sdpa)
+        return {**base_knobs(self.base_args), "attn_implementation": attention}
+
     @property
     def n_params(self) -> int:
         if self._n_params is None:
@@ -54,13 +63,12 @@ class MemoryEstimator:
 
     def estimate(self, values: Mapping[str, Any]) -> MemoryEstimate:
         """The estimate for a trial's knob values (missing knobs come from the base config)."""
-        precision = str(values.get("precision", precision_of(self.base_args)))
-        optim = str(values.get("optim", self.base_args.get("optim", "adamw_torch")))
-        batch = int(
-            values.get("per_device_train_batch_size", self.base_args.get("per_device_train_batch_size", 8))
-        )
-        attention = str(values.get("attn_implementation", "sdpa"))
-        checkpointing = bool(values.get("activation_checkpointing", False))
+        chosen = {**self.defaults, **values}
+        precision = str(chosen["precision"])
+        optim = str(chosen["optim"])
+        batch = int(chosen["per_device_train_batch_size"])
+        attention = str(chosen["attn_implementation"])
+        checkpointing = bool(chosen["activation_checkpointing"])
         per_sample = self.activation_bytes_per_sample(attention, precision, checkpointing)
         return estimate_memory(
             self.n_params, precision, optim, batch, per_sample, self.baseline_bytes, self.world_size

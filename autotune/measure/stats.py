@@ -152,3 +152,55 @@ def verdict(ranked: Sequence[Finalist], label: str) -> str:
     if ratio - 1 <= winner.spread + runner_up.spread:
         text += ": within the measurement spread, either is as good"
     return text
+
+
+# A winner is said to beat the baseline only when the whole 95% interval of its speedup lies above
+# 1 + MIN_GAIN: a gain smaller than this is not worth a change to someone's training config.
+MIN_GAIN = 0.01
+
+
+@dataclass(frozen=True)
+class Speedup:
+    """A speedup over the baseline from paired re-measurements (both measured in each round, next
+    to each other, so the drift of the machine cancels): the geometric mean of the per-round
+    ratios and a 95% t interval on their logarithms."""
+
+    ratio: float
+    low: float
+    high: float
+    rounds: int
+
+    @property
+    def beats_baseline(self) -> bool:
+        return self.low > 1 + MIN_GAIN
+
+    @property
+    def decided(self) -> bool:
+        """The interval lies wholly on one side of 1 + MIN_GAIN: more rounds would not change the answer."""
+        return self.low > 1 + MIN_GAIN or self.high < 1 + MIN_GAIN
+
+    def describe(self) -> str:
+        return f"{self.ratio:.2f}x (95% interval {self.low:.2f}-{self.high:.2f}x over {self.rounds} rounds)"
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "ratio": self.ratio,
+            "low": self.low,
+            "high": self.high,
+            "rounds": self.rounds,
+            "beats_baseline": self.beats_baseline,
+        }
+
+
+def paired_speedup(trial: dict[int, float], baseline: dict[int, float]) -> Speedup | None:
+    """The speedup of a trial over the baseline from the rounds both were measured in (round ->
+    tokens/s); None without such a round. One round gives no interval (it spans everything)."""
+    rounds = sorted(set(trial) & set(baseline))
+    logs = [math.log(trial[r] / baseline[r]) for r in rounds if trial[r] > 0 and baseline[r] > 0]
+    if not logs:
+        return None
+    mean = statistics.fmean(logs)
+    if len(logs) < 2:
+        return Speedup(math.exp(mean), 0.0, math.inf, 1)
+    half = t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return Speedup(math.exp(mean), math.exp(mean - half), math.exp(mean + half), len(logs))

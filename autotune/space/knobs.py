@@ -62,6 +62,8 @@ class Knob:
         help: one line for `autotune knobs` and the README.
         requires: ``(other knob, values)``: this knob only exists in trials where the other knob
             takes one of those values (a compile mode only with the inductor backend).
+        ranks_only: the knob only exists in trials of more than one rank (DistributedDataParallel's
+            own settings); a single-process space leaves it out.
     """
 
     name: str
@@ -71,6 +73,7 @@ class Knob:
     choices: tuple[str, ...] = ()
     changes_semantics: bool = False
     requires: tuple[str, tuple[Value, ...]] | None = None
+    ranks_only: bool = False
 
     def check(self, value: object) -> str | None:
         """Return why `value` is not legal for this knob, or None if it is."""
@@ -101,6 +104,16 @@ _PRECISION_ARGS: dict[str, dict[str, Any]] = {
 
 def _precision_args(value: Value) -> dict[str, Any]:
     return dict(_PRECISION_ARGS[str(value)])
+
+
+def precision_of(args: Mapping[str, Any]) -> str:
+    """The precision knob value a `TrainingArguments` kwargs dict amounts to."""
+    bf16, fp16, tf32 = bool(args.get("bf16")), bool(args.get("fp16")), bool(args.get("tf32"))
+    if bf16:
+        return "bf16+tf32" if tf32 else "bf16"
+    if fp16:
+        return "fp16"
+    return "tf32" if tf32 else "fp32"
 
 
 def _empty_cache_args(value: Value) -> dict[str, Any]:
@@ -194,8 +207,41 @@ CATALOGUE: dict[str, Knob] = {
             "count",
             "empty the device cache every N steps (0: never): less fragmentation, some speed",
         ),
+        Knob(
+            "ddp_find_unused_parameters",
+            "args",
+            "bool",
+            "DDP walks the autograd graph every step for parameters without gradients (Trainer: on "
+            "unless checkpointing); off is faster, and fails for a model that really has unused ones",
+            ranks_only=True,
+        ),
+        Knob(
+            "ddp_bucket_cap_mb",
+            "args",
+            "int",
+            "DDP gradient bucket size in MiB (torch: 25): larger buckets, fewer all-reduces, less overlap",
+            ranks_only=True,
+        ),
+        Knob(
+            "ddp_static_graph",
+            "args",
+            "bool",
+            "DDP assumes the same graph every step: caches its bucketing, skips the unused-parameter search",
+            ranks_only=True,
+        ),
+        Knob(
+            "ddp_broadcast_buffers",
+            "args",
+            "bool",
+            "DDP copies rank 0's buffers to every rank before each forward (torch: on)",
+            ranks_only=True,
+        ),
     )
 }
+
+# DistributedDataParallel's own settings: TrainingArguments fields whose default (None) leaves them
+# to the Trainer and torch.
+DDP_KNOBS = tuple(name for name, knob in CATALOGUE.items() if knob.ranks_only)
 
 # Knobs whose value does not map one-to-one onto a TrainingArguments field of the same name.
 _ARGS_MAPPERS: dict[str, Callable[[Value], dict[str, Any]]] = {

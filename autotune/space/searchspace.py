@@ -28,7 +28,9 @@ from typing import Any
 import yaml
 
 from autotune.errors import SpaceError, UsageError
+from autotune.space.defaults import base_knobs
 from autotune.space.knobs import CATALOGUE, Value, optimizer_family, trial_kwargs
+from autotune.space.knobs import precision_of as precision_of  # importable from here, as before
 
 _TOP_LEVEL_KEYS = ("description", "knobs")
 
@@ -100,7 +102,9 @@ class SearchSpace:
 
     def _held_batch(self) -> int:
         """The per-device batch when the space does not search it: held, or the Trainer default."""
-        return int(self.fixed.get("per_device_train_batch_size", 8))
+        if "per_device_train_batch_size" in self.fixed:
+            return int(self.fixed["per_device_train_batch_size"])
+        return int(base_knobs()["per_device_train_batch_size"])
 
     def _applies(self, name: str, values: Mapping[str, Value]) -> bool:
         requires = CATALOGUE[name].requires
@@ -187,6 +191,15 @@ class SearchSpace:
             notes.append(f"{name}: {', '.join(map(str, candidates))} [{origin}]")
         return replace(self, knobs=_ordered(knobs), rules={}, notes=tuple(notes))
 
+    def for_world_size(self, world_size: int) -> tuple[SearchSpace, list[str]]:
+        """Leave out the knobs that only exist in trials of more than one rank (DDP's own
+        settings) when a trial has one; return the space and a line for each knob left out."""
+        if world_size > 1:
+            return self, []
+        gone = [name for name in self.knobs if CATALOGUE[name].ranks_only]
+        knobs = {name: values for name, values in self.knobs.items() if name not in gone}
+        return replace(self, knobs=knobs), [f"{name}: only in trials of more than one rank" for name in gone]
+
     def without(self, reason_of: Callable[[str, Value], str | None]) -> tuple[SearchSpace, list[str]]:
         """Drop the candidates `reason_of` says cannot run here; return the space and what went.
 
@@ -261,11 +274,12 @@ class SearchSpace:
         knobs = dict(self.knobs)
         fixed = dict(self.fixed)
         notes = list(self.notes)
+        held = base_knobs(base)
         if "precision" in knobs:
             knobs.pop("precision")
-            fixed["precision"] = precision_of(base)
+            fixed["precision"] = held["precision"]
         if "optim" in knobs:
-            base_optim = str(base.get("optim", "adamw_torch"))
+            base_optim = str(held["optim"])
             same = tuple(
                 o for o in knobs["optim"] if optimizer_family(str(o)) == optimizer_family(base_optim)
             )
@@ -275,13 +289,11 @@ class SearchSpace:
                 knobs.pop("optim")
                 fixed["optim"] = base_optim
         if "per_device_train_batch_size" not in knobs:
-            fixed["per_device_train_batch_size"] = int(base.get("per_device_train_batch_size", 8))
-        held = ", ".join(f"{k}={v}" for k, v in fixed.items())
-        notes.append(f"keep semantics: {held or 'nothing to hold'}")
+            fixed["per_device_train_batch_size"] = held["per_device_train_batch_size"]
+        shown = ", ".join(f"{k}={v}" for k, v in fixed.items())
+        notes.append(f"keep semantics: {shown or 'nothing to hold'}")
         space = replace(self, knobs=_ordered(knobs), fixed=fixed, notes=tuple(notes))
-        global_batch = int(base.get("per_device_train_batch_size", 8)) * int(
-            base.get("gradient_accumulation_steps", 1)
-        )
+        global_batch = int(held["per_device_train_batch_size"]) * int(held["gradient_accumulation_steps"])
         return space.with_global_batch(global_batch * world_size, world_size)
 
 
@@ -298,16 +310,6 @@ def global_batch_splits(
         for a in accumulations
         if int(b) * int(a) * world_size == global_batch
     )
-
-
-def precision_of(args: Mapping[str, Any]) -> str:
-    """The precision knob value a `TrainingArguments` kwargs dict amounts to."""
-    bf16, fp16, tf32 = bool(args.get("bf16")), bool(args.get("fp16")), bool(args.get("tf32"))
-    if bf16:
-        return "bf16+tf32" if tf32 else "bf16"
-    if fp16:
-        return "fp16"
-    return "tf32" if tf32 else "fp32"
 
 
 def _ordered(knobs: Mapping[str, tuple[Value, ...]]) -> dict[str, tuple[Value, ...]]:

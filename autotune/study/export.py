@@ -5,7 +5,10 @@ when a config is built). Everything comes from the store: no trial is run again.
 
 `select_trial` picks the trial (re-selecting under a new memory cap from the measured peaks),
 `export_config` turns it into ``{"training_args", "model_kwargs", "expected"}``, and one renderer per
-format turns that into text: `to_json`, `to_yaml`, `to_flags`, `to_accelerate`, `to_python`.
+format turns that into text: `to_json`, `to_yaml`, `to_flags`, `to_accelerate`, `to_python`. The
+flags are flags alone (the shell passes every word of ``$(cat flags.txt)`` to the script); what they
+cannot hold, the expected numbers and the changes to the training math, is in `notes`, which the CLI
+prints on stderr.
 """
 
 from __future__ import annotations
@@ -20,9 +23,19 @@ import optuna
 
 from autotune.errors import UsageError
 from autotune.progress import TrialSummary, format_bytes
-from autotune.run.feasibility import OVER_MEMORY_CAP
+from autotune.space.defaults import training_args_defaults
+from autotune.study.objective import run_lines, score, study_run_tokens
+from autotune.study.outcomes import OVER_MEMORY_CAP
 from autotune.study.semantics import study_changes
-from autotune.study.store import FINISHED, best_trial, speedup_over_baseline, study_cap_bytes, summarize_trial
+from autotune.study.store import (
+    FINISHED,
+    best_trial,
+    speedup_over_baseline,
+    study_cap_bytes,
+    summarize_trial,
+    trial_run_facts,
+    winner_speedup,
+)
 
 FORMATS = ("json", "yaml", "flags", "accelerate", "python")
 
@@ -83,7 +96,8 @@ def select_trial(study: optuna.Study, cap_bytes: int | None, *, cap_text: str | 
         for summary in fitting:
             if summary.number == winner.get("number"):
                 return summary
-    return max(fitting, key=lambda s: (float(s.tokens_per_s or 0.0), -s.number))
+    tokens = study_run_tokens(study.user_attrs)
+    return max(fitting, key=lambda s: (score(s.attrs, tokens) or 0.0, -s.number))
 
 
 def _measured(summary: TrialSummary) -> bool:
@@ -148,10 +162,17 @@ def export_config(study: optuna.Study, trial: TrialSummary) -> dict[str, Any]:
     speedup, base_tokens = (round(compared[0], 3), compared[1]) if compared else (None, None)
     winner = study.user_attrs.get("winner") or {}
     remeasured = winner.get("median_tokens_per_s") if winner.get("number") == trial.number else None
+    paired = winner_speedup(study, trial)
+    ci = trial.rel_ci_halfwidth
     expected = {
         "tokens_per_s": tokens,
+        # the 95% confidence half-width of the trial's throughput, relative to it
+        "rel_ci_halfwidth": float(ci) if ci is not None and math.isfinite(ci) else None,
         "peak_memory_bytes": trial.peak_memory_bytes,
         "speedup_over_baseline": speedup,
+        # the re-measured speedup's 95% interval, and whether it lies above the gain worth a change
+        "speedup_interval": [paired["low"], paired["high"]] if paired else None,
+        "beats_baseline": paired["beats_baseline"] if paired else None,
         "baseline_tokens_per_s": float(base_tokens) if base_tokens else None,
         "remeasured_tokens_per_s": remeasured,
         "trial": trial.number,
@@ -164,6 +185,8 @@ def export_config(study: optuna.Study, trial: TrialSummary) -> dict[str, Any]:
             c.to_dict()
             for c in study_changes(study.user_attrs, trial.params, trial.attrs.get("training_args"))
         ],
+        # loss delta vs the baseline at equal tokens; predicted run time and cost, or compile payoff
+        **trial_run_facts(study, trial),
     }
     return {"training_args": training_args, "model_kwargs": model_kwargs, "expected": expected}
 
@@ -187,47 +210,39 @@ def _minimal_args(merged: dict[str, Any]) -> dict[str, Any]:
 _MISSING = object()
 
 
-def training_args_defaults() -> dict[str, Any]:
-    """Field name -> default of the installed `TrainingArguments` (imported here, not at the top)."""
-    import dataclasses
-
-    from transformers import TrainingArguments
-
-    defaults: dict[str, Any] = {}
-    for f in dataclasses.fields(TrainingArguments):
-        if f.default is not dataclasses.MISSING:
-            value = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            value = f.default_factory()
-        else:
-            continue
-        defaults[f.name] = getattr(value, "value", value)  # enums (optim) compare as strings
-    return defaults
-
-
 # -- renderers ---------------------------------------------------------------------------------
 
 
 def expected_lines(config: dict[str, Any]) -> list[str]:
-    """The comment lines every text format starts with (without the comment marker)."""
+    """What the search expects of the config, in words: the comment lines the yaml, accelerate and
+    python formats start with (without the comment marker), and the flags format's `notes`."""
     exp = config["expected"]
     what = f"study {exp['study']}, trial {exp['trial']}, model {exp['model']}"
     if exp.get("seq_len"):
         what += f" ({exp.get('task')}, seq len {exp['seq_len']})"
     tokens = exp.get("tokens_per_s")
     parts = [f"{tokens:,.0f} tokens/s" if tokens is not None else "throughput not measured"]
+    if tokens is not None and exp.get("rel_ci_halfwidth") is not None:
+        parts[0] += f" ±{100 * exp['rel_ci_halfwidth']:.1f}% (95% interval)"
     if exp.get("remeasured_tokens_per_s"):
         parts[0] += f" (re-measured median {exp['remeasured_tokens_per_s']:,.0f})"
     peak = exp.get("peak_memory_bytes")
     parts.append(f"peak memory {format_bytes(int(peak))}" if peak is not None else "peak memory not measured")
     speedup = exp.get("speedup_over_baseline")
+    interval = exp.get("speedup_interval")
     if speedup is not None:
+        within = f", 95% interval {interval[0]:.2f}-{interval[1]:.2f}x" if interval else ""
         parts.append(
-            f"{speedup:.2f}x the baseline (measured at {exp['baseline_tokens_per_s']:,.0f} tokens/s)"
+            f"{speedup:.2f}x the baseline{within} (measured at {exp['baseline_tokens_per_s']:,.0f} tokens/s)"
         )
     else:
         parts.append("no baseline measured")
     lines = [f"autotune export: {what}", f"expected: {', '.join(parts)}"]
+    if exp.get("beats_baseline") is False:
+        lines.append(
+            "nothing beat the defaults measurably: keeping them is as fast (this is the best measured)"
+        )
+    lines += run_lines(exp)
     changes = exp.get("semantic_changes") or []
     if changes:
         lines.append("changes the training math, compared with the baseline:")
@@ -263,7 +278,8 @@ def to_yaml(config: dict[str, Any]) -> str:
 
 def flag_args(training_args: dict[str, Any]) -> list[str]:
     """`TrainingArguments` kwargs as `HfArgumentParser` command-line arguments that parse back to
-    the same values: a true boolean is a bare flag, anything else ``--name value``."""
+    the same values: a true boolean is a bare flag, anything else ``--name value`` (a dict as JSON
+    without spaces)."""
     args: list[str] = []
     for key, value in training_args.items():
         if value is None:
@@ -273,25 +289,56 @@ def flag_args(training_args: dict[str, Any]) -> list[str]:
         elif isinstance(value, (list, tuple)):
             args += [f"--{key}", *(str(v) for v in value)]
         elif isinstance(value, dict):
-            args += [f"--{key}", json.dumps(value)]
+            args += [f"--{key}", json.dumps(value, separators=(",", ":"))]
         else:
             args += [f"--{key}", str(value)]
     return args
 
 
+# What the shell does to an unquoted `$(cat FILE)`: it splits on whitespace and expands globs.
+_GLOB_CHARACTERS = frozenset("*?[")
+
+
 def to_flags(config: dict[str, Any]) -> str:
-    """Command-line flags for the Hugging Face example scripts (``run_clm.py`` and friends)."""
-    line = " ".join(shlex.quote(a) for a in flag_args(config["training_args"]))
-    text = _comment(config) + line + "\n"
+    """`TrainingArguments` flags alone, for ``python run_clm.py $(cat flags.txt)`` with the Hugging
+    Face example scripts: the shell passes every word of the file as an argument, so it holds no
+    comment and no quoting. What the search expects and the model-load kwargs are `notes` (the CLI
+    prints them on stderr).
+
+    Raises:
+        UsageError: a value that would not reach the script as one unchanged word (whitespace, a
+            glob character, an empty string).
+    """
+    args = flag_args(config["training_args"])
+    for index, word in enumerate(args):
+        if not word or any(c.isspace() or c in _GLOB_CHARACTERS for c in word):
+            flag = (
+                word
+                if word.startswith("--")
+                else next(a for a in reversed(args[:index]) if a.startswith("--"))
+            )
+            raise UsageError(
+                f"{flag}={word!r} cannot be a flag read by `$(cat FILE)`: the shell would split or expand it",
+                "export with --format json or yaml, or change the value in --base-args",
+            )
+    return " ".join(args) + "\n"
+
+
+def notes(config: dict[str, Any], fmt: str) -> list[str]:
+    """What format `fmt` cannot hold itself, for the CLI to print on stderr: for flags, the expected
+    numbers, the changes to the training math and the model-load kwargs. The other formats carry
+    them (as data or as comments): nothing."""
+    if fmt != "flags":
+        return []
+    lines = expected_lines(config)
     model_kwargs = config["model_kwargs"]
     if model_kwargs:
-        shown = " ".join(f"--{k} {shlex.quote(str(v))}" for k, v in model_kwargs.items())
         kwargs = ", ".join(f"{k}={v!r}" for k, v in model_kwargs.items())
-        text += (
-            f"# model: {shown} (model-load kwargs, not TrainingArguments flags: the example scripts "
-            f"have no flag for them; pass {kwargs} to from_pretrained)\n"
+        lines.append(
+            f"model-load kwargs, not TrainingArguments flags (the example scripts have no flag for them): "
+            f"pass {kwargs} to from_pretrained"
         )
-    return text
+    return lines
 
 
 def accelerate_dict(config: dict[str, Any]) -> dict[str, Any]:

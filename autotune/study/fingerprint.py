@@ -11,12 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from autotune.errors import UsageError
-
-if TYPE_CHECKING:
-    from autotune.run.plan import Plan
+from autotune.plan.resolved import Plan
 
 # A difference here leaves the stored measurements meaningful (a new library patch release, a
 # different cap: feasibility is recomputed from the stored peaks).

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from autotune.space import precision_of
+from autotune.space.defaults import base_knobs
 from autotune.space.knobs import optimizer_family
 
 BATCH, ACCUM = "per_device_train_batch_size", "gradient_accumulation_steps"
@@ -36,13 +37,8 @@ class SemanticChange:
 def baseline_math(study_attrs: Mapping[str, Any]) -> dict[str, Any]:
     """The baseline's batch split, precision and optimizer: the measured baseline's values, else
     what the base config (or the `TrainingArguments` defaults) amounts to."""
-    base = dict(study_attrs.get("base_args") or {})
-    derived = {
-        BATCH: int(base.get(BATCH, 8)),
-        ACCUM: int(base.get(ACCUM, 1)),
-        "precision": precision_of(base),
-        "optim": str(base.get("optim", "adamw_torch")),
-    }
+    base = base_knobs(study_attrs.get("base_args") or {})
+    derived = {k: base[k] for k in (BATCH, ACCUM, "precision", "optim")}
     measured = (study_attrs.get("baseline") or {}).get("params") or {}
     return {**derived, **{k: v for k, v in measured.items() if k in derived}}
 

@@ -19,12 +19,15 @@ import optuna
 import sqlalchemy.exc
 from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import FrozenTrial, TrialState
+from sqlalchemy.engine import make_url
 
 from autotune.config import parse_memory_cap
 from autotune.errors import StoreError, UsageError
 from autotune.progress import TrialSummary
-from autotune.run.feasibility import NOT_TRAINED, PastTrial
-from autotune.study.owner import OWNER_ATTR, Owner, is_alive, is_local
+from autotune.study.objective import compiles, run_facts, score, study_run_tokens
+from autotune.study.outcomes import INTERRUPTED, NOT_TRAINED, TrialOutcome, fail_running_trial
+from autotune.study.owner import OWNER_ATTR, Owner, is_dead_here
+from autotune.study.retry import RetryingRDBStorage, is_transient, store_retry_s
 from autotune.study.urls import display_url, engine_url, password_of, sqlite_file
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
@@ -37,7 +40,6 @@ def default_study_name(model: str, space: str, seq_len: int) -> str:
 
 
 HEARTBEAT_ENV = "AUTOTUNE_HEARTBEAT_S"
-INTERRUPTED = "interrupted"
 
 
 def heartbeat_interval_s() -> int:
@@ -46,18 +48,25 @@ def heartbeat_interval_s() -> int:
     return max(1, int(os.environ.get(HEARTBEAT_ENV, "10")))
 
 
-def open_storage(url: str, existing: bool = False) -> optuna.storages.RDBStorage:
+def open_storage(
+    url: str, existing: bool = False, retry_s: float | None = None
+) -> optuna.storages.RDBStorage:
     """Open (and create if needed) the RDB store at `url`, with trial heartbeats on.
 
     ``postgresql://``, ``postgres://``, ``mysql://`` and ``mariadb://`` reach an installed driver
-    (see `engine_url`). A SQLite file is switched to WAL with a busy timeout, so the workers of one
-    host share it. Messages show the URL with its password hidden. With `existing`, the schema is
-    known to be there and current (a worker of a supervisor that opened it): creating and
-    checking it, which loads every schema migration script, is skipped.
+    (see `engine_url`), with connect and statement timeouts (see `_engine_kwargs`). A SQLite file is
+    switched to WAL with a busy timeout, so the workers of one host share it. Messages show the URL
+    with its password hidden. With `existing`, the schema is known to be there and current (a worker
+    of a supervisor that opened it): creating and checking it, which loads every schema migration
+    script, is skipped. Once open, every call of the storage retries transient errors (connection
+    lost, server restarting) for `retry_s` seconds (None: `store_retry_s`, 300 by default; see
+    `autotune.study.retry`). Opening is retried the same way only with `existing` (the store is
+    known to be there, so unreachable means an outage); otherwise a wrong URL fails at once.
 
     Raises:
         UsageError: the URL is not a database URL.
-        StoreError: the database cannot be reached or opened.
+        StoreError: the database cannot be reached or opened (later calls: it stayed unreachable
+            for `retry_s` seconds).
     """
     target = engine_url(url)
     shown = display_url(url)
@@ -65,7 +74,7 @@ def open_storage(url: str, existing: bool = False) -> optuna.storages.RDBStorage
         database = sqlite_file(url)
         if database is not None:
             _prepare_sqlite(database)
-        return _create_storage(target, existing)
+        return _create_storage(target, existing, store_retry_s() if retry_s is None else retry_s, shown)
     except ImportError as exc:
         cause = exc.__cause__ or exc  # optuna wraps the driver's own ImportError, which names it
         raise StoreError(
@@ -85,25 +94,38 @@ _SCHEMA_RACE = re.compile(r"already exists|UNIQUE constraint|duplicate key|Dupli
 _OPEN_ATTEMPTS = 8
 
 
-def _create_storage(target: str, existing: bool = False) -> optuna.storages.RDBStorage:
+def _create_storage(target: str, existing: bool, retry_s: float, shown: str) -> optuna.storages.RDBStorage:
     interval = heartbeat_interval_s()
-    for attempt in range(_OPEN_ATTEMPTS):
+    # A store known to exist (`existing`: a worker of a supervisor that opened it) that drops its
+    # connections for a while (a restart, an outage) is waited for, within the same bound as every
+    # other store call. A first open fails at once: an unreachable URL is most often a wrong one.
+    deadline = time.monotonic() + (retry_s if existing else 0.0)
+    attempt = 0
+    while True:
         try:
             with warnings.catch_warnings():  # heartbeats are "experimental" in optuna 5, and what we need
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return optuna.storages.RDBStorage(
+                return RetryingRDBStorage(
                     target,
+                    retry_s=retry_s,
+                    shown=shown,
                     engine_kwargs=_engine_kwargs(target),
                     heartbeat_interval=interval,
                     grace_period=3 * interval,
                     skip_table_creation=existing,
                     skip_compatibility_check=existing,
                 )
-        except sqlalchemy.exc.DBAPIError as exc:
-            if attempt == _OPEN_ATTEMPTS - 1 or not _SCHEMA_RACE.search(str(exc)):
+        except (sqlalchemy.exc.DBAPIError, optuna.exceptions.StorageInternalError) as exc:
+            # optuna wraps a failed commit (the schema's version row written twice, say) in its
+            # own error: the driver's message is the cause's.
+            said = f"{exc} {exc.__cause__ or ''}"
+            attempt += 1
+            if _SCHEMA_RACE.search(said) and attempt < _OPEN_ATTEMPTS:
+                time.sleep(random.uniform(0.05, 0.2) * attempt)  # let the winner finish its schema
+            elif is_transient(exc) and time.monotonic() < deadline:
+                time.sleep(min(2.0, 0.1 * 2**attempt))
+            else:
                 raise
-            time.sleep(random.uniform(0.05, 0.2) * (attempt + 1))  # let the winner finish its schema
-    raise AssertionError("unreachable")
 
 
 def _first_line(exc: BaseException, url: str) -> str:
@@ -132,11 +154,41 @@ def _prepare_sqlite(database: Path) -> None:
 SQLITE_BUSY_TIMEOUT_S = 60
 
 
+# A server that does not answer must not hang a search: connecting gives up after this long, and
+# a statement (none of optuna's takes seconds) is cancelled by the server after STATEMENT (or, on
+# MySQL/MariaDB, abandoned by the client: their server-side limits differ and cover SELECTs only).
+# The call is then retried (`autotune.study.retry`). TCP keepalives find a server that vanished.
+STORE_CONNECT_TIMEOUT_S = 10
+STORE_STATEMENT_TIMEOUT_S = 60
+
+
 def _engine_kwargs(url: str) -> dict[str, Any]:
+    """SQLAlchemy engine arguments for an engine URL: timeouts for the drivers autotune installs
+    (psycopg/psycopg2, PyMySQL/mysqlclient); a driver argument the URL sets itself
+    (``?connect_timeout=3``) is left to the URL."""
     # Many workers on one SQLite file wait for the lock instead of failing at once.
     if url.startswith("sqlite"):
         return {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
-    return {"pool_pre_ping": True}
+    parsed = make_url(url)
+    backend, driver = parsed.get_backend_name(), parsed.get_driver_name()
+    connect_args: dict[str, Any] = {}
+    if backend == "postgresql" and driver in ("psycopg", "psycopg2"):
+        connect_args = {
+            "connect_timeout": STORE_CONNECT_TIMEOUT_S,
+            "options": f"-c statement_timeout={STORE_STATEMENT_TIMEOUT_S * 1000}",
+            "keepalives": 1,
+            "keepalives_idle": 10,
+            "keepalives_interval": 5,
+            "keepalives_count": 3,
+        }
+    elif backend in ("mysql", "mariadb") and driver in ("pymysql", "mysqldb"):
+        connect_args = {
+            "connect_timeout": STORE_CONNECT_TIMEOUT_S,
+            "read_timeout": STORE_STATEMENT_TIMEOUT_S,
+            "write_timeout": STORE_STATEMENT_TIMEOUT_S,
+        }
+    given = set(parsed.query)
+    return {"pool_pre_ping": True, "connect_args": {k: v for k, v in connect_args.items() if k not in given}}
 
 
 def reason_of(trial: FrozenTrial) -> str | None:
@@ -158,10 +210,12 @@ def was_trained(trial: FrozenTrial) -> bool:
 
 def fail_interrupted_trials(study: optuna.Study, mine: Collection[str] = ()) -> list[int]:
     """Fail every RUNNING trial whose process is gone, with reason ``interrupted``; return their
-    numbers. A trial owned by a process of this host (its ``worker`` attr) is failed at once when
-    that process is no longer alive; any other trial when its heartbeat went stale (three intervals
-    old). Optuna would fail stale ones too, but without a reason. Trials of the worker jobs in
-    `mine` are left to the caller, which knows better why they ended (killed, crashed, hung)."""
+    numbers. A trial whose owner (its ``worker`` attr) shares this process's boot and PID namespace
+    is failed at once when that process is no longer alive; any other trial (another host, boot or
+    PID namespace, or an owner record from before those were recorded) only when its heartbeat went
+    stale (three intervals old): see `autotune.study.owner`. Optuna would fail stale ones too, but
+    without a reason. Trials of the worker jobs in `mine` are left to the caller, which knows better
+    why they ended (killed, crashed, hung)."""
     storage = study._storage  # optuna wraps an RDBStorage in a cache that keeps its heartbeat API
     stale: set[int] = set()
     if isinstance(storage, BaseHeartbeat) and storage.get_heartbeat_interval() is not None:
@@ -171,29 +225,15 @@ def fail_interrupted_trials(study: optuna.Study, mine: Collection[str] = ()) -> 
         if (trial.user_attrs.get(OWNER_ATTR) or {}).get("job") in mine:
             continue
         owner = Owner.from_attrs(trial.user_attrs.get(OWNER_ATTR))
-        dead_here = owner is not None and is_local(owner) and not is_alive(owner)
+        dead_here = owner is not None and is_dead_here(owner)
         if not dead_here and trial._trial_id not in stale:
             continue
         message = "its process stopped (killed or crashed) before the trial ended"
-        if fail_running_trial(study, trial._trial_id, INTERRUPTED, message, trained=False):
+        if fail_running_trial(
+            study, trial._trial_id, TrialOutcome.process_ended(INTERRUPTED, message, False)
+        ):
             failed.append(trial.number)
     return failed
-
-
-def fail_running_trial(study: optuna.Study, trial_id: int, reason: str, message: str, trained: bool) -> bool:
-    """End a RUNNING trial as FAIL with a reason; False when it had already finished (its process,
-    or another supervisor, got there first)."""
-    storage = study._storage
-    try:
-        if storage.get_trial(trial_id).state != TrialState.RUNNING:
-            return False
-        storage.set_trial_user_attr(trial_id, "reason", reason)
-        storage.set_trial_user_attr(trial_id, "trained", trained)
-        storage.set_trial_user_attr(trial_id, "message", message)
-        storage.set_trial_user_attr(trial_id, "feasible", False)
-        return bool(storage.set_trial_state_values(trial_id, state=TrialState.FAIL))
-    except optuna.exceptions.UpdateFinishedTrialError:
-        return False
 
 
 def running_trials_of(study: optuna.Study, owner: Owner) -> list[FrozenTrial]:
@@ -216,15 +256,20 @@ def trials_of_job(study: optuna.Study, job_id: str | None) -> list[FrozenTrial]:
     ]
 
 
+def distinct_params(study: optuna.Study) -> int:
+    """How many different configurations the study's finished trials hold."""
+    finished = study.get_trials(deepcopy=False, states=FINISHED)
+    return len({tuple(sorted(t.params.items())) for t in finished})
+
+
+def running_trials(study: optuna.Study) -> list[FrozenTrial]:
+    return study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+
+
 def measured_count(study: optuna.Study) -> int:
     """Trials that count against the study's total budget: finished trials that tried to train,
     whatever their outcome. Trials that were skipped, reused or predicted cost nothing."""
     return sum(1 for t in study.get_trials(deepcopy=False, states=FINISHED) if was_trained(t))
-
-
-def as_past(trial: FrozenTrial) -> PastTrial:
-    """A finished trial as the pre-checks of a new trial see it."""
-    return PastTrial(trial.number, dict(trial.params), reason_of(trial))
 
 
 def summarize_trial(trial: FrozenTrial) -> TrialSummary:
@@ -244,12 +289,14 @@ def summarize_trial(trial: FrozenTrial) -> TrialSummary:
 
 
 def ranked_trials(study: optuna.Study) -> list[TrialSummary]:
-    """Finished trials, best first: feasible completed ones by tokens/s (reused duplicates left
-    out of the ranking), then the rest by number."""
+    """Finished trials, best first: feasible completed ones by their score (tokens/s, or with the
+    user's run length the effective rate of that run: `autotune.study.objective.score`; reused
+    duplicates left out of the ranking), then the rest by number."""
     summaries = [summarize_trial(t) for t in study.get_trials(deepcopy=False, states=FINISHED)]
+    tokens = study_run_tokens(study.user_attrs)
     scored = sorted(
         (s for s in summaries if _rankable(s)),
-        key=lambda s: -float(s.tokens_per_s or 0.0),
+        key=lambda s: -(score(s.attrs, tokens) or 0.0),
     )
     rest = sorted((s for s in summaries if s not in scored), key=lambda s: s.number)
     return scored + rest
@@ -296,20 +343,28 @@ def load_existing_study(url: str, name: str, existing: bool = False) -> optuna.S
 
 
 def speedup_over_baseline(study: optuna.Study, trial: TrialSummary) -> tuple[float, float] | None:
-    """(speedup, baseline tokens/s) of a trial over the study's baseline: re-measured medians,
-    interleaved, when this trial is the re-measured winner and the baseline was re-measured with
-    it; else the trial's search window over the baseline's first window. None without a baseline."""
+    """(speedup, baseline tokens/s) of a trial over the study's baseline: from the interleaved
+    re-measurements when this trial is the re-measured winner and the baseline was re-measured
+    with it (the geometric mean of the per-round ratios, see `winner_speedup`); else the trial's
+    search window over the baseline's first window. None without a baseline."""
     baseline = study.user_attrs.get("baseline") or {}
     if not baseline.get("tokens_per_s"):
         return None
     winner = study.user_attrs.get("winner") or {}
     if winner.get("number") == trial.number and baseline.get("remeasured_median"):
         base = float(baseline["remeasured_median"])
+        paired = winner.get("speedup") or {}
+        if paired.get("ratio"):  # rounds measured side by side: their ratios, drift cancelled
+            return float(paired["ratio"]), base
         return float(winner["median_tokens_per_s"]) / base, base
     if trial.tokens_per_s is None:
         return None
     base = float(baseline["tokens_per_s"])
-    return float(trial.tokens_per_s) / base, base
+    tokens = study_run_tokens(study.user_attrs)
+    mine, theirs = score(trial.attrs, tokens), score(baseline, tokens)
+    if tokens is None or not mine or not theirs:
+        return float(trial.tokens_per_s) / base, base
+    return mine / theirs, base  # the baseline's run time over this trial's
 
 
 def study_cap_bytes(study: optuna.Study, text: str) -> int:
@@ -326,3 +381,22 @@ def study_cap_bytes(study: optuna.Study, text: str) -> int:
             "give the cap as a size, like 20GiB",
         )
     return cap.resolve(total)
+
+
+def winner_speedup(study: optuna.Study, trial: TrialSummary) -> dict[str, Any] | None:
+    """The re-measured speedup of `trial` over the baseline with its 95% interval (``ratio``,
+    ``low``, ``high``, ``rounds``, ``beats_baseline``), when `trial` is the re-measured winner."""
+    winner = study.user_attrs.get("winner") or {}
+    if winner.get("number") != trial.number or not winner.get("speedup"):
+        return None
+    return dict(winner["speedup"])
+
+
+def trial_run_facts(study: optuna.Study, trial: TrialSummary) -> dict[str, Any]:
+    """`autotune.study.objective.run_facts` of a trial of `study`: its loss delta, its predicted run
+    time and cost, or when it compiles after how many tokens that pays for itself."""
+    uncompiled = next(
+        (s for s in ranked_trials(study) if _rankable(s) and not compiles(s.attrs)),
+        None,
+    )
+    return run_facts(study.user_attrs, trial.attrs, uncompiled.attrs if uncompiled else None)

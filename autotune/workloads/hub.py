@@ -54,6 +54,23 @@ def require_hub(what: str, name: str, flag: str) -> None:
         )
 
 
+def require_reachable_model(name: str) -> None:
+    """Before anything heavy is imported: an ``org/name`` model id that is neither on this machine
+    nor in the local cache needs the hub, so fail in one line when it does not answer (the same
+    check `resolve_workload` makes later, made while it still costs a fraction of a second).
+
+    Raises:
+        WorkloadError: the hub cannot be reached for this id.
+    """
+    if "/" not in name or is_local(name):
+        return  # a preset, a bare hub id (resolved later) or a local folder
+    from huggingface_hub import try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(name, "config.json"), str):
+        return  # cached: no network needed
+    require_hub("model", name, "--model")
+
+
 @contextlib.contextmanager
 def quiet_loading() -> Iterator[None]:
     """No progress bars ("Loading weights", dataset map) or library warnings while loading.

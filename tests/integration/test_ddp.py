@@ -13,9 +13,91 @@ import pytest
 
 import autotune
 from autotune.study.store import measured_count
-from tests.helpers import FAST, Fault, RankRecorder, write_space
+from tests.helpers import FAST, Fault, RankRecorder, SkipLastBlock, write_space
 
 pytestmark = [pytest.mark.timeout(420), pytest.mark.slow]
+
+
+DDP_KNOBS = {
+    "ddp_find_unused_parameters": [True, False],
+    "ddp_bucket_cap_mb": [1, 50],
+    "ddp_static_graph": [True, False],
+    "ddp_broadcast_buffers": [True, False],
+}
+
+
+def _ddp_search(
+    tmp_path: Path,
+    name: str,
+    enqueue: list[dict],
+    knobs: dict = DDP_KNOBS,
+    trials: int = 0,
+    **options: object,
+) -> autotune.SearchResult:
+    """A 2-rank search of `knobs` (a trial per enqueued configuration unless `trials` says more)."""
+    return autotune.search(
+        model="tiny-gpt2",
+        space=write_space(tmp_path, knobs),
+        trials=trials or len(enqueue),
+        storage=f"sqlite:///{tmp_path / name}",
+        seq_len=16,
+        measure=FAST,
+        finalists=0,
+        measure_baseline=False,
+        nproc_per_node=2,
+        ddp_timeout_s=60,
+        enqueue=enqueue,
+        **options,
+    )
+
+
+def test_each_ddp_knob_reaches_the_wrapper_of_a_two_rank_trial(tmp_path: Path) -> None:
+    first = {
+        "ddp_find_unused_parameters": True,
+        "ddp_bucket_cap_mb": 1,
+        "ddp_static_graph": False,
+        "ddp_broadcast_buffers": False,
+    }
+    second = {
+        "ddp_find_unused_parameters": False,
+        "ddp_bucket_cap_mb": 50,
+        "ddp_static_graph": True,
+        "ddp_broadcast_buffers": True,
+    }
+    result = _ddp_search(tmp_path, "knobs.db", [first, second])
+    trials = {t.number: t for t in result.study.trials}
+    for number, asked in ((0, first), (1, second)):
+        trial = trials[number]
+        assert trial.state == optuna.trial.TrialState.COMPLETE, trial.user_attrs.get("message")
+        assert trial.params == asked
+        # Read back from the DistributedDataParallel wrapper the trial trained with.
+        assert trial.user_attrs["ddp"] == {
+            "find_unused_parameters": asked["ddp_find_unused_parameters"],
+            "bucket_cap_mb": asked["ddp_bucket_cap_mb"],
+            "static_graph": asked["ddp_static_graph"],
+            "broadcast_buffers": asked["ddp_broadcast_buffers"],
+        }
+
+
+def test_unused_parameters_without_their_search_are_a_recorded_reason(tmp_path: Path) -> None:
+    without = {
+        "ddp_find_unused_parameters": False,
+        "ddp_bucket_cap_mb": 50,
+        "ddp_static_graph": False,
+        "ddp_broadcast_buffers": True,
+    }
+    result = _ddp_search(
+        tmp_path,
+        "unused.db",
+        [without, {**without, "ddp_find_unused_parameters": True}],
+        callbacks=[SkipLastBlock()],
+    )
+    failed, searched = sorted(result.study.trials, key=lambda t: t.number)[:2]
+    assert failed.params == without and failed.state != optuna.trial.TrialState.COMPLETE
+    assert failed.user_attrs["reason"] == "unused_parameters", failed.user_attrs.get("message")
+    # The search went on: the same model with the search for unused parameters on trains.
+    assert searched.state == optuna.trial.TrialState.COMPLETE
+    assert searched.user_attrs["ddp"]["find_unused_parameters"] is True
 
 
 def test_ddp_trials_through_the_supervisor(tmp_path: Path) -> None:
@@ -23,18 +105,12 @@ def test_ddp_trials_through_the_supervisor(tmp_path: Path) -> None:
     failing = {"per_device_train_batch_size": 4, "attn_implementation": "eager"}
     records = tmp_path / "ranks"
     records.mkdir()
-    result = autotune.search(
-        model="tiny-gpt2",
-        space=write_space(tmp_path, knobs),
+    result = _ddp_search(
+        tmp_path,
+        "ddp.db",
+        [failing, {"per_device_train_batch_size": 2, "attn_implementation": "sdpa"}],
+        knobs,
         trials=3,
-        storage=f"sqlite:///{tmp_path / 'ddp.db'}",
-        seq_len=16,
-        measure=FAST,
-        finalists=0,
-        measure_baseline=False,
-        nproc_per_node=2,
-        ddp_timeout_s=60,
-        enqueue=[failing, {"per_device_train_batch_size": 2, "attn_implementation": "sdpa"}],
         callbacks=[RankRecorder(str(records)), Fault("raise", {"per_device_train_batch_size": 4}, rank=1)],
     )
     study = result.study

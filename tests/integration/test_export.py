@@ -4,15 +4,23 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
+import yaml
 from transformers import HfArgumentParser, Trainer, TrainingArguments
 
-from autotune.study.export import export_config, select_trial, to_accelerate, to_flags, to_json, to_python
+from autotune.study.export import (
+    export_config,
+    select_trial,
+    to_accelerate,
+    to_flags,
+    to_json,
+    to_python,
+    to_yaml,
+)
 from autotune.study.store import summarize_trial
 from autotune.workloads.workload import resolve_workload
 from tests.unit.test_export import make_study, trial_spec
@@ -69,21 +77,48 @@ def _same_knobs(a: TrainingArguments, b: TrainingArguments) -> None:
         assert getattr(a, knob) == getattr(b, knob), knob
 
 
+def _on_this_machine(config: dict[str, Any]) -> dict[str, Any]:
+    """What a user adds on a machine without a GPU, as the search did: TrainingArguments refuses
+    bf16 there unless told the CPU is meant."""
+    return {"use_cpu": True} if config["training_args"].get("bf16") else {}
+
+
 @pytest.mark.parametrize("number", [0, 1, 2])
-def test_json_training_args_reproduce_the_trial(study: optuna.Study, tmp_path: Path, number: int) -> None:
-    exported = json.loads(to_json(_config(study, number)))
-    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, **exported["training_args"])
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_json_and_yaml_training_args_reproduce_the_trial(
+    study: optuna.Study, tmp_path: Path, number: int, fmt: str
+) -> None:
+    path = tmp_path / f"best.{fmt}"
+    path.write_text(to_json(_config(study, number)) if fmt == "json" else to_yaml(_config(study, number)))
+    config = json.loads(path.read_text()) if fmt == "json" else yaml.safe_load(path.read_text())
+    # No output_dir: transformers 5 defaults it (to trainer_output).
+    args = TrainingArguments(**config["training_args"], **_on_this_machine(config))
     _same_knobs(args, _applied(study, number, tmp_path))
 
 
 @pytest.mark.parametrize("number", [0, 1, 2])
-def test_flags_parse_back_to_the_same_values(study: optuna.Study, tmp_path: Path, number: int) -> None:
-    text = to_flags(_config(study, number))
-    flags = [a for line in text.splitlines() if not line.startswith("#") for a in shlex.split(line)]
+def test_flags_file_parses_as_the_shell_passes_it(study: optuna.Study, tmp_path: Path, number: int) -> None:
+    path = tmp_path / "flags.txt"
+    config = _config(study, number)
+    path.write_text(to_flags(config))
+    # `python run_clm.py $(cat flags.txt)`: the words of the file, split on whitespace alone, and
+    # nothing else (the example scripts need no --output_dir with transformers 5).
+    words = path.read_text().split()
+    extra = ["--use_cpu"] if _on_this_machine(config) else []
     parser = HfArgumentParser(TrainingArguments)
-    (parsed,) = parser.parse_args_into_dataclasses(args=["--output_dir", str(tmp_path), "--use_cpu", *flags])
+    (parsed,) = parser.parse_args_into_dataclasses(args=[*words, *extra])
     _same_knobs(parsed, _applied(study, number, tmp_path))
     assert parsed.tf32 is False  # set explicitly by the search, as the trial ran
+
+
+def test_flags_with_a_base_config_dict_parse(tmp_path: Path) -> None:
+    base = {"lr_scheduler_kwargs": {"num_cycles": 2}, "report_to": ["none"], "learning_rate": 3e-4}
+    spec = trial_spec(4, 1, "fp32", "sgd", "off", "eager", False, 20000.0, 500)
+    study = make_study(None, [spec], base_args=base)
+    words = to_flags(_config(study, 0)).split()
+    (parsed,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses(args=words)
+    assert parsed.lr_scheduler_kwargs == {"num_cycles": 2}
+    assert parsed.learning_rate == 3e-4 and parsed.optim == "sgd"
 
 
 @pytest.mark.parametrize(

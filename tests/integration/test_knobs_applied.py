@@ -171,9 +171,9 @@ def test_values_survive_the_trip_through_a_fixed_trial(tmp_path_factory: pytest.
     # Non-zero DDP ranks receive the trial as optuna.trial.FixedTrial(params); the finalists are
     # re-measured the same way. The values must reach training exactly as on rank 0.
     from autotune.measure.callback import ThroughputCallback
+    from autotune.plan.build import plan_search
     from autotune.progress import Reporter
-    from autotune.run.plan import plan_search
-    from autotune.run.trainer import AutotuneTrainer
+    from autotune.trial.trainer import AutotuneTrainer
 
     folder = tmp_path_factory.mktemp("fixed")
     knobs = {

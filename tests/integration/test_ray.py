@@ -8,9 +8,15 @@ no Ray folder is left behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import signal
+import socket
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -21,9 +27,10 @@ from transformers import TrainerCallback
 
 import autotune
 from autotune.cli import main
-from autotune.run import ray_search
+from autotune.executors import ray as ray_search
+from autotune.executors.processes import descendants, wait_gone
 from autotune.study.store import measured_count
-from tests.helpers import FAST, write_space
+from tests.helpers import FAST, wait_for, write_space
 
 pytest.importorskip("ray")
 pytestmark = [pytest.mark.timeout(420), pytest.mark.slow]
@@ -173,3 +180,135 @@ def test_no_checkpoint_and_nothing_left(ray_run: dict[str, Any]) -> None:
     import ray
 
     assert not ray.is_initialized()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def ray_head() -> Any:
+    """A Ray head started here (``ray start --head --block`` in a session of its own, its temp
+    folder short and private) and ended by its session: its address."""
+    temp = tempfile.mkdtemp(prefix="at-ray-", dir="/tmp")  # Ray's socket paths must stay short
+    port = _free_port()
+    ray_bin = str(Path(sys.executable).with_name("ray"))
+    command = [ray_bin, "start", "--head", "--block", f"--port={port}", f"--temp-dir={temp}"]
+    command += ["--num-cpus=2", "--include-dashboard=false", "--node-ip-address=127.0.0.1"]
+    command += [f"--dashboard-agent-listen-port={_free_port()}", "--disable-usage-stats"]
+    log = open(os.path.join(temp, "head.log"), "w")  # noqa: SIM115
+    # No token authentication (a token in ~/.ray would turn it on): this cluster is the test's own.
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    head = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    started: list[tuple[int, str]] = []
+    try:
+
+        def listening() -> bool:
+            assert head.poll() is None, Path(temp, "head.log").read_text()
+            with socket.socket() as probe:
+                return probe.connect_ex(("127.0.0.1", port)) == 0
+
+        wait_for(listening, timeout_s=120, what="the Ray head")
+        started = descendants(head.pid)
+        yield f"127.0.0.1:{port}"
+        started += descendants(head.pid)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(head.pid, signal.SIGTERM)  # `ray start --block` stops what it started
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait(timeout=30)
+        log.close()
+        if not wait_gone(started, timeout_s=30):
+            for pid, _ in started:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_a_search_on_a_running_ray_head_and_its_resume(tmp_path: Path, ray_head: str) -> None:
+    """As a user runs it: `autotune search --ray-address` and then `autotune resume`, each its own
+    driver process joining the test's head (a driver that ran a local instance before keeps Ray
+    state that a second, joined, instance does not survive in one process)."""
+    storage = f"sqlite:///{tmp_path / 'head.db'}"
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    search = [sys.executable, "-m", "autotune", "search", "--model", "tiny-gpt2"]
+    search += ["--space", write_space(tmp_path, SPACE), "--storage", storage, "--study", "head"]
+    search += ["--seq-len", "16", "--trials", "1", "--finalists", "0", "--no-baseline"]
+    search += ["--warmup-steps", "1", "--max-steps", "3", "--max-seconds", "10"]
+    search += ["--backend", "ray", "--ray-address", ray_head]
+    done = subprocess.run(search, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    study = optuna.load_study(study_name="head", storage=storage)
+    assert measured_count(study) == 1
+    first = study.trials[-1]
+    assert first.state == optuna.trial.TrialState.COMPLETE and first.user_attrs["ray_trial_id"]
+
+    # `autotune resume` takes the stored configuration, the cluster's address included.
+    resume = [sys.executable, "-m", "autotune", "resume", "head", "--storage", storage, "--trials", "2"]
+    done = subprocess.run(resume, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    study = optuna.load_study(study_name="head", storage=storage)
+    assert measured_count(study) == 2
+    assert not study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+    assert all(t.user_attrs.get("ray_trial_id") for t in study.trials if t.user_attrs.get("trained"))
+
+
+def test_an_unreachable_ray_address_fails_in_one_line(tmp_path: Path) -> None:
+    args = [sys.executable, "-m", "autotune", "search", "--model", "tiny-gpt2", "--backend", "ray"]
+    args += ["--ray-address", "127.0.0.1:1", "--storage", f"sqlite:///{tmp_path / 'x.db'}", "--seq-len", "16"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: cannot reach Ray at 127.0.0.1:1"), done.stderr
+
+
+def test_a_killed_search_takes_its_ray_daemons_with_it(tmp_path: Path) -> None:
+    """SIGKILL leaves the search no time to shut Ray down: its reaper ends the daemons that
+    `ray.init` started (Ray's own would notice only after 30-80 s) and removes Ray's folder."""
+    space = write_space(tmp_path, SPACE)
+    storage = f"sqlite:///{tmp_path / 'killed.db'}"
+    # A short temporary folder: Ray's socket paths under it must fit 107 bytes.
+    temp = Path(tempfile.mkdtemp(prefix="at-", dir="/tmp"))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": str(temp)}
+    args = [sys.executable, "-m", "autotune", "search", "--model", "tiny-gpt2", "--space", space]
+    args += ["--trials", "2", "--storage", storage, "--study", "killed", "--seq-len", "16"]
+    args += ["--backend", "ray", "--no-baseline", "--finalists", "0", "--warmup-steps", "1"]
+    args += ["--max-steps", "100000", "--max-seconds", "60", "--target-ci", "0.000001"]
+    log = open(tmp_path / "search.log", "w+")  # noqa: SIM115
+    proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
+    started: list[tuple[int, str]] = []
+    try:
+
+        def running() -> bool:
+            study = None
+            with contextlib.suppress(Exception):
+                study = optuna.load_study(study_name="killed", storage=storage)
+            states = [t.state for t in study.trials] if study is not None else []
+            return optuna.trial.TrialState.RUNNING in states or proc.poll() is not None
+
+        wait_for(running, timeout_s=300, what="a running Ray trial")
+        assert proc.poll() is None, (tmp_path / "search.log").read_text()
+        started = descendants(proc.pid)
+        names = set(_descendants(proc.pid).values())
+        assert set(RAY_DAEMONS) <= names, names
+        proc.kill()
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        log.close()
+    try:
+        assert wait_gone(started, timeout_s=20), (tmp_path / "search.log").read_text()
+        wait_for(
+            lambda: not [p for p in temp.iterdir() if p.name.startswith("autotune-ray-")],
+            timeout_s=20,
+            what="Ray's folder removed",
+        )
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)

@@ -11,7 +11,7 @@ import torch
 from transformers import TrainerCallback
 
 import autotune
-import autotune.run.plan
+import autotune.plan.build
 from autotune.cli import main
 from autotune.progress import Reporter
 from autotune.space.availability import Hardware
@@ -42,7 +42,7 @@ def test_unavailable_combination_is_skipped_without_training(
 ) -> None:
     # An H100 with flash-attn installed, but flash attention only runs in half precision: a trial
     # asking for it in fp32 must be recorded as skipped, with its reason, and train nothing.
-    monkeypatch.setattr(autotune.run.plan, "detect_hardware", lambda: H100)
+    monkeypatch.setattr(autotune.plan.build, "detect_hardware", lambda: H100)
     builds: list[dict[str, Any]] = []
     real_build = Workload.build_model
 
@@ -191,14 +191,14 @@ def test_unreachable_global_batch_is_a_usage_error_before_any_trial(
 
 
 def test_skipped_trials_do_not_spend_the_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import autotune.run.trainer
+    import autotune.trial.prechecks
 
     def batch_4_cannot_run(values: Any, hw: Any, model: Any) -> tuple[str, str] | None:
         if values.get("per_device_train_batch_size") == 4:
             return "per_device_train_batch_size", "pretend batch 4 cannot run here"
         return None
 
-    monkeypatch.setattr(autotune.run.trainer, "combination_unavailable", batch_4_cannot_run)
+    monkeypatch.setattr(autotune.trial.prechecks, "combination_unavailable", batch_4_cannot_run)
     space = write_space(tmp_path, {"per_device_train_batch_size": [2, 4, 8]})
     result = autotune.search(
         model="tiny-gpt2",
@@ -211,6 +211,8 @@ def test_skipped_trials_do_not_spend_the_budget(tmp_path: Path, monkeypatch: pyt
     )
     states = [(t.params["per_device_train_batch_size"], t.state, t.reason) for t in result.trials]
     assert (4, "PRUNED", "unavailable") in states
-    measured = [s for s in states if s[2] != "unavailable"]
-    assert len(measured) == 2 and all(state == "COMPLETE" for _, state, _ in measured)
+    # Trained trials only: a proposal that repeats a finished trial reuses its result (untrained).
+    measured = [t for t in result.trials if t.attrs.get("trained")]
+    assert len(measured) == 2 and all(t.state == "COMPLETE" for t in measured)
+    assert all(t.params["per_device_train_batch_size"] != 4 for t in measured)
     assert result.ran == 2

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 import autotune
-import autotune.run.driver
+import autotune.driver.search
 from autotune.cli import main
 from autotune.cli._render import RichReporter, err_console
 from autotune.config import MeasureSettings, RunConfig
@@ -42,7 +42,7 @@ def calls(monkeypatch) -> list[SimpleNamespace]:
     def fake_search(config, *, reporter=None, debug=False):
         seen.append(SimpleNamespace(config=config, reporter=reporter, debug=debug))
 
-    monkeypatch.setattr(autotune.run.driver, "search", fake_search)
+    monkeypatch.setattr(autotune.driver.search, "search", fake_search)
     return seen
 
 
@@ -50,7 +50,7 @@ def fail_with(monkeypatch, exc: BaseException) -> None:
     def fake_search(config, *, reporter=None, debug=False):
         raise exc
 
-    monkeypatch.setattr(autotune.run.driver, "search", fake_search)
+    monkeypatch.setattr(autotune.driver.search, "search", fake_search)
 
 
 def run(*argv: str) -> int | str | None:
@@ -335,3 +335,51 @@ def test_estimate_command_prints_the_table(capsys):
     assert "Memory estimate (quick)" in out
     assert "parameters" in out and "process baseline" in out
     assert out.count("under") >= 1
+
+
+# --- autotune worker ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def joins(monkeypatch) -> list[dict]:
+    """Replace the real pool member with a fake that records what the CLI hands it."""
+    import autotune.driver.pool
+
+    seen: list[dict] = []
+
+    def fake_join(study_name, storage_url, *, reporter=None, workers=None, debug=False, trust_remote_code):
+        seen.append(
+            {"study": study_name, "storage": storage_url, "workers": workers, "trust": trust_remote_code}
+        )
+
+    monkeypatch.setattr(autotune.driver.pool, "join_study", fake_join)
+    return seen
+
+
+def test_worker_flags_reach_the_pool_member(joins):
+    assert run("worker", "pool", "--storage", "sqlite:///w.db", "-w", "2") in (0, None)
+    assert joins == [{"study": "pool", "storage": "sqlite:///w.db", "workers": 2, "trust": False}]
+    assert run("worker", "pool", "--storage", "sqlite:///w.db", "--trust-remote-code") in (0, None)
+    assert joins[-1]["trust"] is True
+
+
+def test_compile_cache_flag_reaches_the_config(calls):
+    assert run("search", "--compile-cache", "/shared/compile") == 0
+    assert calls[0].config.compile_cache == "/shared/compile"
+
+
+def test_run_flags_reach_the_config(calls, capsys):
+    code = run(
+        "search", "--loss-tolerance", "0.1", "--train-tokens", "1000000", "--price-per-hour", "2.5",
+    )  # fmt: skip
+    assert code in (0, None)
+    config = calls[-1].config
+    assert (config.loss_tolerance, config.train_tokens, config.price_per_hour) == (0.1, 1_000_000, 2.5)
+    assert run("search", "--train-steps", "100") in (0, None)
+    assert calls[-1].config.train_steps == 100 and calls[-1].config.loss_tolerance == 0.05
+
+
+def test_run_length_given_twice_is_a_usage_error(calls, capsys):
+    assert run("search", "--train-tokens", "10", "--train-steps", "10") == 2
+    assert err_lines(capsys)[0].startswith("error: give --train-tokens or --train-steps, not both")
+    assert calls == []

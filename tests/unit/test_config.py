@@ -8,11 +8,13 @@ import pytest
 
 from autotune.config import (
     DEFAULT_STORAGE,
+    RUN_CONFIG_SCHEMA,
     STORAGE_ENV,
     MeasureSettings,
     MemoryCap,
     RunConfig,
     parse_memory_cap,
+    refuse_stored_remote_code,
 )
 from autotune.errors import UsageError
 
@@ -181,3 +183,91 @@ def test_measure_settings_boundaries_are_legal():
 def test_step_budget():
     assert MeasureSettings().step_budget == 20 + 30 + 1
     assert MeasureSettings(max_warmup_steps=7, max_steps=11).step_budget == 19
+
+
+# --- Stored run configurations: versions, paths, remote code ----------------------------------------
+
+
+def test_stored_config_records_its_schema_and_autotune_version():
+    import autotune
+
+    data = RunConfig().to_dict()
+    assert data["schema"] == RUN_CONFIG_SCHEMA and data["autotune_version"] == autotune.__version__
+    assert RunConfig.from_dict(data) == RunConfig(storage=RunConfig().storage_display)
+
+
+def test_a_newer_schema_is_refused_naming_both_versions_and_the_fix():
+    data = RunConfig().to_dict() | {"schema": RUN_CONFIG_SCHEMA + 1, "autotune_version": "9.0.0"}
+    with pytest.raises(
+        UsageError,
+        match=r"schema 3 \(written by autotune 9\.0\.0\), newer than schema 2 of this autotune 0\.1\.0 "
+        r"\(upgrade autotune on this worker to 9\.0\.0 or later\)",
+    ) as info:
+        RunConfig.from_dict(data | {"new_knob": 1})  # its unknown keys are the reason, not a TypeError
+    assert info.value.exit_code == 2 and "\n" not in str(info.value)
+    with pytest.raises(UsageError, match="written by autotune a newer version"):
+        RunConfig.from_dict({"schema": 99})
+    with pytest.raises(UsageError, match="invalid schema 'x'"):
+        RunConfig.from_dict({"schema": "x"})
+
+
+def test_older_or_unversioned_configs_read_with_defaults_and_unknown_keys_ignored():
+    old = {"model": "tiny-gpt2", "trials": 4, "measure": {"max_steps": 12, "gone_setting": 1}, "gone": True}
+    config = RunConfig.from_dict(old)  # no schema: written before versions were recorded
+    assert (config.trials, config.measure.max_steps, config.nproc_per_node) == (4, 12, 1)
+    assert RunConfig.from_dict(old | {"schema": 1}) == config
+    assert RunConfig.from_dict(old | {"schema": RUN_CONFIG_SCHEMA, "later": 1}) == config
+
+
+def test_local_paths_are_stored_absolute_and_hub_ids_as_given(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models" / "mine").mkdir(parents=True)
+    (tmp_path / "corpus.jsonl").write_text("{}\n")
+    (tmp_path / "base.json").write_text("{}")
+    (tmp_path / "space.yaml").write_text("knobs: {}\n")
+    config = RunConfig(
+        model="models/mine",
+        dataset="corpus.jsonl",
+        tokenizer="org/tokenizer",
+        base_args="base.json",
+        space="space.yaml",
+    )
+    data = config.to_dict()
+    assert data["model"] == str(tmp_path / "models" / "mine")
+    assert data["dataset"] == str(tmp_path / "corpus.jsonl")
+    assert data["base_args"] == str(tmp_path / "base.json")
+    assert data["space"] == str(tmp_path / "space.yaml")
+    assert data["tokenizer"] == "org/tokenizer"  # not here: a hub id
+    assert config.model == "models/mine"  # the config itself (and the study name it derives) unchanged
+    monkeypatch.chdir("/")
+    assert RunConfig.from_dict(data).model == str(tmp_path / "models" / "mine")  # found from anywhere
+    hub = RunConfig(model="org/name", dataset="wikitext").to_dict()
+    assert (hub["model"], hub["dataset"]) == ("org/name", "wikitext")
+
+
+def test_presets_and_shipped_spaces_win_over_local_files_of_their_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny-gpt2").mkdir()
+    (tmp_path / "quick").write_text("")
+    data = RunConfig(model="tiny-gpt2", space="quick").to_dict()
+    assert (data["model"], data["space"]) == ("tiny-gpt2", "quick")
+
+
+def test_stored_remote_code_needs_the_workers_own_opt_in():
+    stored = RunConfig(model="org/custom", trust_remote_code=True).to_dict()
+    with pytest.raises(
+        UsageError, match=r"runs code from the hub repository of 'org/custom'.*--trust-remote-code"
+    ) as info:
+        refuse_stored_remote_code(stored, allowed=False)
+    assert info.value.exit_code == 2 and "\n" not in str(info.value)
+    refuse_stored_remote_code(stored, allowed=True)
+    refuse_stored_remote_code(RunConfig(model="org/plain").to_dict(), allowed=False)
+    refuse_stored_remote_code({}, allowed=False)  # an old config without the key asks for nothing
+
+
+def test_a_compile_cache_folder_is_stored_absolute_before_it_exists(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    data = RunConfig(compile_cache="cache/compile").to_dict()
+    assert data["compile_cache"] == str(tmp_path / "cache" / "compile")
+    assert RunConfig().to_dict()["compile_cache"] is None
+    assert RunConfig.from_dict(data).compile_cache == str(tmp_path / "cache" / "compile")

@@ -120,3 +120,16 @@ def test_docker_compose_validates_the_files(files: list[str]) -> None:
         args += ["-f", str(DOCKER / name)]
     result = subprocess.run([*args, "config", "-q"], capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_dashboard_is_published_on_the_hosts_loopback_only(services: dict[str, Any]) -> None:
+    ports = services["dashboard"]["ports"]
+    assert ports and all(str(port).startswith("127.0.0.1:") for port in ports)
+    for name in ("postgres", "search", "worker"):
+        assert "ports" not in services[name]  # nothing else is published
+
+
+def test_pool_members_are_not_given_one_fixed_seed(services: dict[str, Any]) -> None:
+    # Replicas share their command line: a --seed there would be every member's. Each member's
+    # sampler seed comes from the study's seed and its own identity (`member_seed`).
+    assert "--seed" not in services["worker"]["command"]

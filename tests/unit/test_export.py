@@ -18,6 +18,7 @@ from autotune.space.knobs import ATTENTION, COMPILE_BACKENDS, OPTIMIZERS, PRECIS
 from autotune.study.export import (
     FORMATS,
     export_config,
+    notes,
     render,
     resolve_cap,
     select_trial,
@@ -76,6 +77,7 @@ def trial_spec(
         "model_kwargs": {**model, **(extra_model or {})},
         "tokens_per_s": tokens,
         "samples_per_s": None if tokens is None else tokens / 128,
+        "rel_ci_halfwidth": None if tokens is None else 0.012,
         "peak_memory_bytes": None if peak_mib is None else int(peak_mib * MiB),
         "feasible": state == "COMPLETE" and reason is None,
         "reason": reason,
@@ -249,6 +251,7 @@ def test_config_keeps_what_the_search_set(study: optuna.Study) -> None:
     assert config["model_kwargs"] == {"attn_implementation": "sdpa"}
     expected = config["expected"]
     assert expected["tokens_per_s"] == 30000.0
+    assert expected["rel_ci_halfwidth"] == 0.012
     assert expected["peak_memory_bytes"] == 700 * MiB
     assert expected["speedup_over_baseline"] is None
     assert (expected["trial"], expected["study"], expected["model"]) == (0, STUDY, "tiny-gpt2")
@@ -288,8 +291,9 @@ def test_speedup_over_baseline(tmp_path: Path) -> None:
     study = make_study(None, standard_specs(), winner=0, baseline=baseline)
     config = _config(study, 0)
     assert config["expected"]["speedup_over_baseline"] == 1.5
-    for fmt in ("yaml", "flags", "accelerate", "python"):
+    for fmt in ("yaml", "accelerate", "python"):
         assert "1.50x the baseline" in render(config, fmt)
+    assert "1.50x the baseline" in "\n".join(notes(config, "flags"))
     assert json.loads(to_json(config))["expected"]["speedup_over_baseline"] == 1.5
 
 
@@ -304,24 +308,44 @@ def test_json_and_yaml_hold_the_same_config(study: optuna.Study) -> None:
     assert from_json["training_args"] == config["training_args"]
 
 
-def test_every_text_format_states_the_expectation(study: optuna.Study) -> None:
+def test_every_format_states_the_expectation(study: optuna.Study) -> None:
+    # In the file, or (flags, which hold nothing but flags) in the notes the CLI prints on stderr.
     config = _config(study, 0)
-    for fmt in ("yaml", "flags", "accelerate", "python"):
-        text = render(config, fmt)
-        assert "30,000 tokens/s" in text and "peak memory 700 MiB" in text, fmt
+    for fmt in FORMATS:
+        text = to_json(config) if fmt == "json" else render(config, fmt) + "\n".join(notes(config, fmt))
+        if fmt == "json":
+            assert json.loads(text)["expected"]["tokens_per_s"] == 30000.0
+            continue
+        assert "30,000 tokens/s ±1.2% (95% interval)" in text and "peak memory 700 MiB" in text, fmt
         assert "no baseline measured" in text, fmt
+        assert "changes the training math" in text and "precision: fp32 -> bf16" in text, fmt
+    assert notes(config, "yaml") == []  # the other formats carry it themselves
 
 
-def test_flags(study: optuna.Study) -> None:
-    text = to_flags(_config(study, 0))
-    lines = text.splitlines()
-    flags = next(line for line in lines if not line.startswith("#"))
-    assert flags == (
+def test_flags_are_flags_alone(study: optuna.Study) -> None:
+    config = _config(study, 0)
+    assert to_flags(config) == (
         "--per_device_train_batch_size 8 --gradient_accumulation_steps 2 --optim adamw_torch --bf16 "
-        "--tf32 False --torch_compile --torch_compile_backend inductor --activation_checkpointing"
+        "--tf32 False --torch_compile --torch_compile_backend inductor --activation_checkpointing\n"
     )
-    assert lines[-1].startswith("# model: --attn_implementation sdpa")
-    assert "from_pretrained" in lines[-1]
+    lines = notes(config, "flags")
+    assert lines[0].startswith("autotune export: study tiny-gpt2-cpu-seq128, trial 0")
+    assert "attn_implementation='sdpa' to from_pretrained" in lines[-1]
+
+
+def test_flags_carry_a_base_config_dict_as_one_word(tmp_path: Path) -> None:
+    base = {"lr_scheduler_kwargs": {"num_cycles": 2, "power": 1.5}}
+    study = make_study(None, standard_specs(), winner=0, base_args=base)
+    words = to_flags(_config(study, 0)).split()
+    assert words[words.index("--lr_scheduler_kwargs") + 1] == '{"num_cycles":2,"power":1.5}'
+
+
+@pytest.mark.parametrize("value", ["my run", "", "run*"])
+def test_flags_refuse_a_value_the_shell_would_change(tmp_path: Path, value: str) -> None:
+    study = make_study(None, standard_specs(), winner=0, base_args={"run_name": value})
+    with pytest.raises(UsageError, match=r"--run_name=.* cannot be a flag read by") as info:
+        to_flags(_config(study, 0))
+    assert info.value.hint is not None and "--format json" in info.value.hint
 
 
 def test_accelerate(study: optuna.Study) -> None:
@@ -388,8 +412,21 @@ def test_cli_prints_each_format(stored: tuple[optuna.Study, str], run_cli: Any, 
     study, url = stored
     for fmt in FORMATS:
         assert run_cli(STUDY, "--storage", url, "--format", fmt) == 0
-        out = capsys.readouterr().out
-        assert out == render(_config(study, 0), fmt)
+        captured = capsys.readouterr()
+        assert captured.out == render(_config(study, 0), fmt)
+        notes_text = "".join(f"{line}\n" for line in notes(_config(study, 0), fmt))
+        assert captured.err == notes_text, fmt
+
+
+def test_cli_writes_flags_alone_and_the_expectation_on_stderr(
+    stored: tuple[optuna.Study, str], tmp_path: Path, run_cli: Any, capsys: Any
+) -> None:
+    target = tmp_path / "flags.txt"
+    assert run_cli(STUDY, "--storage", stored[1], "-f", "flags", "-o", str(target)) == 0
+    assert not any(word.startswith("#") for word in target.read_text().split())
+    captured = capsys.readouterr()
+    assert str(target) in captured.out
+    assert "30,000 tokens/s" in captured.err and "from_pretrained" in captured.err
 
 
 def test_cli_writes_output_file_with_cap(

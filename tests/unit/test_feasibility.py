@@ -1,8 +1,8 @@
-"""The pre-checks that decide a trial needs no training (`autotune.run.feasibility.precheck`)."""
+"""The pre-checks that decide a trial needs no training (`autotune.trial.feasibility.precheck`)."""
 
 from __future__ import annotations
 
-from autotune.run.feasibility import PastTrial, precheck
+from autotune.trial.feasibility import PastTrial, precheck
 
 MiB = 2**20
 

@@ -149,6 +149,10 @@ def test_catalogue_keys_match_knob_names():
         "activation_checkpointing",
         "dataloader_num_workers",
         "dataloader_pin_memory",
+        "ddp_find_unused_parameters",
+        "ddp_bucket_cap_mb",
+        "ddp_static_graph",
+        "ddp_broadcast_buffers",
         "torch_empty_cache_steps",
     }
 
@@ -265,3 +269,34 @@ def test_mapping_lands_on_real_training_arguments(tmp_path, precision, compile_,
     assert ta.gradient_accumulation_steps == 2
     assert ta.activation_checkpointing is True
     assert model == {"attn_implementation": "sdpa"}
+
+
+def test_ddp_knobs_land_in_training_arguments_and_only_in_trials_of_several_ranks() -> None:
+    from autotune.space import parse_space
+
+    values = {
+        "ddp_find_unused_parameters": False,
+        "ddp_bucket_cap_mb": 50,
+        "ddp_static_graph": True,
+        "ddp_broadcast_buffers": False,
+    }
+    args, model = trial_kwargs(values)
+    assert args == values and model == {}
+    space = parse_space(
+        {"knobs": {"ddp_static_graph": [True, False], "optim": ["adamw_torch"]}}, name="t", source="t"
+    )
+    alone, gone = space.for_world_size(1)
+    assert "ddp_static_graph" not in alone.knobs and "optim" in alone.knobs
+    assert gone == ["ddp_static_graph: only in trials of more than one rank"]
+    assert space.for_world_size(2) == (space, [])
+
+
+def test_a_ddp_error_about_unused_parameters_has_its_reason() -> None:
+    from autotune.trial.errors import failure_reason
+
+    error = RuntimeError(
+        "Expected to have finished reduction in the prior iteration before starting a new one. This "
+        "error indicates that your module has parameters that were not used in producing loss."
+    )
+    assert failure_reason(error) == "unused_parameters"
+    assert failure_reason(RuntimeError("something else")) == "error"

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-import autotune.run.driver
+import autotune.driver.search
 from autotune.cli import main
 from autotune.config import RunConfig
 from autotune.errors import UsageError
-from autotune.run import ray_search
+from autotune.executors import ray as ray_search
 
 
 @pytest.fixture
@@ -23,7 +23,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[SimpleNamespace]:
         seen.append(SimpleNamespace(config=config))
 
     monkeypatch.delenv("AUTOTUNE_STORAGE", raising=False)
-    monkeypatch.setattr(autotune.run.driver, "search", fake_search)
+    monkeypatch.setattr(autotune.driver.search, "search", fake_search)
     return seen
 
 

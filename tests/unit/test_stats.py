@@ -7,7 +7,9 @@ import math
 import pytest
 
 from autotune.measure.stats import (
+    MIN_GAIN,
     WindowStats,
+    paired_speedup,
     relative_ci_halfwidth,
     summarize_window,
     t95,
@@ -177,3 +179,39 @@ def test_window_goes_on_while_noisy():
     ci = relative_ci_halfwidth(NOISY)
     assert not window_done(NOISY, min_steps=2, max_steps=30, max_seconds=100, target_rel_ci=ci * 0.99)
     assert window_done(NOISY, min_steps=2, max_steps=30, max_seconds=100, target_rel_ci=ci)
+
+
+def test_a_paired_speedup_cancels_drift_and_carries_its_interval() -> None:
+    # The machine slows down over the rounds; the trial is 20% faster in every round.
+    baseline = {1: 1000.0, 2: 800.0, 3: 600.0}
+    trial = {r: 1.2 * v for r, v in baseline.items()}
+    speedup = paired_speedup(trial, baseline)
+    assert speedup is not None and speedup.rounds == 3
+    assert speedup.ratio == pytest.approx(1.2)
+    assert speedup.low == pytest.approx(1.2) and speedup.high == pytest.approx(1.2)
+    assert speedup.beats_baseline and speedup.decided
+
+
+def test_a_speedup_within_the_noise_does_not_beat_the_baseline() -> None:
+    baseline = {1: 1000.0, 2: 1000.0, 3: 1000.0}
+    trial = {1: 1030.0, 2: 985.0, 3: 1010.0}
+    speedup = paired_speedup(trial, baseline)
+    assert speedup is not None
+    assert speedup.low < 1.0 < speedup.high  # the interval holds "no change"
+    assert not speedup.beats_baseline and not speedup.decided
+    # A clear loss is decided too: more rounds would not make it a win.
+    slower = paired_speedup({1: 900.0, 2: 910.0, 3: 890.0}, baseline)
+    assert slower is not None and slower.decided and not slower.beats_baseline
+
+
+def test_a_gain_under_the_minimum_is_not_a_win_however_sure() -> None:
+    baseline = {1: 1000.0, 2: 1000.0, 3: 1000.0}
+    tiny = paired_speedup({r: 1000.0 * (1 + MIN_GAIN / 2) for r in baseline}, baseline)
+    assert tiny is not None and tiny.decided and not tiny.beats_baseline
+
+
+def test_paired_speedup_uses_only_rounds_both_were_measured_in() -> None:
+    assert paired_speedup({1: 100.0}, {2: 100.0}) is None
+    one = paired_speedup({1: 110.0, 2: 999.0}, {1: 100.0})
+    assert one is not None and one.rounds == 1 and one.ratio == pytest.approx(1.1)
+    assert one.low == 0.0 and math.isinf(one.high) and not one.decided

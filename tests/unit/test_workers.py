@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -14,32 +15,34 @@ import optuna
 import pytest
 
 from autotune.errors import UsageError
+from autotune.executors.base import watchdog_seconds
+from autotune.executors.forkserver import WorkerProcess
+from autotune.executors.processes import Slot, worker_slots
+from autotune.executors.torchrun import rank_exitcode as _rank_exitcode
 from autotune.measure.estimate import GRADIENT_BYTES, static_bytes
-from autotune.run.feasibility import PastTrial, precheck
-from autotune.run.launcher import WorkerProcess, _rank_exitcode, watchdog_seconds
-from autotune.run.supervisor import Slot, worker_slots
 from autotune.space.availability import Hardware
 from autotune.study.owner import Owner, is_alive, start_ticks, this_process
 from autotune.study.store import fail_interrupted_trials, open_storage
+from autotune.trial.feasibility import PastTrial, precheck
 
 
 def _dead_child() -> Owner:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     ticks = start_ticks(child.pid)
     child.wait(timeout=30)
-    return Owner(this_process().host, child.pid, ticks)
+    return dataclasses.replace(this_process(), pid=child.pid, start_ticks=ticks)
 
 
 def test_an_owner_is_alive_while_its_process_runs() -> None:
     me = this_process()
     assert is_alive(me)
     assert not is_alive(_dead_child())
-    assert not is_alive(Owner(me.host, me.pid, (me.start_ticks or 0) + 1))  # a reused pid
+    assert not is_alive(dataclasses.replace(me, start_ticks=(me.start_ticks or 0) + 1))  # a reused pid
 
 
 def test_a_zombie_is_not_alive() -> None:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
-    owner = Owner(this_process().host, child.pid, start_ticks(child.pid))
+    owner = dataclasses.replace(this_process(), pid=child.pid, start_ticks=start_ticks(child.pid))
     try:
         os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped: a zombie
         assert not is_alive(owner)
@@ -80,14 +83,15 @@ def _ended(exitcode: int | None, hung: bool = False, log: Path | None = None) ->
     worker = WorkerProcess.__new__(WorkerProcess)
     worker.process = SimpleNamespace(exitcode=exitcode)
     worker.hung = hung
+    worker.watchdog_s = watchdog_seconds(10)
     worker.job = SimpleNamespace(log_path=str(log) if log else None)
-    return worker.exit(watchdog_seconds(10))
+    return worker.exit_failure()
 
 
 def test_exit_reasons(tmp_path: Path) -> None:
     log = tmp_path / "worker.log"
     log.write_text("loading\nFatal Python error: Segmentation fault\n")
-    assert _ended(0).reason is None
+    assert _ended(0) is None
     killed = _ended(-signal.SIGKILL)
     assert killed.reason == "killed" and "SIGKILL" in killed.message and "out-of-memory" in killed.message
     assert _ended(-signal.SIGTERM).reason == "killed"

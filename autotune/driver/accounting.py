@@ -1,0 +1,110 @@
+"""Where a search's time went: stored with its study as the ``time_breakdown`` user attr.
+
+Every measured job (each trial of this search, the baseline, every finalist re-measurement)
+reports how its process spent its time: set-up (from taking the job to the first step: loading the
+study, building the model and the Trainer), compile (dynamo's own timer, within the warm-up), the
+rest of the warm-up, and the measured window; a trial that screening stopped, its set-up and the
+steps it ran before it was stopped (screening). Summed over jobs, these are worker-seconds; the
+search had ``wall_s x slots`` of them (slots: jobs the executor runs at once), and what no job
+accounts for is ``between_s``: starting processes, the supervisor and the store, pre-checked
+trials that train nothing, jobs that failed, idle slots. So the phases sum to ``wall_s x slots``
+exactly, and ``measured_share`` is the part of it that measured throughput. The stages (baseline,
+search, finalists) are wall-clock seconds of each part of the search.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import optuna
+
+from autotune.study.store import was_trained
+
+PHASES = ("setup_s", "compile_s", "warmup_s", "window_s", "screening_s", "between_s")
+STAGES = ("baseline_s", "search_s", "finalists_s")
+
+
+def job_phases(attrs: Mapping[str, Any]) -> dict[str, float]:
+    """The set-up, compile, warm-up and window seconds of one measured job (its attrs). Compiling
+    happens in the first steps: the compile seconds are counted out of the warm-up (at most all
+    of it; a recompile inside the window stays part of the window, as it was measured)."""
+
+    def seconds(key: str) -> float:
+        value = attrs.get(key)
+        return float(value) if isinstance(value, int | float) and math.isfinite(value) and value > 0 else 0.0
+
+    warmup_s = seconds("warmup_s")
+    compile_s = min(seconds("compile_s"), warmup_s)
+    return {
+        "setup_s": seconds("setup_s"),
+        "compile_s": compile_s,
+        "warmup_s": warmup_s - compile_s,
+        "window_s": seconds("window_s"),
+        # A trial screening stopped: its steps (compile and warm-up included) until it was stopped.
+        "screening_s": seconds("screen_s"),
+    }
+
+
+def breakdown(
+    wall_s: float, slots: int, jobs: list[dict[str, float]], stages: dict[str, float]
+) -> dict[str, Any]:
+    """The stored breakdown: phases summed over `jobs` (see `job_phases`), ``between_s`` the rest of
+    ``wall_s x slots``, the measured share, and the stages' wall-clock seconds."""
+    phases = {name: math.fsum(job[name] for job in jobs) for name in PHASES[:-1]}
+    slot_s = wall_s * slots
+    # Jobs overlapping beyond the slots cannot happen; clock granularity can: never negative.
+    phases["between_s"] = max(0.0, slot_s - math.fsum(phases.values()))
+    return {
+        "wall_s": wall_s,
+        "slots": slots,
+        "jobs": len(jobs),
+        "phases": phases,
+        "measured_share": phases["window_s"] / slot_s if slot_s > 0 else 0.0,
+        "stages": {name: stages.get(name, 0.0) for name in STAGES},
+    }
+
+
+class TimeAccount:
+    """Accounts one run of a search (see the module docstring): made when the search starts, told
+    about measure jobs through `measuring`, the stages through `stage`; `store` adds this search's
+    trials from the study and writes the breakdown."""
+
+    def __init__(self, study: optuna.Study, slots: int) -> None:
+        self.started_s = time.monotonic()
+        self.slots = max(1, slots)
+        # The trials that ended before this search (enqueued ones, still waiting, are this search's).
+        self.before = {t.number for t in study.get_trials(deepcopy=False) if t.state.is_finished()}
+        self.jobs: list[dict[str, float]] = []
+        self.stages: dict[str, float] = {}
+
+    def measuring(self, measure: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+        """`measure` (a measure job: the baseline, a finalist), its result accounted."""
+
+        def accounted(*args: Any, **kwargs: Any) -> dict[str, Any]:
+            measured = measure(*args, **kwargs)
+            self.jobs.append(job_phases(measured))
+            return measured
+
+        return accounted
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        began = time.monotonic()
+        try:
+            yield
+        finally:
+            self.stages[f"{name}_s"] = self.stages.get(f"{name}_s", 0.0) + time.monotonic() - began
+
+    def store(self, study: optuna.Study) -> dict[str, Any]:
+        """Write this search's breakdown as the study's ``time_breakdown`` (a resumed search writes
+        its own) and return it."""
+        trials = [t for t in study.get_trials(deepcopy=False) if t.number not in self.before]
+        trained = [t for t in trials if was_trained(t) and "duplicate_of" not in t.user_attrs]
+        jobs = [*self.jobs, *(job_phases(t.user_attrs) for t in trained)]
+        result = breakdown(time.monotonic() - self.started_s, self.slots, jobs, self.stages)
+        study.set_user_attr("time_breakdown", result)
+        return result

@@ -1,0 +1,145 @@
+"""Measuring given values around the search: the baseline before it, the finalists after it.
+
+The best few trials and the baseline are re-measured in interleaved rounds (A B C A B C ...) and
+the winner is declared by median: a single window's luck (or a neighbour's noise) does not pick
+the answer, and the speedup over the baseline is measured under the same conditions."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+import optuna
+
+from autotune.measure.ranks import distributed, from_rank_zero, is_rank_zero
+from autotune.measure.stats import paired_speedup, rank_finalists, verdict
+from autotune.plan.resolved import Plan, baseline_values
+from autotune.progress import Reporter, describe_params
+from autotune.study.objective import score, study_run_tokens
+from autotune.study.store import ranked_trials
+
+Measure = Callable[..., dict[str, Any]]  # (params, number, verbatim=...) -> measurements
+
+
+def measure_baseline(measure: Measure, plan: Plan, study: optuna.Study, reporter: Reporter) -> None:
+    """Measure the baseline once per study, before the search: the speedup is stated against it."""
+    values = baseline_values(plan)
+    reporter.on_note(f"measuring the baseline: {describe_params(values)}")
+    try:
+        measured = measure(values, -1, verbatim=True)
+    except Exception as exc:  # a baseline that fails is a fact to report, not a reason to stop
+        if distributed():
+            raise  # unless one rank alone failed and the others wait for it: end the group
+        study.set_user_attr("baseline", {"params": values, "error": f"{type(exc).__name__}: {exc}"[:300]})
+        reporter.on_note(f"the baseline failed: {type(exc).__name__}: {exc}"[:300])
+        return
+    if not is_rank_zero():
+        return
+    study.set_user_attr(
+        "baseline",
+        {
+            "params": values,
+            "tokens_per_s": measured["tokens_per_s"],
+            "samples_per_s": measured["samples_per_s"],
+            "peak_memory_bytes": measured["peak_memory_bytes"],
+            "rel_ci_halfwidth": measured["rel_ci_halfwidth"],
+            # what its loss parity and its predicted run time are judged from
+            **{key: measured.get(key) for key in _RUN_ATTRS},
+        },
+    )
+    peak_mib = measured["peak_memory_bytes"] / 2**20
+    reporter.on_note(f"baseline: {measured['tokens_per_s'] / 1000:.1f}k tok/s, peak {peak_mib:.0f} MiB")
+
+
+BASELINE = -1  # the baseline's number among the finalists
+_RUN_ATTRS = ("tokens_per_step", "setup_s", "warmup_excess_s", "compile_s", "loss_curve")
+
+
+def remeasure_finalists(measure: Measure, plan: Plan, study: optuna.Study, reporter: Reporter) -> None:
+    """Re-measure the best few trials, and the baseline, in interleaved rounds (A B C A B C ...)
+    and declare the winner by median: a single window's luck (or a neighbour's noise) does not pick
+    the answer, and the speedup over the baseline is measured under the same conditions."""
+    candidates = [
+        t for t in ranked_trials(study) if t.attrs.get("feasible") and "duplicate_of" not in t.attrs
+    ]
+    finalists = candidates[: plan.config.finalists]
+    baseline = study.user_attrs.get("baseline") or {}
+    contestants: dict[int, tuple[dict[str, Any], bool]] = {f.number: (f.params, False) for f in finalists}
+    if baseline.get("tokens_per_s") and finalists:
+        contestants[BASELINE] = (baseline["params"], True)
+    contestants = from_rank_zero(contestants)  # every rank of a launched group measures the same
+    if len(contestants) < 2:
+        return
+    # With the user's run length, finalists are compared on its predicted time, not on tokens/s.
+    tokens = study_run_tokens(study.user_attrs)
+    rounds = plan.config.finalist_rounds
+    # With the baseline among them, rounds go on (up to twice as many) until the leader's speedup
+    # over it is decided: its interval wholly above or below the gain worth a change.
+    max_rounds = 2 * rounds if BASELINE in contestants else rounds
+    named = ", ".join("the baseline" if n == BASELINE else str(n) for n in contestants)
+    reporter.on_note(f"re-measuring trials {named} in {rounds} interleaved rounds")
+    by_round: dict[int, dict[int, float]] = {number: {} for number in contestants}
+    throughput: dict[int, list[float]] = {number: [] for number in contestants}
+    round_number = 0
+    while round_number < max_rounds:
+        round_number += 1
+        for number, (params, verbatim) in contestants.items():
+            try:
+                measured = measure(params, number, verbatim=verbatim)
+            except Exception as exc:  # a finalist that fails now is reported, not fatal
+                if distributed():
+                    raise  # unless one rank alone failed and the others wait for it
+                reporter.on_remeasure(number, round_number, None, f"{type(exc).__name__}: {exc}")
+                continue
+            by_round[number][round_number] = score(measured, tokens) or 0.0
+            throughput[number].append(measured["tokens_per_s"])
+            reporter.on_remeasure(number, round_number, measured["tokens_per_s"], None)
+        if round_number >= rounds:
+            undecided = from_rank_zero(_undecided(by_round) if is_rank_zero() else None)
+            if undecided is None or round_number == max_rounds:
+                break
+            reporter.on_note(f"after {round_number} rounds {undecided}: one more round")
+    ranked = rank_finalists({number: list(values.values()) for number, values in by_round.items()})
+    trials_ranked = [f for f in ranked if f.number != BASELINE]
+    if not trials_ranked or not is_rank_zero():
+        return
+    by_number = {f.number: f for f in finalists}
+    winner = trials_ranked[0]
+    text = verdict(trials_ranked, describe_params(by_number[winner.number].params))
+    remeasured_baseline = next((f for f in ranked if f.number == BASELINE), None)
+    answer: dict[str, Any] = {
+        "number": winner.number,
+        "median_tokens_per_s": statistics.median(throughput[winner.number]),
+        # what the finalists were ranked by: tokens/s, or the effective rate of the user's run
+        "median_score": winner.median,
+        "objective": "tokens_per_s" if tokens is None else "run_time",
+    }
+    if remeasured_baseline is not None:
+        study.set_user_attr(
+            "baseline", {**baseline, "remeasured_median": statistics.median(throughput[BASELINE])}
+        )
+        speedup = paired_speedup(by_round[winner.number], by_round[BASELINE])
+        if speedup is not None:
+            answer["speedup"] = speedup.to_dict()
+            if not speedup.beats_baseline:
+                text += f"; nothing beat the defaults measurably (speedup {speedup.describe()}): keep them"
+    study.set_user_attr("finalists", [f.to_dict() for f in ranked])
+    study.set_user_attr("winner", {**answer, "verdict": text})
+
+
+def _undecided(by_round: dict[int, dict[int, float]]) -> str | None:
+    """Why another round is worth it: the leading trial's speedup over the baseline is not decided
+    yet (see `Speedup.decided`); None when it is, or cannot be (too few measurements)."""
+    medians = {
+        number: statistics.median(values.values())
+        for number, values in by_round.items()
+        if number != BASELINE and values
+    }
+    if not medians or not by_round.get(BASELINE):
+        return None
+    leader = max(medians, key=lambda number: medians[number])
+    speedup = paired_speedup(by_round[leader], by_round[BASELINE])
+    if speedup is None or speedup.rounds < 2 or speedup.decided:
+        return None
+    return f"the speedup of trial {leader} over the baseline is not decided ({speedup.describe()})"

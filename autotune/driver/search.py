@@ -1,0 +1,64 @@
+"""`search()`: one call from a run configuration to a finished study.
+
+cli -> config -> plan (space, workload, hardware) -> supervisor over an executor (each job one
+`Trainer.hyperparameter_search` trial on the shared optuna study) -> store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from transformers import TrainerCallback
+
+from autotune.config import RunConfig
+from autotune.driver.result import SearchResult
+from autotune.driver.study import finish, open_study
+from autotune.executors.warm import start_forkserver_for
+from autotune.logs import quiet_libraries
+from autotune.plan.build import plan_search
+from autotune.progress import Reporter
+
+
+def search(
+    config: RunConfig | None = None,
+    *,
+    reporter: Reporter | None = None,
+    callbacks: Sequence[TrainerCallback] = (),
+    enqueue: Sequence[Mapping[str, Any]] = (),
+    debug: bool = False,
+    **overrides: Any,
+) -> SearchResult:
+    """Run (or continue) a throughput search and return the study's result.
+
+    Args:
+        config: the run configuration; keyword `overrides` replace its fields
+            (``search(model="tiny-llama", trials=4)`` works without a config).
+        reporter: receives progress events; the default prints nothing.
+        callbacks: extra Trainer callbacks added to every trial.
+        enqueue: knob values to run first (optuna `enqueue_trial`), e.g. a baseline.
+        debug: keep tracebacks of failed trials in their user attrs.
+
+    Raises:
+        UsageError: a bad space, model, flag value or storage URL.
+        StoreError: the store cannot be opened, or the study is not a throughput study.
+    """
+    config = dataclasses.replace(config or RunConfig(), **overrides)
+    reporter = reporter or Reporter()
+    # The trial machinery (torch, the Trainer) is imported once the input is known to be good: a
+    # bad model, space or store fails in seconds.
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # under torchrun / accelerate launch
+        from autotune.driver.group import search_in_group
+
+        return search_in_group(config, reporter, callbacks, enqueue, debug)
+    start_forkserver_for(config)  # its imports overlap this process's planning
+    plan = plan_search(config)
+    with quiet_libraries():
+        study, done_before, remaining = open_study(plan, reporter, enqueue)
+        if remaining:
+            from autotune.driver.trials import run_trials
+
+            run_trials(plan, study, remaining, reporter, callbacks, debug)
+    return finish(study, config, done_before, reporter)

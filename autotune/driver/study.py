@@ -1,0 +1,97 @@
+"""The search's study: created (or continued) with what it measures, checked on resume, and
+described to the reporter."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import optuna
+
+from autotune.driver.result import SearchResult
+from autotune.errors import StoreError
+from autotune.plan.resolved import Plan, data_notes, trial_world_size
+from autotune.progress import Reporter
+from autotune.study.fingerprint import check_resume, fingerprint
+from autotune.study.store import best_trial, fail_interrupted_trials, measured_count, ranked_trials
+
+
+def open_study(
+    plan: Plan, reporter: Reporter, enqueue: Sequence[Mapping[str, Any]] = ()
+) -> tuple[optuna.Study, int, int]:
+    """Create (or continue) the plan's study: describe it, check its fingerprint, fail the trials
+    of dead processes, tell the reporter. Returns the study, the measured trials it holds and how
+    many more the budget asks for.
+
+    Raises:
+        UsageError: the stored study was measured differently.
+        StoreError: the study is not a throughput study.
+    """
+    study = optuna.create_study(
+        storage=plan.storage, study_name=plan.study_name, direction="maximize", load_if_exists=True
+    )
+    check_direction(study)
+    current = fingerprint(plan)
+    stored = study.user_attrs.get("fingerprint")
+    if stored is None:
+        describe_study(study, plan, current)
+    else:
+        for field in check_resume(plan.study_name, stored, current, plan.config.allow_mismatch):
+            reporter.on_note(f"continuing although {field} differs (--allow-mismatch {field})")
+    interrupted = fail_interrupted_trials(study)
+    if interrupted:
+        reporter.on_note(f"trial(s) {', '.join(map(str, interrupted))} were interrupted: marked failed")
+    done_before = measured_count(study)
+    remaining = max(0, plan.config.trials - done_before)
+    reporter.on_search_start(header(plan, done_before, remaining))
+    if remaining:
+        for params in enqueue:
+            study.enqueue_trial(dict(params), skip_if_exists=True)
+    return study, done_before, remaining
+
+
+def finish(study: optuna.Study, config: Any, done_before: int, reporter: Reporter) -> SearchResult:
+    """The search's result, told to the reporter."""
+    ranked = ranked_trials(study)
+    result = SearchResult(study, config, ranked, best_trial(study), measured_count(study) - done_before)
+    reporter.on_search_end(result)
+    return result
+
+
+def check_direction(study: optuna.Study) -> None:
+    if study.direction != optuna.study.StudyDirection.MAXIMIZE:
+        raise StoreError(
+            f"study {study.study_name!r} exists but minimizes its objective: it is not an autotune study",
+            "pick another --study name",
+        )
+
+
+def describe_study(study: optuna.Study, plan: Plan, fingerprint: dict[str, Any]) -> None:
+    """Store what the study measures (once, at creation), for inspection, export and resume."""
+    study.set_user_attr("fingerprint", fingerprint)
+    study.set_user_attr("run_config", plan.config.to_dict())
+    study.set_user_attr("workload", plan.workload.describe())
+    study.set_user_attr("space", plan.space.describe())
+    study.set_user_attr("memory_cap", plan.config.memory_cap)
+    study.set_user_attr("base_args", plan.base_args)
+    study.set_user_attr("device", plan.hardware.to_dict())
+    study.set_user_attr("not_searched", plan.not_searched)
+
+
+def header(plan: Plan, done_before: int, remaining: int) -> dict[str, Any]:
+    space = plan.space
+    return {
+        "model": plan.workload.name,
+        "task": plan.workload.task,
+        "seq_len": plan.workload.seq_len,
+        "space": f"{space.name} ({len(space.knobs)} knobs, {space.grid_size()} combinations)",
+        "space_notes": [*space.notes, *data_notes(plan, trial_world_size(plan.config))],
+        "not_searched": plan.not_searched,
+        "storage": plan.config.storage_display,
+        "study": plan.study_name,
+        "budget": plan.config.trials,
+        "finished": done_before,
+        "to_run": remaining,
+        "device": plan.hardware.to_dict(),
+        "memory_cap": plan.config.memory_cap,
+    }

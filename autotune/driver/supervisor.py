@@ -1,0 +1,247 @@
+"""The supervisor: keeps an executor busy on one stored study until it holds its budget, and
+measures given values (the baseline, the finalists) through the same executor.
+
+It does not know where jobs run (`autotune.executors`). It turns a job that ended without its
+trial recorded into that trial's result: the executor's reason (``killed``, ``crashed``, ``hung``,
+or the job's own) written by `autotune.study.outcomes`. The search goes on either way.
+
+The budget is global: a job is started only while the measured trials, the trials running
+anywhere (other supervisors included) and this supervisor's own jobs are fewer than it, and a job
+checks again right before it asks the study for a trial. Under a launcher (every rank runs this
+loop, with the in-process executor) rank 0 decides each step and the other ranks follow.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import optuna
+
+from autotune.errors import AutotuneError, StoreError
+from autotune.executors.base import Ended, Executor
+from autotune.measure.ranks import from_rank_zero, is_rank_zero
+from autotune.plan.resolved import Plan
+from autotune.progress import Reporter, TrialSummary
+from autotune.study.outcomes import TrialOutcome, fail_running_trial
+from autotune.study.owner import OWNER_ATTR, this_process
+from autotune.study.store import fail_interrupted_trials, measured_count, running_trials, trials_of_job
+from autotune.trial.job import Job, JobFailed, Measured, TrialDone
+
+# Jobs in a row that end without measuring anything (a broken environment, not a bad trial)
+# after which the search stops with their error.
+MAX_FAILED_STARTS = 3
+RECOVER_EVERY_S = 2.0
+WAIT_S = 0.5
+
+
+class WorkerFailed(AutotuneError):
+    """Jobs keep failing before they measure anything."""
+
+    exit_code = 1
+
+
+class MeasureFailed(RuntimeError):
+    """A measurement of given values failed: its `reason` (see `autotune.study.outcomes`), and
+    the message as the text."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class Supervisor:
+    """Runs a plan's trials and measurements through an executor (see the module docstring).
+
+    Args:
+        plan: the resolved run (its study already exists in the store).
+        study: that study.
+        executor: where the jobs run.
+        reporter: receives the supervisor's notes and the trials it records.
+        callbacks: Trainer callbacks handed to every job (they must pickle for process executors).
+        debug: keep tracebacks of failed trials.
+        seed_offset: added to the sampler seeds of this supervisor's jobs (pool members that join
+            a study pass a random one, so that they do not repeat each other's proposals).
+    """
+
+    def __init__(
+        self,
+        plan: Plan,
+        study: optuna.Study,
+        executor: Executor,
+        reporter: Reporter,
+        callbacks: Sequence[Any] = (),
+        debug: bool = False,
+        seed_offset: int = 0,
+    ) -> None:
+        self.plan = plan
+        self.study = study
+        self.executor = executor
+        self.reporter = reporter
+        self.callbacks = tuple(callbacks)
+        self.debug = debug
+        self.seed_offset = seed_offset
+        self.failed_starts = 0
+        self.me = this_process()
+
+    def job(self, **fields: Any) -> Job:
+        """A job of this supervisor's study (the executor adds its slot and log)."""
+        return Job(
+            study_name=self.plan.study_name,
+            storage_url=self.plan.config.storage_url,
+            job_id=uuid.uuid4().hex[:12],
+            env=dict(os.environ),
+            callbacks=self.callbacks,
+            debug=self.debug,
+            supervisor=self.me,
+            ddp_timeout_s=self.plan.config.ddp_timeout_s,
+            **fields,
+        )
+
+    # -- measurements of given values (baseline, finalists) -------------------------------------
+
+    def measure(self, params: dict[str, Any], number: int, verbatim: bool = False) -> dict[str, Any]:
+        """Measure knob values once in a job of their own and return the measurements.
+
+        Raises:
+            MeasureFailed: the measurement failed, or its process died (with the reason).
+        """
+        job = self.job(kind="measure", params=dict(params), number=number, verbatim=verbatim)
+        self.executor.start(job)
+        while True:
+            for ended in self.executor.wait(1.0):
+                if ended.job.job_id != job.job_id:
+                    continue
+                if isinstance(ended.result, Measured):
+                    return dict(ended.result.values)
+                failed = ended.result
+                assert isinstance(failed, JobFailed)
+                raise MeasureFailed(failed.reason, failed.message)
+
+    # -- the search -----------------------------------------------------------------------------
+
+    def run_search(self, target: int, should_stop: Callable[[], str | None]) -> None:
+        """Keep the executor busy until the study holds `target` measured trials, or `should_stop`
+        returns why no more trials are worth starting (then running jobs finish).
+
+        The store is read when a job ended, and every `RECOVER_EVERY_S` otherwise (to see other
+        processes' trials): not on every progress event, which would take CPU from the trials
+        being measured.
+
+        Raises:
+            StoreError: the store stayed unreachable past its retry bound (the message names what
+                the jobs running here lose; the caller's executor ends them).
+        """
+        try:
+            self._run_search(target, should_stop)
+        except StoreError as exc:
+            running = len(self.executor.running())
+            if not running:
+                raise
+            raise StoreError(
+                f"{exc.message}; the search stopped and loses the {running} trial(s) running here "
+                "(marked interrupted by the next autotune process on this study once the store is back)",
+                exc.hint,
+            ) from exc
+
+    def _run_search(self, target: int, should_stop: Callable[[], str | None]) -> None:
+        stopping: str | None = None
+        last_look = float("-inf")
+        changed = True
+        while True:
+            now = time.monotonic()
+            if changed or now - last_look > RECOVER_EVERY_S:
+                last_look = now
+                step = from_rank_zero(self._decide(target, stopping, should_stop) if is_rank_zero() else None)
+                kind, detail = step
+                if kind == "stop":
+                    stopping = detail
+                    self.reporter.on_note(detail)
+                elif kind == "done":
+                    return
+                elif kind == "start":
+                    for job in detail:
+                        self.executor.start(job)
+            changed = False
+            for ended in self.executor.wait(WAIT_S):
+                changed = True
+                if is_rank_zero():
+                    self._settle(ended)
+
+    def _decide(
+        self, target: int, stopping: str | None, should_stop: Callable[[], str | None]
+    ) -> tuple[str, Any]:
+        """Rank 0's next step: ``("stop", why)``, ``("done", None)``, ``("start", jobs)``."""
+        self._recover()
+        measured = measured_count(self.study)
+        if stopping is None and measured < target:
+            why = should_stop()
+            if why:
+                return "stop", why
+        if not self.executor.running() and (measured >= target or stopping):
+            return "done", None
+        if stopping is not None:
+            return "wait", None
+        return "start", self._new_jobs(target, measured)
+
+    def _new_jobs(self, target: int, measured: int) -> list[Job]:
+        mine = {job.job_id for job in self.executor.running()}
+        elsewhere = [
+            t
+            for t in running_trials(self.study)
+            if (t.user_attrs.get(OWNER_ATTR) or {}).get("job") not in mine
+        ]
+        jobs: list[Job] = []
+        running = len(self.executor.running())
+        for index in range(running, self.executor.capacity):
+            if measured + running + len(jobs) + len(elsewhere) >= target:
+                break
+            offset = self.seed_offset + index * 1_000_003  # a sampler stream per concurrent job
+            jobs.append(self.job(kind="trial", budget=target, seed_offset=offset))
+        return jobs
+
+    def _settle(self, ended: Ended) -> None:
+        """Record what a finished trial job leaves behind."""
+        result = ended.result
+        if isinstance(result, TrialDone):
+            if result.trained:
+                self.failed_starts = 0
+            return
+        if not isinstance(result, JobFailed):
+            return
+        ran = trials_of_job(self.study, ended.job.job_id)
+        trials = [t for t in ran if t.state == optuna.trial.TrialState.RUNNING]
+        if ran and not trials:  # the job recorded its own trial before it ended (a DDP rank 0)
+            self.failed_starts = 0
+            return
+        for trial in trials:
+            outcome = TrialOutcome.process_ended(result.reason, result.message)
+            if fail_running_trial(self.study, trial._trial_id, outcome):
+                self.reporter.on_trial_end(
+                    TrialSummary(
+                        trial.number, dict(trial.params), "FAIL", reason=result.reason, message=result.message
+                    )
+                )
+        if trials:
+            self.failed_starts = 0
+            return
+        self.failed_starts += 1
+        self.reporter.on_note(
+            f"a worker ended before it measured a trial ({result.reason}): {result.message}"
+        )
+        if self.failed_starts >= MAX_FAILED_STARTS:
+            raise WorkerFailed(
+                f"{self.failed_starts} workers in a row ended before measuring a trial: {result.message}",
+                "rerun with --isolation none --debug to see the error in this process",
+            )
+
+    def _recover(self) -> None:
+        jobs = {job.job_id for job in self.executor.running() if job.job_id is not None}
+        interrupted = fail_interrupted_trials(self.study, jobs)
+        if interrupted:
+            self.reporter.on_note(
+                f"trial(s) {', '.join(map(str, interrupted))} were interrupted: marked failed"
+            )

@@ -1,0 +1,106 @@
+"""Running a planned search's trials: choose where jobs run, measure the baseline, keep the
+executor busy until the budget is met, re-measure the finalists."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import optuna
+from transformers import TrainerCallback
+
+from autotune.driver.accounting import TimeAccount
+from autotune.driver.finalists import measure_baseline, remeasure_finalists
+from autotune.driver.stopping import stop_reason
+from autotune.driver.supervisor import Supervisor
+from autotune.executors.base import Executor
+from autotune.executors.forkserver import ForkserverExecutor
+from autotune.executors.inprocess import InProcessExecutor
+from autotune.executors.torchrun import TorchrunExecutor
+from autotune.measure.ranks import from_rank_zero, is_rank_zero
+from autotune.plan.resolved import Plan
+from autotune.progress import Reporter
+from autotune.study.owner import member_seed, this_process
+from autotune.study.store import fail_interrupted_trials, measured_count
+from autotune.study.urls import sqlite_file
+
+
+def executor_for(
+    plan: Plan,
+    study: optuna.Study,
+    reporter: Reporter,
+    callbacks: Sequence[Any] = (),
+    debug: bool = False,
+) -> Executor:
+    """Where the plan's jobs run: this process (``--isolation none``), forkserver workers, torchrun
+    groups (``--nproc-per-node``), or Ray actors (``--backend ray``; measurements in workers)."""
+    if plan.config.isolation == "none":
+        return InProcessExecutor(plan, study, reporter, callbacks, debug)
+    if plan.config.backend == "ray":  # imported first: a missing Ray is said before any measurement
+        from autotune.executors.ray import RayExecutor  # Ray is an optional extra
+
+    local: Executor
+    if plan.config.nproc_per_node > 1:
+        local = TorchrunExecutor(plan, reporter, plan.config.workers)
+    else:
+        local = ForkserverExecutor(plan, reporter, plan.config.workers)
+    if plan.config.backend == "ray":
+        return RayExecutor(plan, study, reporter, local)
+    return local
+
+
+def run_trials(
+    plan: Plan,
+    study: optuna.Study,
+    budget: int,
+    reporter: Reporter,
+    callbacks: Sequence[TrainerCallback] = (),
+    debug: bool = False,
+    executor: Executor | None = None,
+) -> None:
+    """Run trials until `budget` more are measured, then re-measure the best few to pick the winner.
+
+    Trials that need no training (unavailable here, duplicates, predicted out of memory) cost
+    milliseconds and do not count against the budget, so trials are asked for until the budget is
+    met; a sampler that keeps proposing only those is stopped after a bound (`stop_reason`).
+    """
+    target = measured_count(study) + budget
+    try:
+        with executor or executor_for(plan, study, reporter, callbacks, debug) as running:
+            supervisor = Supervisor(
+                plan, study, running, reporter, callbacks, debug, seed_offset=_seed_offset(plan)
+            )
+            if (note := running.describe()) is not None:
+                reporter.on_note(note)
+            account = TimeAccount(study, slots(plan, running))
+            measure = account.measuring(supervisor.measure)
+            # Under a launcher every rank runs this: what is read from the study is rank 0's.
+            if from_rank_zero(plan.config.measure_baseline and "baseline" not in study.user_attrs):
+                with account.stage("baseline"):
+                    measure_baseline(measure, plan, study, reporter)
+            with account.stage("search"):
+                supervisor.run_search(target, stop_reason(plan, study, target))
+            with account.stage("finalists"):
+                remeasure_finalists(measure, plan, study, reporter)
+            if is_rank_zero():
+                account.store(study)
+    finally:
+        if is_rank_zero():  # the trials of jobs the executor ended on the way out (Ctrl-C, an error)
+            fail_interrupted_trials(study)
+
+
+def slots(plan: Plan, executor: Executor) -> int:
+    """Jobs that run at once, for the time breakdown: Ray's capacity is Tune's queue, and Tune runs
+    one trial per GPU (or per CPU machine)."""
+    if plan.config.backend == "ray":
+        return max(1, plan.hardware.count) if plan.hardware.cuda else 1
+    return executor.capacity
+
+
+def _seed_offset(plan: Plan) -> int:
+    """0 on a SQLite store, where a search runs on one host and replays exactly with its --seed;
+    on a server store, where other searches and pool members may share the study, this process's
+    own stream (`member_seed`): members started with one --seed never replay each other."""
+    if sqlite_file(plan.config.storage_url) is not None:
+        return 0
+    return member_seed(plan.config.seed, this_process().identity)

@@ -1,0 +1,41 @@
+"""Imported once by the forkserver that workers start from: everything a trial needs, loaded ahead.
+
+Not for import anywhere else: importing it freezes the garbage collector's view of the heap.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+
+# The forkserver must not initialise CUDA (a forked child of an initialised parent cannot use it):
+# ask NVML, not the driver, whether CUDA is there.
+os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+
+# The trial machinery (transformers is lazy: `transformers.trainer` must be named), and what
+# optuna's RDB storage imports lazily in every process that opens one (alembic, sqlalchemy).
+import accelerate  # noqa: F401
+import alembic.command
+import alembic.config
+import alembic.migration
+import alembic.script  # noqa: F401
+import optuna.storages._rdb.models  # noqa: F401
+import sqlalchemy.dialects.mysql
+import sqlalchemy.dialects.postgresql
+import sqlalchemy.dialects.sqlite
+import sqlalchemy.orm  # noqa: F401
+import torch  # noqa: F401
+import transformers.generation.utils
+import transformers.models.bert.modeling_bert
+import transformers.models.gpt2.modeling_gpt2
+import transformers.models.llama.modeling_llama
+import transformers.trainer  # noqa: F401
+
+import autotune.executors.forkserver
+import autotune.trial.entry
+import autotune.trial.trainer  # noqa: F401
+
+# What is alive now is shared by every worker: keep the collector from touching (and so copying)
+# those pages in each of them.
+gc.collect()
+gc.freeze()

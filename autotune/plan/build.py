@@ -1,0 +1,146 @@
+"""Resolving a run configuration (or a stored study) into a `Plan`: the space, workload, hardware
+rules, base config and store every trial of a search (and every worker) works from."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from autotune.config import RunConfig, load_base_args, refuse_stored_remote_code
+from autotune.errors import UsageError
+from autotune.plan.resolved import Plan, trial_world_size
+from autotune.space import SearchSpace, builtin_spaces, load_space, parse_space
+from autotune.space.availability import detect_hardware, model_support, value_unavailable
+from autotune.study.fingerprint import check_resume, fingerprint
+from autotune.study.store import default_study_name, load_existing_study, open_storage
+from autotune.workloads.data import DataSource
+from autotune.workloads.workload import Workload, resolve_workload
+
+
+def plan_search(config: RunConfig, open_store: bool = True, stored: Mapping[str, Any] | None = None) -> Plan:
+    """Resolve a run configuration: space, workload, hardware rules, base config, store.
+
+    Args:
+        config: the run configuration.
+        open_store: open (and create) the store at ``config.storage_url``.
+        stored: the user attrs of the study this run continues, where a worker takes the base
+            config and, when the space file is not on this host, the space from.
+
+    Raises:
+        UsageError: a bad space, model, base config, or an unreachable global batch size.
+        StoreError: the store cannot be opened.
+    """
+    if stored is not None and "base_args" in stored:
+        base = dict(stored["base_args"])
+    else:
+        base = load_base_args(config.base_args) if config.base_args else {}
+    return plan_for(config, workload_of(config), base, open_store, stored)
+
+
+def plan_for(
+    config: RunConfig,
+    workload: Workload,
+    base: dict[str, Any],
+    open_store: bool = True,
+    stored: Mapping[str, Any] | None = None,
+) -> Plan:
+    """`plan_search` for an already resolved workload and base config (the Python API's own
+    model and data, which a run configuration cannot name)."""
+    space = _space(config.space, stored)
+    hardware = detect_hardware()
+    world_size = trial_world_size(config)
+    model = model_support(workload.model_class())
+    space = space.for_hardware(*hardware.batch_multiple())
+    if config.keep_semantics:
+        space = space.keep_semantics(base, world_size)
+    elif config.global_batch_size is not None:
+        space = space.with_global_batch(config.global_batch_size, world_size)
+    # Values that cannot run on this machine are not offered to the sampler at all; rules on
+    # combinations are checked per trial (a skipped trial with a reason and a constraint).
+    space, single_rank = space.for_world_size(world_size)
+    space, dropped = space.without(lambda knob, value: value_unavailable(knob, value, hardware, model))
+    dropped = [*single_rank, *dropped]
+    return Plan(
+        config=config,
+        space=space,
+        workload=workload,
+        hardware=hardware,
+        model=model,
+        base_args=base,
+        not_searched=dropped,
+        cap_bytes=cap.resolve(hardware.memory_bytes) if (cap := config.memory_cap_parsed) else None,
+        study_name=config.study or default_study_name(config.model, space.name, workload.seq_len),
+        storage=open_storage(config.storage_url) if open_store else None,
+    )
+
+
+def _space(name_or_path: str, stored: Mapping[str, Any] | None) -> SearchSpace:
+    if stored is not None and stored.get("space") and not _exists_here(name_or_path):
+        # The file form stored with the study (already resolved for the study's hardware).
+        described = dict(stored["space"])
+        return parse_space(
+            {"description": described.get("description", ""), "knobs": described.get("knobs", {})},
+            name=Path(name_or_path).stem,
+            source=f"the space stored with the study ({name_or_path})",
+        )
+    return load_space(name_or_path)
+
+
+def _exists_here(name_or_path: str) -> bool:
+    return name_or_path in builtin_spaces() or Path(name_or_path).exists()
+
+
+def plan_from_study(
+    study_name: str,
+    storage_url: str,
+    check_fingerprint: bool = False,
+    existing: bool = False,
+    trust_remote_code: bool | None = None,
+) -> tuple[Plan, Any]:
+    """The plan of a stored study, rebuilt from the run configuration stored with it: what a worker
+    (on this host or another) runs. With `check_fingerprint`, a host whose hardware or libraries
+    differ from the study's is refused: its measurements would not be comparable. `existing`: the
+    store's schema is known to be current (see `open_storage`). `trust_remote_code`: whether this
+    process's own command line allows code the stored configuration asks for (None: not checked,
+    for the workers of a supervisor that checked).
+
+    Raises:
+        UsageError: no such study, a study without a stored run configuration, a mismatch, or one
+            that asks for remote code this process was not allowed.
+    """
+    study = load_existing_study(storage_url, study_name, existing)
+    attrs = study.user_attrs
+    if "run_config" not in attrs:
+        raise UsageError(
+            f"study {study_name!r} has no stored run configuration: it was not made by autotune search",
+            "start it with `autotune search`",
+        )
+    if trust_remote_code is not None:  # before the workload is resolved, which runs that code
+        refuse_stored_remote_code(attrs["run_config"], trust_remote_code)
+    config = RunConfig.from_dict(attrs["run_config"], storage=storage_url, study=study_name)
+    plan = plan_search(config, open_store=False, stored=attrs)
+    plan.storage = study._storage
+    if check_fingerprint and attrs.get("fingerprint"):
+        check_resume(study_name, attrs["fingerprint"], fingerprint(plan), config.allow_mismatch)
+    return plan, optuna.load_study(study_name=study_name, storage=plan.storage)
+
+
+def workload_of(config: RunConfig) -> Workload:
+    """The workload a run configuration names: model, task and data. Tokenized data comes from
+    the `datasets` cache after the study's first process built it."""
+    data = None
+    if config.dataset is not None:
+        data = DataSource(config.dataset, config.dataset_config, config.split, config.text_column)
+    return resolve_workload(
+        config.model,
+        config.seq_len,
+        task=config.task,
+        pretrained=config.pretrained,
+        trust_remote_code=config.trust_remote_code,
+        data=data,
+        tokenizer=config.tokenizer,
+        pad_to_multiple_of=config.pad_to_multiple_of,
+    )

@@ -1,0 +1,136 @@
+"""The knob values a run gets without autotune: what `TrainingArguments` and `from_pretrained` pick.
+
+No default is spelled here: each is read from the installed transformers. With torch >= 2.8,
+`TrainingArguments().optim` is ``adamw_torch_fused``, not ``adamw_torch``; a speedup stated against
+a default nobody runs would be wrong, and the next release may change another default.
+
+`knob_defaults` builds a real `TrainingArguments` from a base config on this machine (the baseline a
+search measures). `base_knobs` reads a base config over the dataclass field defaults without
+building one: no device set-up, so it is safe in any process, and cheap once cached.
+Pure at module top: transformers is imported inside the functions (`autotune --help` stays fast).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import tempfile
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from autotune.errors import UsageError
+from autotune.space.knobs import CATALOGUE, DDP_KNOBS, Value, precision_of
+
+
+def knob_defaults(base_args: Mapping[str, Any] | None = None, *, sdpa: bool, cuda: bool) -> dict[str, Value]:
+    """The knob values of a run without autotune on this machine.
+
+    `TrainingArguments(**base_args)` is built as the trials build it (``use_cpu`` without a GPU, which
+    also turns pinned memory off), so everything its ``__post_init__`` derives counts: a compile mode
+    or backend turns compile on, ``gradient_checkpointing`` stands for ``activation_checkpointing``.
+    The attention kernel is the model's own default: sdpa where the model class supports it.
+
+    Args:
+        base_args: the user's base `TrainingArguments` kwargs (None: all defaults).
+        sdpa: the model class supports scaled-dot-product attention.
+        cuda: the trials run on a CUDA GPU.
+
+    Raises:
+        UsageError: the installed `TrainingArguments` refuses the base config on this machine.
+    """
+    from transformers import TrainingArguments
+
+    with tempfile.TemporaryDirectory(prefix="autotune-defaults-") as output_dir, _tf32_restored():
+        try:
+            args = TrainingArguments(**{**(base_args or {}), "output_dir": output_dir, "use_cpu": not cuda})
+        except (TypeError, ValueError) as exc:
+            raise UsageError(
+                f"the base config is not valid TrainingArguments on this machine: {exc}", "change --base-args"
+            ) from None
+    values = {**knobs_of(vars(args)), "attn_implementation": default_attention(sdpa)}
+    return {name: values[name] for name in CATALOGUE if name in values}
+
+
+def default_attention(sdpa: bool) -> str:
+    """The attention kernel `from_pretrained` picks when none is asked for."""
+    return "sdpa" if sdpa else "eager"
+
+
+def base_knobs(base_args: Mapping[str, Any] | None = None) -> dict[str, Value]:
+    """The `TrainingArguments` knob values a base config amounts to over the field defaults.
+
+    Unlike `knob_defaults`, nothing is built: what ``__post_init__`` or the machine would change
+    (pinned memory without a GPU) is not applied, and there is no attention kernel. Precision,
+    optimizer and batch split, what the training math depends on, come out the same.
+    """
+    return knobs_of({**training_args_defaults(), **(base_args or {})})
+
+
+def knobs_of(args: Mapping[str, Any]) -> dict[str, Value]:
+    """The knob values that `TrainingArguments` field values amount to: the inverse of
+    `autotune.space.knobs.trial_kwargs` for the knobs that land in `TrainingArguments`."""
+    backend = args.get("torch_compile_backend")
+    compile_backend = str(backend or "inductor") if args.get("torch_compile") or backend else "off"
+    values: dict[str, Value] = {
+        "per_device_train_batch_size": int(args["per_device_train_batch_size"]),
+        "gradient_accumulation_steps": int(args["gradient_accumulation_steps"]),
+        "precision": precision_of(args),
+        "optim": str(getattr(args["optim"], "value", args["optim"])),  # an OptimizerNames once built
+        "torch_compile": compile_backend,
+        "activation_checkpointing": bool(args.get("activation_checkpointing")),
+        "dataloader_num_workers": int(args["dataloader_num_workers"]),
+        "dataloader_pin_memory": bool(args["dataloader_pin_memory"]),
+        "torch_empty_cache_steps": int(args.get("torch_empty_cache_steps") or 0),
+    }
+    if compile_backend == "inductor":
+        values["torch_compile_mode"] = str(args.get("torch_compile_mode") or "default")
+    # DDP's own settings only where the base config sets them: TrainingArguments leaves them None,
+    # which lets the Trainer and torch decide (find unused parameters unless checkpointing, 25 MiB
+    # buckets, no static graph, buffers broadcast), and a baseline run that way is what users get.
+    for name in DDP_KNOBS:
+        if args.get(name) is not None:
+            values[name] = args[name]
+    return values
+
+
+def training_args_defaults() -> dict[str, Any]:
+    """Field name -> the default the installed `TrainingArguments` gives it (enums as their values)."""
+    return dict(_field_defaults())
+
+
+@functools.cache
+def _field_defaults() -> dict[str, Any]:
+    from transformers import TrainingArguments
+
+    defaults: dict[str, Any] = {}
+    for f in dataclasses.fields(TrainingArguments):
+        if f.default is not dataclasses.MISSING:
+            value = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            value = f.default_factory()
+        else:
+            continue
+        defaults[f.name] = getattr(value, "value", value)
+    return defaults
+
+
+@contextlib.contextmanager
+def _tf32_restored() -> Iterator[None]:
+    """Building `TrainingArguments` with ``tf32`` or ``torch_compile`` switches TF32 matmuls for
+    the whole process: put the process's setting back."""
+    import torch
+
+    backends: Any = torch.backends
+    if hasattr(backends, "fp32_precision"):  # torch >= 2.9, the API transformers uses there
+        saved = backends.fp32_precision
+        try:
+            yield
+        finally:
+            backends.fp32_precision = saved
+        return
+    matmul, cudnn = backends.cuda.matmul.allow_tf32, backends.cudnn.allow_tf32
+    try:
+        yield
+    finally:
+        backends.cuda.matmul.allow_tf32, backends.cudnn.allow_tf32 = matmul, cudnn

@@ -1,0 +1,201 @@
+"""What a trial's score is, and how its loss compares with the baseline's at equal tokens.
+
+A trial is scored on its steady-state tokens/s; with the length of the user's run given
+(``--train-tokens`` or ``--train-steps``) on the rate of that whole run: its tokens over the
+predicted wall time (set-up + compilation + tokens / throughput), so that a configuration whose
+compilation cannot pay for itself in a short run loses to one that does not compile. One helper,
+`score`, says this for the trial's objective, the ranking and the finalists alike.
+
+Loss parity: trials read the same data in the same order from the same seed, so after the same
+number of tokens every configuration has seen the same samples, whatever its batch split. Its loss
+curve (tokens seen, loss per optimizer step) is compared with the baseline's as the token-weighted
+mean loss over the second half of the token range both curves cover (`loss_delta`).
+
+Pure: no torch, no optuna.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+Curve = Sequence[Sequence[float]]  # [(tokens seen after the step, the step's mean loss), ...]
+
+
+# -- the user's run ------------------------------------------------------------------------------
+
+
+def run_tokens(
+    train_tokens: float | None, train_steps: int | None, baseline: Mapping[str, Any] | None
+) -> float | None:
+    """The tokens of the user's whole run: `train_tokens`, or `train_steps` optimizer steps of the
+    baseline's (measured) tokens per step; None when neither is given or the baseline has no
+    measurement to convert steps with (then the score is plain throughput)."""
+    if train_tokens:
+        return float(train_tokens)
+    per_step = (baseline or {}).get("tokens_per_step")
+    if train_steps and per_step:
+        return float(train_steps) * float(per_step)
+    return None
+
+
+def study_run_tokens(user_attrs: Mapping[str, Any]) -> float | None:
+    """`run_tokens` of a stored study (its run configuration and baseline user attrs)."""
+    run = user_attrs.get("run_config") or {}
+    return run_tokens(run.get("train_tokens"), run.get("train_steps"), user_attrs.get("baseline"))
+
+
+def compile_s(attrs: Mapping[str, Any]) -> float:
+    """A trial's one-off time before its steady state: the larger of dynamo's own compile seconds
+    (``compile_s``) and the warm-up's time beyond steady-state steps (``warmup_excess_s``, which
+    also holds inductor's autotuning and the allocator's growth): what a run pays once."""
+    return max(float(attrs.get("compile_s") or 0.0), float(attrs.get("warmup_excess_s") or 0.0))
+
+
+def predicted_run_s(attrs: Mapping[str, Any], tokens: float) -> float | None:
+    """The predicted wall time of a run of `tokens` tokens with a trial's configuration: set-up +
+    compilation + tokens / steady-state throughput. None without a throughput."""
+    rate = attrs.get("tokens_per_s")
+    if not rate:
+        return None
+    return float(attrs.get("setup_s") or 0.0) + compile_s(attrs) + tokens / float(rate)
+
+
+def score(attrs: Mapping[str, Any], tokens: float | None) -> float | None:
+    """What a trial is ranked by (higher is better): tokens/s, or with the run's `tokens` the
+    effective rate of the whole run (tokens / `predicted_run_s`). None without a throughput."""
+    rate = attrs.get("tokens_per_s")
+    if rate is None:
+        return None
+    if tokens is None:
+        return float(rate)
+    predicted = predicted_run_s(attrs, tokens)
+    return tokens / predicted if predicted else None
+
+
+def payoff_tokens(compiled: Mapping[str, Any], uncompiled: Mapping[str, Any]) -> float | None:
+    """After how many tokens a compiled configuration's whole run is as short as an uncompiled
+    one's: where set-up + compile + N / rate are equal. 0 when the compiled one costs no more up
+    front; None when it is not faster per token (it never pays for itself)."""
+    rate_c, rate_u = compiled.get("tokens_per_s"), uncompiled.get("tokens_per_s")
+    if not rate_c or not rate_u or float(rate_c) <= float(rate_u):
+        return None
+    fixed_c = float(compiled.get("setup_s") or 0.0) + compile_s(compiled)
+    fixed_u = float(uncompiled.get("setup_s") or 0.0) + compile_s(uncompiled)
+    extra_s = fixed_c - fixed_u
+    if extra_s <= 0:
+        return 0.0
+    return extra_s / (1.0 / float(rate_u) - 1.0 / float(rate_c))
+
+
+# -- loss parity ---------------------------------------------------------------------------------
+
+
+def _mean_over(curve: Curve, start: float, end: float) -> float:
+    """The token-weighted mean of a step-wise loss curve over tokens [start, end]: each step's loss
+    holds over the tokens it trained on (from the previous step's count to its own)."""
+    total, previous = 0.0, 0.0
+    for tokens, loss in curve:
+        low, high = max(previous, start), min(float(tokens), end)
+        if high > low:
+            total += (high - low) * float(loss)
+        previous = float(tokens)
+    return total / (end - start)
+
+
+def loss_delta(curve: Curve, baseline: Curve) -> float | None:
+    """The relative difference of a trial's loss from the baseline's at equal tokens: the
+    token-weighted mean loss over the second half of the token range both curves cover, as
+    (trial - baseline) / baseline. ``inf`` when the trial's loss is not finite there; None when
+    the curves do not overlap or the baseline's loss is not a positive finite number."""
+    if not curve or not baseline:
+        return None
+    end = min(float(curve[-1][0]), float(baseline[-1][0]))
+    start = end / 2
+    if end <= start:
+        return None
+    mine, theirs = _mean_over(curve, start, end), _mean_over(baseline, start, end)
+    if not math.isfinite(theirs) or theirs <= 0:
+        return None
+    if not math.isfinite(mine):
+        return math.inf
+    return (mine - theirs) / theirs
+
+
+def loss_diverged(delta: float | None, tolerance: float) -> bool:
+    """Whether a loss delta (see `loss_delta`) is past the tolerance; no delta is no verdict."""
+    return delta is not None and (not math.isfinite(delta) or delta > tolerance)
+
+
+# -- the answer ----------------------------------------------------------------------------------
+
+
+def compiles(attrs: Mapping[str, Any]) -> bool:
+    """Whether a trial's applied arguments compile the model."""
+    return bool((attrs.get("training_args") or {}).get("torch_compile"))
+
+
+def run_facts(
+    user_attrs: Mapping[str, Any],
+    trial_attrs: Mapping[str, Any],
+    best_uncompiled: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What the answer and the export say about the user's run with a trial's configuration:
+    its loss delta against the baseline at equal tokens; with the run's length, the predicted run
+    time of the trial and of the baseline (and with a price per hour their cost); without it, for
+    a compiled trial, after how many tokens compilation pays for itself against `best_uncompiled`
+    (the best trial that does not compile)."""
+    run = user_attrs.get("run_config") or {}
+    baseline = user_attrs.get("baseline") or {}
+    tokens = study_run_tokens(user_attrs)
+    price = run.get("price_per_hour")
+    facts: dict[str, Any] = {"loss_delta": trial_attrs.get("loss_delta"), "train_tokens": tokens}
+    if tokens is not None:
+        for prefix, attrs in (("", trial_attrs), ("baseline_", baseline)):
+            seconds = predicted_run_s(attrs, tokens)
+            facts[f"{prefix}predicted_run_s"] = seconds
+            facts[f"{prefix}predicted_cost"] = (
+                seconds / 3600 * float(price) if seconds is not None and price else None
+            )
+    elif compiles(trial_attrs) and best_uncompiled is not None:
+        facts["compile_payoff_tokens"] = payoff_tokens(trial_attrs, best_uncompiled)
+    return facts
+
+
+def format_duration(seconds: float) -> str:
+    """``42 s``, ``3.5 min``, ``2.1 h``, ``3.0 days``."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 3 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def run_lines(facts: Mapping[str, Any]) -> list[str]:
+    """`run_facts` in words, one line each (the answer and the export's comments)."""
+    lines = []
+    delta = facts.get("loss_delta")
+    if delta is not None:
+        lines.append(f"loss vs the baseline at equal tokens: {100 * delta:+.1f}%")
+    seconds, tokens = facts.get("predicted_run_s"), facts.get("train_tokens")
+    if seconds is not None and tokens is not None:
+        text = f"predicted run of {tokens:,.0f} tokens: {format_duration(seconds)}"
+        if facts.get("predicted_cost") is not None:
+            text += f" ({facts['predicted_cost']:,.2f} at the given price)"
+        base_s = facts.get("baseline_predicted_run_s")
+        if base_s is not None:
+            text += f"; the baseline: {format_duration(base_s)}"
+            if facts.get("baseline_predicted_cost") is not None:
+                text += f" ({facts['baseline_predicted_cost']:,.2f})"
+        lines.append(text)
+    if "compile_payoff_tokens" in facts:
+        payoff = facts["compile_payoff_tokens"]
+        lines.append(
+            "compilation never pays for itself: the best uncompiled configuration is as fast per token"
+            if payoff is None
+            else f"compilation pays for itself after {payoff:,.0f} tokens (against the best uncompiled trial)"
+        )
+    return lines

@@ -1,0 +1,25 @@
+"""`autotune report`: one self-contained HTML page (and optional PNGs) about a finished study.
+
+The page opens from disk with no server and no network: plotly.js is embedded inline once, in the
+first figure, and every other figure reuses it. The PNGs are drawn with matplotlib from the same
+data, so no browser is needed to make them. Everything is read from the optuna study: the trials'
+user attrs and the study's user attrs as the search stored them.
+
+Modules: `data` (what the report shows, read from the study), `figures` (the plotly figures),
+`pngs` (the same figures with matplotlib) and `page` (the HTML page, and writing it out).
+"""
+
+from __future__ import annotations
+
+from autotune.study.report.data import FIGURES, ReportData, collect, memory_cap_bytes, pareto_front
+from autotune.study.report.page import build_report, write_report
+
+__all__ = [
+    "FIGURES",
+    "ReportData",
+    "build_report",
+    "collect",
+    "memory_cap_bytes",
+    "pareto_front",
+    "write_report",
+]

@@ -1,0 +1,150 @@
+"""What the report shows, read once from the optuna study: the trials' and the study's user attrs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune.errors import UsageError
+from autotune.progress import TrialSummary, describe_params
+from autotune.study.store import ranked_trials, study_cap_bytes
+
+# The figures, in page order: (file stem and div id, title).
+FIGURES = {
+    "history": "Optimisation history",
+    "throughput_memory": "Throughput against peak memory",
+    "importance": "Parameter importances",
+    "memory_estimate": "Memory estimate against measured peak",
+}
+
+
+@dataclass
+class Point:
+    """One measured trial as the figures draw it."""
+
+    number: int
+    tokens_per_s: float
+    peak_bytes: int | None
+    feasible: bool
+    label: str
+
+
+@dataclass
+class ReportData:
+    """What the page and the PNGs show, computed once from the study."""
+
+    study_name: str
+    trials: list[TrialSummary]
+    cap_bytes: int | None
+    cap_text: str | None
+    # Optimisation history: every measured trial, and the best feasible tokens/s so far.
+    history: list[Point] = field(default_factory=list)
+    best_so_far: list[tuple[int, float]] = field(default_factory=list)
+    # Throughput against memory: measured trials with a peak (reused duplicates left out).
+    scatter: list[Point] = field(default_factory=list)
+    front: list[Point] = field(default_factory=list)
+    # knob -> importance, or why there are none.
+    importances: dict[str, float] = field(default_factory=dict)
+    importance_note: str | None = None
+    # (trial number, estimate bytes, measured peak bytes).
+    estimates: list[tuple[int, int, int]] = field(default_factory=list)
+
+
+def is_duplicate(t: TrialSummary) -> bool:
+    """The trial reused an earlier trial's measurement (same parameters)."""
+    return "duplicate_of" in t.attrs
+
+
+def is_feasible(t: TrialSummary) -> bool:
+    """The trial completed within the memory cap."""
+    return t.state == "COMPLETE" and bool(t.attrs.get("feasible", True))
+
+
+def available(data: ReportData) -> list[str]:
+    """The names of the figures the data supports, in page order."""
+    checks = {
+        "history": bool(data.history),
+        "throughput_memory": bool(data.scatter),
+        "importance": bool(data.importances),
+        "memory_estimate": bool(data.estimates),
+    }
+    return [name for name in FIGURES if checks[name]]
+
+
+def memory_cap_bytes(study: optuna.Study) -> int | None:
+    """The study's memory cap in bytes, or None when it has none (or it cannot be read)."""
+    text = study.user_attrs.get("memory_cap")
+    if not text:
+        return None
+    try:
+        return study_cap_bytes(study, str(text))
+    except UsageError:
+        return None
+
+
+def collect(study: optuna.Study) -> ReportData:
+    """Read everything the report shows from `study`."""
+    trials = ranked_trials(study)
+    cap_text = study.user_attrs.get("memory_cap")
+    data = ReportData(
+        study_name=study.study_name,
+        trials=trials,
+        cap_bytes=memory_cap_bytes(study),
+        cap_text=str(cap_text) if cap_text else None,
+    )
+    by_number = sorted(trials, key=lambda t: t.number)
+    best: float | None = None
+    for t in by_number:
+        if t.tokens_per_s is not None:
+            point = Point(
+                t.number,
+                float(t.tokens_per_s),
+                t.peak_memory_bytes,
+                is_feasible(t),
+                describe_params(t.params),
+            )
+            data.history.append(point)
+            if t.peak_memory_bytes is not None and not is_duplicate(t):
+                data.scatter.append(point)
+            if point.feasible and (best is None or point.tokens_per_s > best):
+                best = point.tokens_per_s
+        if best is not None:
+            data.best_so_far.append((t.number, best))
+        estimate = t.attrs.get("memory_estimate_bytes")
+        if estimate is not None and t.peak_memory_bytes is not None and not is_duplicate(t):
+            data.estimates.append((t.number, int(estimate), int(t.peak_memory_bytes)))
+    data.front = pareto_front([p for p in data.scatter if p.feasible])
+    data.importances, data.importance_note = _importances(study)
+    return data
+
+
+def pareto_front(points: list[Point]) -> list[Point]:
+    """The points no other point beats on both counts (more tokens/s, less peak memory), by memory."""
+    front: list[Point] = []
+    for p in sorted(points, key=lambda p: (p.peak_bytes or 0, -p.tokens_per_s)):
+        if not front or p.tokens_per_s > front[-1].tokens_per_s:
+            front.append(p)
+    return front
+
+
+def _importances(study: optuna.Study) -> tuple[dict[str, float], str | None]:
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    distinct = {tuple(sorted((k, repr(v)) for k, v in t.params.items())) for t in complete}
+    if len(distinct) < 2:
+        return {}, (
+            f"Parameter importances need at least 2 completed trials with different knob values; "
+            f"this study has {len(distinct)}."
+        )
+    try:
+        from optuna.importance import get_param_importances
+
+        # optuna's default evaluator (PED-ANOVA in optuna 5, fANOVA before): no extra dependency.
+        values = get_param_importances(study)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return {}, f"Parameter importances could not be computed: {first}"
+    if not values:
+        return {}, "Parameter importances: no knob varies across the completed trials."
+    return {k: float(v) for k, v in values.items()}, None

@@ -1,0 +1,94 @@
+"""What a trial process is asked to do (`Job`), and the typed messages it sends back: progress
+events, then one result (`TrialDone`, `Measured` or `JobFailed`). Plain picklable values: they
+cross pipes, sockets, torchrun job files and Ray actors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from autotune.study.owner import Owner
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job for one trial process.
+
+    Attributes:
+        study_name, storage_url: the stored study to work on.
+        kind: ``"trial"`` (measure one trial of the search) or ``"measure"`` (given values).
+        job_id: recorded with the trial it runs (``worker.job``): how the supervisor finds it.
+        budget: the study's total budget of measured trials (``trial``): a process that finds it
+            spent, counting the trials running elsewhere, measures nothing.
+        params, number, verbatim: what to measure (``measure``), as `AutotuneTrainer.measure_config`.
+        seed_offset: added to the sampler's seed, different for each concurrent job.
+        cpu_cores: CPU cores the process may use (its share of the machine), None: all.
+        cuda_device: the one GPU it sees (``CUDA_VISIBLE_DEVICES``), None: as inherited.
+        env: the supervisor's environment, applied first (a forkserver's is older).
+        log_path: where the process's stdout and stderr go.
+        callbacks: extra Trainer callbacks (pickled; tests inject faults with them).
+        debug: keep tracebacks of failed trials.
+        check_fingerprint: refuse a study measured on other hardware (processes on other hosts).
+        supervisor: the process that started the job: the job's process ends itself when it is gone.
+        events_path: where rank 0 of a torchrun group connects to send its messages (a Unix socket).
+        ddp_timeout_s: how long a collective of a DDP trial may wait.
+        watchdog_s: how long the job may run before its process ends itself as hung (Ray actors,
+            which no supervisor watches from outside); None: its executor watches it.
+    """
+
+    study_name: str
+    storage_url: str
+    kind: Literal["trial", "measure"] = "trial"
+    job_id: str | None = None
+    budget: int = 0
+    params: dict[str, Any] = field(default_factory=dict)
+    number: int = 0
+    verbatim: bool = False
+    seed_offset: int = 0
+    cpu_cores: tuple[int, ...] | None = None
+    cuda_device: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    log_path: str | None = None
+    callbacks: tuple[Any, ...] = ()
+    debug: bool = False
+    check_fingerprint: bool = False
+    supervisor: Owner | None = None
+    events_path: str | None = None
+    ddp_timeout_s: float = 300.0
+    watchdog_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Event:
+    """A progress event: the name of a `Reporter` method and its arguments."""
+
+    name: str
+    args: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class TrialDone:
+    """A ``trial`` job ended: it trained trial `number`, or nothing (`why`: ``budget`` spent,
+    space ``exhausted``, only ``skips`` proposed)."""
+
+    trained: bool
+    number: int | None = None
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A ``measure`` job's measurements (tokens/s, samples/s, peak memory, ...)."""
+
+    values: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class JobFailed:
+    """A job that did not finish: the reason (see `autotune.study.outcomes`) and one line."""
+
+    reason: str
+    message: str
+
+
+JobResult = TrialDone | Measured | JobFailed

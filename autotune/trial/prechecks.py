@@ -1,0 +1,91 @@
+"""The pre-checks of a trial, before anything is built: a combination that cannot run here, the
+same parameters as a finished trial (its result is reused) or a running one, a configuration that
+needs at least the memory of one that ran out of it, or an estimate clearly over the cap. Each ends
+the trial with a `NotTrained` exception that says why."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import optuna
+
+from autotune.measure.estimate import MemoryEstimate
+from autotune.measure.ranks import from_rank_zero, is_rank_zero
+from autotune.plan.resolved import Plan
+from autotune.space import precision_of
+from autotune.space.availability import combination_unavailable
+from autotune.study.outcomes import DUPLICATE, DUPLICATE_RUNNING, OOM_PREDICTED
+from autotune.study.store import FINISHED
+from autotune.trial.errors import (
+    NotTrained,
+    OverEstimate,
+    PredictedOOM,
+    Reused,
+    RunningTwin,
+    SkippedOnRankZero,
+    Unavailable,
+)
+from autotune.trial.feasibility import as_past, precheck
+
+
+def agreed_precheck(check: Callable[[], None]) -> None:
+    """Run `check` on rank 0 (which alone sees the study) and take its decision on every rank of a
+    DDP trial, so that all skip together instead of waiting for each other."""
+    skip: NotTrained | None = None
+    if is_rank_zero():
+        try:
+            check()
+        except NotTrained as exc:
+            skip = exc
+    decided = from_rank_zero((skip.reason, str(skip)) if skip is not None else None)
+    if skip is not None:
+        raise skip
+    if decided is not None:
+        raise SkippedOnRankZero(*decided)
+
+
+def precheck_trial(
+    trial: Any,
+    values: Mapping[str, Any],
+    plan: Plan,
+    base_args: Mapping[str, Any],
+    estimate: Callable[[], MemoryEstimate | None],
+) -> None:
+    """Raise the `NotTrained` that ends `trial` before training, if any (see the module docstring).
+    `estimate` makes the memory estimate; it is called only when the cheaper checks pass.
+
+    Raises:
+        NotTrained: why the trial needs no training.
+    """
+    # A space that does not search precision trains at the base config's.
+    checked = {"precision": precision_of(dict(base_args)), **values}
+    blocked = combination_unavailable(checked, plan.hardware, plan.model)
+    if blocked is not None:
+        raise Unavailable(*blocked)
+    if not isinstance(trial, optuna.Trial):
+        return
+    trials = trial.study.get_trials(deepcopy=False, states=(*FINISHED, optuna.trial.TrialState.RUNNING))
+    others = [t for t in trials if t.number != trial.number]
+    finished = [t for t in others if t.state in FINISHED]
+    running = [as_past(t) for t in others if t.state == optuna.trial.TrialState.RUNNING]
+    made: list[MemoryEstimate | None] = []
+
+    def estimate_bytes() -> int | None:
+        made.append(estimate())
+        return made[-1].total_bytes if made[-1] is not None else None
+
+    cap = plan.cap_bytes
+    skip = precheck(trial.params, [as_past(t) for t in finished], estimate_bytes, cap, running)
+    if skip is None:
+        return
+    reason, past = skip
+    if reason == DUPLICATE and past is not None:
+        raise Reused(next(t for t in finished if t.number == past.number))
+    if reason == OOM_PREDICTED and past is not None:
+        raise PredictedOOM(past.number)
+    if reason == DUPLICATE_RUNNING and past is not None:
+        raise RunningTwin(past.number)
+    made_estimate = made[-1] if made else None
+    assert made_estimate is not None and cap is not None  # an estimate over the cap needs both
+    raise OverEstimate(made_estimate.total_bytes, cap)

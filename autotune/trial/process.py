@@ -1,0 +1,85 @@
+"""The start of every trial process, written once: a forkserver worker, each rank of a torchrun
+group. It takes the job's environment and share of the machine, sends its output to the job's
+log (whose tail explains a crash), dies with its parent, and ends itself (and everything it
+started) as soon as the supervisor that asked for it is gone."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import faulthandler
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+from autotune.study.owner import Owner, is_alive
+from autotune.trial.job import Job
+
+
+def become_trial_process(job: Job, *, own_group: bool, redirect_output: bool) -> None:
+    """Set up this fresh process for `job`.
+
+    Args:
+        job: the job it runs.
+        own_group: make a process group of its own (a forkserver worker: the watchdog kills the
+            group, data-loader and compile workers included). A torchrun rank is already in the
+            group the supervisor made for torchrun.
+        redirect_output: send stdout and stderr to the job's log (torchrun sends its ranks'
+            output there itself).
+    """
+    if own_group:
+        os.setpgrp()
+    die_with_parent()
+    if job.supervisor is not None:
+        threading.Thread(target=_watch_supervisor, args=(job.supervisor,), daemon=True).start()
+    os.environ.update(job.env)
+    if job.cuda_device is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = job.cuda_device  # before CUDA is initialised here
+    if redirect_output and job.log_path:
+        log = os.open(job.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+    faulthandler.enable()  # a segfault leaves its Python traceback in the log
+    if job.cpu_cores:
+        import torch
+
+        os.sched_setaffinity(0, job.cpu_cores)
+        torch.set_num_threads(len(job.cpu_cores))
+
+
+def die_with_parent() -> None:
+    """End this process with its parent. A forkserver worker's parent is the forkserver, which
+    exits when the supervisor does (even on SIGKILL), once no process holds the write end of its
+    "alive" pipe. multiprocessing hands each child a copy (for grandchildren started from the
+    forkserver): close it, or the forkserver outlives the supervisor as long as this process runs."""
+    from multiprocessing import forkserver
+
+    server: Any = getattr(forkserver, "_forkserver", None)
+    alive_fd = getattr(server, "_forkserver_alive_fd", None)
+    if alive_fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(alive_fd)
+        server._forkserver_alive_fd = None
+    kill_me_with_my_parent()
+    if os.getppid() == 1:  # the parent died before the line above took effect
+        os._exit(1)
+
+
+def kill_me_with_my_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent ends (``PR_SET_PDEATHSIG``; it survives
+    ``exec``, so a launcher can call it in a child before the program starts)."""
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)
+
+
+def _watch_supervisor(supervisor: Owner) -> None:
+    """End this process's group as soon as its supervisor is gone (killed with SIGKILL, say): a
+    trial process must never outlive what started it."""
+    while is_alive(supervisor):
+        time.sleep(0.5)
+    os.killpg(os.getpgrp(), signal.SIGKILL)

@@ -1,0 +1,472 @@
+"""`AutotuneTrainer`: a `Trainer` whose every trial runs exactly the knobs it was given.
+
+Stock `Trainer.hyperparameter_search` applies a trial's values with a plain `setattr` on
+`TrainingArguments`, after `model_init` and after activation checkpointing was decided. Anything
+`TrainingArguments.__post_init__` derives (autocast from bf16/fp16, compile from the backend, tf32)
+is then silently ignored, and checkpointing follows the previous trial. So this class applies a
+trial in `call_model_init`, the first thing `train()` does for a trial: it rebuilds the arguments
+from the pristine base kwargs plus the trial's (so `__post_init__` runs), in place (so `train()`'s
+local reference sees them), and resets the accelerator state (so the new mixed precision is taken
+when `_hp_search_setup` creates the trial's `Accelerator`).
+
+Before anything is built, a trial is checked: a combination that cannot run here, the same
+parameters as a finished trial (its result is reused), or a configuration that needs at least the
+memory of one that ran out of it, ends there. `train()` then turns the trial's measurement into
+the objective and the trial's user attrs and constraints, and turns a failed or infeasible trial
+into a recorded result (`optuna.TrialPruned` with a reason) instead of an aborted search.
+"""
+
+from __future__ import annotations
+
+import math
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import optuna
+import torch
+from accelerate.state import AcceleratorState
+from accelerate.utils.memory import release_memory
+from optuna.trial import FrozenTrial
+from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers.trainer_callback import PrinterCallback
+from transformers.trainer_utils import HPSearchBackend
+
+from autotune.measure.callback import ScreenedOut, ThroughputCallback
+from autotune.measure.estimate import MemoryEstimate, relative_error
+from autotune.measure.estimator import MemoryEstimator
+from autotune.measure.flops import flops_per_token, mfu, model_shape
+from autotune.measure.memory import release_device_memory
+from autotune.measure.ranks import distributed, from_rank_zero, gather, is_rank_zero
+from autotune.plan.resolved import Plan, base_training_args, trial_world_size
+from autotune.progress import Reporter, TrialSummary
+from autotune.space import precision_of
+from autotune.space.knobs import Value, trial_kwargs
+from autotune.study.objective import loss_delta, loss_diverged, run_tokens, score
+from autotune.study.outcomes import (
+    LOSS_DIVERGED,
+    OVER_MEMORY_CAP,
+    TrialOutcome,
+    fail_running_trial,
+    memory_violation,
+    record_outcome,
+)
+from autotune.study.owner import OWNER_ATTR, this_process
+from autotune.trial.compile_cache import CompileMeter
+from autotune.trial.errors import (
+    AGREED_ENDS,
+    NonFiniteLoss,
+    NotTrained,
+    PredictedOOM,
+    Reused,
+    Unavailable,
+    failure_reason,
+    one_line,
+)
+from autotune.trial.prechecks import agreed_precheck, precheck_trial
+
+
+class AutotuneTrainer(Trainer):
+    """A `Trainer` for throughput trials (see the module docstring).
+
+    Args:
+        plan: the resolved run: the space samples each trial's knob values, the workload builds
+            its model and owns the data, hardware and model support decide what can run.
+        base_args: `TrainingArguments` kwargs every trial starts from.
+        measurement: the callback that times steps and measures peak memory.
+        reporter: receives trial start and end events.
+        callbacks: more Trainer callbacks (tests use them as probes).
+        debug: keep tracebacks of failed trials.
+    """
+
+    def __init__(
+        self,
+        *,
+        plan: Plan,
+        base_args: dict[str, Any],
+        measurement: ThroughputCallback,
+        reporter: Reporter,
+        callbacks: Sequence[TrainerCallback] = (),
+        debug: bool = False,
+    ) -> None:
+        self.plan = plan
+        self.workload = plan.workload
+        self.space = plan.space
+        self.base_args = dict(base_args)
+        self.measurement = measurement
+        self.reporter = reporter
+        self.debug = debug
+        self.trial_values: dict[str, Value] = {}
+        self.trial_model_kwargs: dict[str, Any] = {}
+        self._compiled_before = False
+        self.estimator = MemoryEstimator(
+            plan.workload, plan.hardware.device, plan.base_args, trial_world_size(plan.config)
+        )
+        self._estimate: MemoryEstimate | None = None
+        self._verbatim_values: dict[str, Value] | None = None
+        self.owner = this_process()
+        self.job_id: str | None = None  # the worker job (set by workers): how a supervisor finds the trial
+        model_init: Callable[..., Any] = self._build_model
+        super().__init__(
+            model_init=model_init,
+            args=TrainingArguments(**self.base_args),
+            train_dataset=self.workload.dataset(int(self.base_args.get("seed", 0))),
+            data_collator=self.workload.collator(),
+            callbacks=[measurement, *callbacks],
+        )
+        # Samples of a user's dataset differ in length: count each window's real tokens.
+        measurement.count_tokens = self.workload.tokens_in
+        # With tqdm off, Trainer prints its metrics dict; the reporter shows trials instead.
+        self.remove_callback(PrinterCallback)
+
+    def owner_attrs(self) -> dict[str, Any]:
+        """The ``worker`` user attr of the trials this process runs."""
+        return {**self.owner.to_dict(), "job": self.job_id}
+
+    # -- applying a trial ---------------------------------------------------------------------
+
+    def trial_values_of(self, trial: Any) -> dict[str, Value]:
+        """The knob values of a trial: sampled (optuna), replayed (`FixedTrial`) or given (Ray dict)."""
+        if trial is None:
+            return {}
+        if self._verbatim_values is not None:
+            return dict(self._verbatim_values)
+        if isinstance(trial, dict):
+            return self.space.complete(trial)
+        return self.space.suggest(trial)
+
+    def call_model_init(self, trial: Any = None) -> torch.nn.Module:
+        self._estimate = None
+        values = self.trial_values_of(trial)
+        args_kwargs, model_kwargs = trial_kwargs(values)
+        self.trial_values, self.trial_model_kwargs = values, model_kwargs
+        if isinstance(trial, optuna.Trial):  # who runs it: a trial of a dead process is failed at once
+            trial.set_user_attr(OWNER_ATTR, self.owner_attrs())
+        if trial is not None:
+            self.reporter.on_trial_start(getattr(trial, "number", -1), values)
+            self._agreed_precheck(trial, values)  # before any model, args or accelerator work
+        self._rebuild_args({**self.base_args, **args_kwargs})
+        return super().call_model_init(trial)
+
+    def _agreed_precheck(self, trial: Any, values: dict[str, Value]) -> None:
+        def estimate() -> MemoryEstimate | None:
+            self._estimate = self._estimate_memory(values)
+            return self._estimate
+
+        agreed_precheck(lambda: precheck_trial(trial, values, self.plan, self.base_args, estimate))
+
+    def _estimate_memory(self, values: dict[str, Value]) -> MemoryEstimate | None:
+        try:
+            self.estimator.refresh_baseline()
+            return self.estimator.estimate(values)
+        except Exception:  # an estimate that cannot be made must not cost the trial
+            return None
+
+    def _rebuild_args(self, kwargs: dict[str, Any]) -> None:
+        fresh = TrainingArguments(**kwargs)
+        # In place: Trainer.train() holds a local reference to self.args across the trial.
+        vars(self.args).clear()
+        vars(self.args).update(vars(fresh))
+        # The trial's Accelerator (made in _hp_search_setup) must be free to take a new mixed
+        # precision; the process-level PartialState (devices, process group) is kept.
+        AcceleratorState._reset_state(reset_partial_state=False)
+
+    def _build_model(self, trial: Any) -> torch.nn.Module:
+        return self.workload.build_model(self.trial_model_kwargs)
+
+    # -- running a trial ----------------------------------------------------------------------
+
+    def train(  # type: ignore[override]
+        self, resume_from_checkpoint: Any = None, trial: Any = None, **kwargs: Any
+    ) -> Any:
+        if trial is None:
+            return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+        # Screening compares with the study's best throughput as rank 0 reads it when the trial begins.
+        self.measurement.screen_against = from_rank_zero(
+            self._screen_reference(trial) if is_rank_zero() else None
+        )
+        try:
+            attrs = self._measure(trial)
+        except Reused as reuse:
+            return self._reuse(trial, reuse.past)
+        except Exception as exc:
+            self._end_failed_trial(trial, exc)
+            if distributed() and not isinstance(exc, AGREED_ENDS):
+                # Only this rank failed: the others wait for it in a collective. Record the trial
+                # with this rank's reason, then end the process: torchrun ends the group.
+                self._record_rank_failure(trial, exc)
+                raise
+            raise optuna.TrialPruned(f"{failure_reason(exc)}: {one_line(exc)}") from exc
+        over = memory_violation(attrs.get("peak_memory_bytes"), self.plan.cap_bytes)
+        if over > 0:
+            message = _over_cap_message(attrs, self.plan.cap_bytes)
+            self._finish(trial, TrialOutcome("PRUNED", OVER_MEMORY_CAP, message, attrs=attrs))
+            raise optuna.TrialPruned(message)
+        # Rank 0's curve and reading of the study decide, so every rank of a group ends alike.
+        baseline = from_rank_zero(_study_baseline(trial) if is_rank_zero() else None) or {}
+        delta = from_rank_zero(loss_delta(attrs.get("loss_curve") or [], baseline.get("loss_curve") or []))
+        if delta is not None:
+            attrs["loss_delta"] = delta if math.isfinite(delta) else None
+        if loss_diverged(delta, self.plan.config.loss_tolerance):
+            message = _diverged_message(delta, self.plan.config.loss_tolerance)
+            self._finish(trial, TrialOutcome("PRUNED", LOSS_DIVERGED, message, attrs=attrs))
+            raise optuna.TrialPruned(message)
+        config = self.plan.config
+        self.objective: float | None = score(
+            attrs, run_tokens(config.train_tokens, config.train_steps, baseline)
+        )
+        self._finish(trial, TrialOutcome("COMPLETE", attrs=attrs))
+        return None
+
+    def training_step(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        loss = super().training_step(*args, **kwargs)
+        self.measurement.add_loss(loss)  # the trial's loss curve, step by step
+        return loss
+
+    def _measure(self, trial: Any) -> dict[str, Any]:
+        """Train one trial through the stock loop and return its measurements."""
+        if self._compiled_before:
+            torch._dynamo.reset()  # drop the previous trial's graphs and guards
+        compiling = CompileMeter()
+        compiling.start()  # after the reset, which zeroes dynamo's timers
+        try:
+            output = super().train(trial=trial)
+        finally:
+            self._compiled_before = self._compiled_before or bool(self.args.torch_compile)
+        attrs = {**self.measurement.result(), **compiling.read()}
+        attrs["train_loss"] = output.training_loss
+        ddp = _ddp_settings(self.model_wrapped)
+        if ddp is not None:
+            attrs["ddp"] = ddp
+        # Tokens/s is already the whole job's (every rank steps together; samples per step count
+        # the world size). Peak memory is the largest rank's, and every rank's is kept.
+        everyone = gather((attrs.get("peak_memory_bytes"), output.training_loss))
+        if len(everyone) > 1:
+            peaks = [int(peak or 0) for peak, _ in everyone]
+            attrs.update(world_size=len(everyone), rank_peak_memory_bytes=peaks, peak_memory_bytes=max(peaks))
+        losses = [loss for _, loss in everyone]
+        if not all(math.isfinite(loss) for loss in losses):
+            raise NonFiniteLoss(f"training loss became {next(x for x in losses if not math.isfinite(x))}")
+        return attrs
+
+    def _screen_reference(self, trial: Any) -> float | None:
+        """The best tokens/s of the study so far (its completed trials and its baseline), which a
+        search trial is screened against; None where nothing is measured yet, for trials outside
+        an optuna study, or when the objective is the user's run time (a slower configuration
+        without compilation can still win a short run)."""
+        config = self.plan.config
+        study = getattr(trial, "study", None)
+        if not isinstance(trial, optuna.Trial) or study is None or config.measure.screen_ratio <= 0:
+            return None
+        if config.train_tokens is not None or config.train_steps is not None:
+            return None
+        rates = [
+            float(t.user_attrs["tokens_per_s"])
+            for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+            if t.user_attrs.get("tokens_per_s")
+        ]
+        baseline = study.user_attrs.get("baseline") or {}
+        if baseline.get("tokens_per_s"):
+            rates.append(float(baseline["tokens_per_s"]))
+        return max(rates, default=None)
+
+    def measure_config(self, params: dict[str, Value], number: int, verbatim: bool = False) -> dict[str, Any]:
+        """Measure a configuration outside the search: a finalist again (its params are a point of
+        the space), or with `verbatim` any knob values at all (the baseline).
+
+        Raises:
+            Exception: whatever training raised; memory is released either way.
+        """
+        # As inside hyperparameter_search, so that _hp_search_setup makes the trial's Accelerator.
+        self.hp_search_backend = HPSearchBackend.OPTUNA  # type: ignore[assignment]
+        self.hp_space = self.space.hp_space
+        if verbatim:
+            self._verbatim_values = dict(params)
+            self.hp_space = lambda trial: {}
+        self.measurement.screen_against = None  # a measurement takes its full window
+        try:
+            return self._measure(optuna.trial.FixedTrial({} if verbatim else params, number))
+        finally:
+            self.hp_search_backend = None
+            self._verbatim_values = None
+            self._release()
+
+    def _record_rank_failure(self, trial: Any, exc: BaseException) -> None:
+        """On a rank other than 0 (which records its own trials), fail the group's running trial
+        with this rank's reason. Best effort: the supervisor or a resume fails it otherwise."""
+        if is_rank_zero() or getattr(trial, "number", None) is None:
+            return
+        try:
+            study = optuna.load_study(study_name=self.plan.study_name, storage=self.plan.storage)
+            trial_id = study.trials[trial.number]._trial_id
+            message = f"rank {torch.distributed.get_rank()}: {one_line(exc)}"
+            fail_running_trial(study, trial_id, TrialOutcome.process_ended(failure_reason(exc), message))
+        except Exception:
+            pass
+
+    def _reuse(self, trial: Any, past: FrozenTrial) -> None:
+        attrs = {**past.user_attrs, "duplicate_of": past.number}
+        attrs[OWNER_ATTR] = self.owner_attrs()  # who ran this trial, not the one it reuses
+        message = f"same parameters as trial {past.number}: its result is reused"
+        complete = past.state == optuna.trial.TrialState.COMPLETE
+        reused = TrialOutcome(
+            "COMPLETE" if complete else "PRUNED",
+            attrs.pop("reason", None),
+            message,
+            trained=False,
+            attrs=attrs,
+            constraints=dict(past.constraints),
+        )
+        self._finish(trial, reused)
+        if complete:
+            self.objective = past.value
+            return None
+        raise optuna.TrialPruned(message)
+
+    def _end_failed_trial(self, trial: Any, exc: BaseException) -> None:
+        attrs: dict[str, Any] = {}
+        if isinstance(exc, Unavailable):
+            attrs["unavailable_knob"] = exc.knob
+        if isinstance(exc, PredictedOOM):
+            attrs["dominated_by"] = exc.number
+        if isinstance(exc, ScreenedOut):
+            attrs.update(exc.attrs(), setup_s=self.measurement.setup_s)
+        if self.debug and not isinstance(exc, NotTrained):
+            attrs["traceback"] = traceback.format_exc()[-2000:]
+        if not isinstance(exc, NotTrained):  # a trial stopped by a pre-check allocated nothing
+            self._release()
+        skipped = isinstance(exc, NotTrained)
+        message = str(exc) if skipped else one_line(exc)
+        self._finish(trial, TrialOutcome("PRUNED", failure_reason(exc), message, not skipped, attrs))
+
+    def _release(self) -> None:
+        # Stock Trainer skips release_memory when a trial raises: do it here, or memory creeps.
+        self.model_wrapped, self.model = release_memory(self.model_wrapped, self.model)
+        self.optimizer, self.lr_scheduler = None, None
+        self.accelerator.clear()
+        release_device_memory()
+
+    def _finish(self, trial: Any, outcome: TrialOutcome) -> None:
+        """Store a trial's outcome with what every trial records (applied arguments, model
+        kwargs, estimate, MFU), then tell the reporter."""
+        measured = outcome.attrs
+        full = TrialOutcome(
+            outcome.state,
+            outcome.reason,
+            outcome.message,
+            outcome.trained,
+            {
+                **measured,
+                "training_args": _applied_args(self.trial_values),
+                "model_kwargs": dict(self.trial_model_kwargs),
+                **self._estimate_attrs(measured.get("peak_memory_bytes")),
+                **self._mfu_attrs(measured.get("tokens_per_s")),
+            },
+            outcome.constraints,
+        )
+        if isinstance(trial, optuna.Trial):
+            attrs = record_outcome(trial, full, self.plan.cap_bytes)
+        else:
+            attrs = full.user_attrs(self.plan.cap_bytes)
+        self.reporter.on_trial_end(
+            TrialSummary(
+                number=getattr(trial, "number", -1),
+                params=dict(self.trial_values),
+                state=full.state,
+                tokens_per_s=attrs.get("tokens_per_s"),
+                samples_per_s=attrs.get("samples_per_s"),
+                peak_memory_bytes=attrs.get("peak_memory_bytes"),
+                rel_ci_halfwidth=attrs.get("rel_ci_halfwidth"),
+                reason=attrs.get("reason"),
+                message=attrs.get("message"),
+                attrs=attrs,
+            )
+        )
+
+    def _mfu_attrs(self, tokens_per_s: float | None) -> dict[str, Any]:
+        if tokens_per_s is None:
+            return {}
+        try:
+            layers, hidden = model_shape(self.workload.config)
+            per_token = flops_per_token(self.estimator.n_params, layers, hidden, self.workload.seq_len)
+        except Exception:  # a model whose parameters cannot be counted gets no MFU
+            return {}
+        hardware = self.plan.hardware
+        precision = str(self.trial_values.get("precision", precision_of(self.base_args)))
+        device = hardware.name if hardware.cuda else ""
+        return {
+            "model_flops_per_token": per_token,
+            "mfu": mfu(tokens_per_s, per_token, device, precision, devices=int(self.args.world_size)),
+        }
+
+    def _estimate_attrs(self, peak_bytes: int | None) -> dict[str, Any]:
+        if self._estimate is None:
+            return {}
+        attrs: dict[str, Any] = {
+            "memory_estimate_bytes": self._estimate.total_bytes,
+            "memory_estimate": self._estimate.to_dict(),
+        }
+        if peak_bytes:
+            attrs["memory_estimate_error"] = relative_error(self._estimate.total_bytes, peak_bytes)
+        return attrs
+
+
+def _ddp_settings(model: Any) -> dict[str, Any] | None:
+    """What the trial's DistributedDataParallel wrapper really runs with (None: not wrapped), read
+    back from the wrapper and its reducer: proof that the DDP knobs took effect."""
+    if not isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        return None
+    return {
+        "find_unused_parameters": bool(model.find_unused_parameters),
+        "bucket_cap_mb": model.bucket_bytes_cap / 2**20,
+        "static_graph": bool(model.static_graph),
+        # torch 2.13 keeps broadcast_buffers as forward_sync_buffers; earlier versions by its name
+        "broadcast_buffers": bool(
+            getattr(model, "forward_sync_buffers", getattr(model, "broadcast_buffers", True))
+        ),
+    }
+
+
+def _study_baseline(trial: Any) -> dict[str, Any]:
+    """The study's baseline user attr, read through an optuna trial ({} elsewhere: Ray, replays)."""
+    study = getattr(trial, "study", None)
+    if not isinstance(trial, optuna.Trial) or study is None:
+        return {}
+    return dict(study.user_attrs.get("baseline") or {})
+
+
+def _diverged_message(delta: float | None, tolerance: float) -> str:
+    if delta is None or not math.isfinite(delta):
+        return "the loss is not finite where the baseline's is"
+    return (
+        f"the loss is {100 * delta:.1f}% worse than the baseline's at equal tokens "
+        f"(tolerance {100 * tolerance:.0f}%)"
+    )
+
+
+def _over_cap_message(attrs: dict[str, Any], cap_bytes: int | None) -> str:
+    peak = attrs.get("peak_memory_bytes") or 0
+    return f"peak memory {peak / 2**20:.0f} MiB is over the cap of {(cap_bytes or 0) / 2**20:.0f} MiB"
+
+
+def _applied_args(values: dict[str, Value]) -> dict[str, Any]:
+    args_kwargs, _ = trial_kwargs(values)
+    return args_kwargs
+
+
+def build_trainer(
+    plan: Plan,
+    output_dir: str,
+    reporter: Reporter,
+    callbacks: Sequence[TrainerCallback] = (),
+    debug: bool = False,
+) -> AutotuneTrainer:
+    """The `AutotuneTrainer` that runs a plan's trials (and benchmarks' measurements)."""
+    return AutotuneTrainer(
+        plan=plan,
+        base_args=base_training_args(plan, output_dir),
+        measurement=ThroughputCallback(plan.config.measure, plan.workload.seq_len, reporter),
+        reporter=reporter,
+        callbacks=callbacks,
+        debug=debug,
+    )

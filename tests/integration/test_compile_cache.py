@@ -1,0 +1,86 @@
+"""The study's shared compile cache, and the search's time accounted, on real tiny searches."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+
+import autotune
+from autotune.cli import main
+from tests.helpers import FAST_RUN, write_space
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def only_trial(storage: str, study: str) -> optuna.trial.FrozenTrial:
+    trials = optuna.load_study(study_name=study, storage=storage).get_trials(deepcopy=False)
+    assert len(trials) == 1
+    return trials[0]
+
+
+def test_a_second_search_hits_the_cache_of_a_configuration_already_measured(tmp_path: Path) -> None:
+    common: dict[str, Any] = dict(
+        model="tiny-gpt2",
+        # One compiled configuration: both searches measure the same graphs.
+        space=write_space(tmp_path, {"torch_compile": ["inductor"], "per_device_train_batch_size": [2]}),
+        trials=1,
+        storage=f"sqlite:///{tmp_path / 'cache.db'}",
+        seq_len=16,
+        **FAST_RUN,
+    )
+    autotune.search(study="cold", **common)
+    cold = only_trial(common["storage"], "cold")
+    assert cold.state == optuna.trial.TrialState.COMPLETE, cold.user_attrs.get("message")
+    assert cold.user_attrs["compile_cache"] in ("miss", "partial")  # a fresh folder
+    assert cold.user_attrs["compile_s"] > 0
+    assert (tmp_path / "cache.db.compile-cache" / "fxgraph").is_dir()  # next to the store
+
+    autotune.search(study="warm", **common)  # another study of the same store: the same cache
+    warm = only_trial(common["storage"], "warm")
+    assert warm.state == optuna.trial.TrialState.COMPLETE, warm.user_attrs.get("message")
+    assert warm.user_attrs["compile_cache"] == "hit"
+    assert warm.user_attrs["compile_s"] > 0  # dynamo still traces: only compiled code is cached
+
+
+def test_the_search_stores_its_time_breakdown_and_show_prints_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    storage = f"sqlite:///{tmp_path / 'time.db'}"
+    autotune.search(
+        model="tiny-gpt2",
+        space=write_space(tmp_path, {"per_device_train_batch_size": [1, 2]}),
+        trials=2,
+        storage=storage,
+        study="time",
+        seq_len=16,
+        **{**FAST_RUN, "measure_baseline": True, "finalists": 2, "finalist_rounds": 1},
+    )
+    study = optuna.load_study(study_name="time", storage=storage)
+    for trial in study.trials:
+        assert trial.user_attrs["setup_s"] > 0
+        assert trial.user_attrs["compile_s"] == 0.0 and trial.user_attrs["compile_cache"] is None
+    breakdown = study.user_attrs["time_breakdown"]
+    phases = breakdown["phases"]
+    assert set(phases) == {"setup_s", "compile_s", "warmup_s", "window_s", "between_s"}
+    assert all(seconds >= 0 for seconds in phases.values())
+    assert breakdown["slots"] == 1
+    assert math.fsum(phases.values()) == pytest.approx(breakdown["wall_s"], abs=1e-6)
+    assert phases["window_s"] > 0 and phases["setup_s"] > 0
+    assert 0 < breakdown["measured_share"] < 1
+    # The two trials, the baseline, and the finalists' rounds (3 contestants, 1 or 2 rounds).
+    assert breakdown["jobs"] in (6, 9)
+    stages = breakdown["stages"]
+    assert all(stages[name] > 0 for name in ("baseline_s", "search_s", "finalists_s"))
+    assert math.fsum(stages.values()) <= breakdown["wall_s"]
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["show", "time", "--storage", storage])
+    out, _ = capsys.readouterr()
+    assert exit_info.value.code in (0, None)
+    assert "Time of the last search" in out and "measured" in out
+    for phase in ("set-up", "compile", "warm-up", "measured windows", "between trials", "finalists"):
+        assert phase in out

@@ -1,0 +1,95 @@
+"""The user's run: a loss checked against the baseline's at equal tokens, and an objective that is
+the predicted wall time of a run of --train-tokens (compilation paid once) instead of throughput."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import autotune
+from autotune.study.export import export_config, select_trial
+from tests.helpers import IN_PROCESS, DivergeLoss, SlowCompile, write_space
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_a_diverging_configuration_is_loss_diverged_never_the_winner(tmp_path: Path) -> None:
+    hook = DivergeLoss({"per_device_train_batch_size": 4})
+    pickle.loads(pickle.dumps(hook))  # it reaches worker processes pickled, like `Fault`
+    space = write_space(tmp_path, {"per_device_train_batch_size": [4, 8]})
+    result = autotune.search(
+        model="tiny-gpt2",
+        space=space,
+        trials=2,
+        storage=f"sqlite:///{tmp_path / 'loss.db'}",
+        seq_len=16,
+        **{**IN_PROCESS, "measure_baseline": True},
+        callbacks=[hook],
+        enqueue=[{"per_device_train_batch_size": 4}, {"per_device_train_batch_size": 8}],
+    )
+    baseline = result.study.user_attrs["baseline"]
+    assert baseline["loss_curve"] and baseline["tokens_per_step"] == 8 * 16
+    by_batch = {t.params["per_device_train_batch_size"]: t for t in result.trials}
+    diverged, healthy = by_batch[4], by_batch[8]
+    assert diverged.state == "PRUNED" and diverged.reason == "loss_diverged"
+    assert diverged.attrs["feasible"] is False and diverged.attrs["loss_curve"]
+    assert "worse than the baseline's at equal tokens" in (diverged.message or "")
+    assert result.study.trials[diverged.number].constraints["loss_parity"] == 1.0
+    # The healthy trial runs the baseline's configuration: the same samples, the same loss.
+    assert healthy.state == "COMPLETE" and abs(healthy.attrs["loss_delta"]) < 0.05
+    assert result.best is not None and result.best.number == healthy.number
+    assert select_trial(result.study, None).number == healthy.number
+    expected = export_config(result.study, result.best)["expected"]
+    assert expected["loss_delta"] == healthy.attrs["loss_delta"]
+
+
+def _no_compile(model: Any, *args: Any, **kwargs: Any) -> Any:
+    return model  # compiled trials are timed by `SlowCompile`, not by inductor
+
+
+@pytest.mark.parametrize(
+    ("train_tokens", "wins"),
+    [
+        (None, "eager"),  # on throughput, the (fake) compiled configuration is twice as fast
+        (100, "off"),  # a run this short never earns back 3 s of compilation
+    ],
+)
+def test_a_short_run_picks_no_compile_where_compile_wins_on_throughput(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, train_tokens: int | None, wins: str
+) -> None:
+    monkeypatch.setattr(torch, "compile", _no_compile)
+    space = write_space(tmp_path, {"torch_compile": ["off", "eager"]})
+    result = autotune.search(
+        model="tiny-gpt2",
+        space=space,
+        trials=2,
+        storage=f"sqlite:///{tmp_path / 'run.db'}",
+        seq_len=16,
+        **IN_PROCESS,
+        train_tokens=train_tokens,
+        callbacks=[SlowCompile(compile_s=3.0, slower_s=0.5)],
+        enqueue=[{"torch_compile": "off"}, {"torch_compile": "eager"}],
+    )
+    by_value = {t.params["torch_compile"]: t for t in result.trials}
+    compiled, plain = by_value["eager"], by_value["off"]
+    assert compiled.tokens_per_s > 1.2 * plain.tokens_per_s  # compile wins on throughput
+    assert compiled.attrs["warmup_excess_s"] > 2.0
+    assert result.best is not None and result.best.params["torch_compile"] == wins
+    expected = export_config(result.study, result.best)["expected"]
+    if train_tokens is None:
+        # The objective stays throughput, and the answer says when compiling pays for itself.
+        assert result.study.trials[compiled.number].value == pytest.approx(compiled.tokens_per_s)
+        # 3 s more up front, 0.5 s less per step of 128 tokens: about 768 tokens
+        assert 200 < expected["compile_payoff_tokens"] < 5_000
+    else:
+        assert expected["train_tokens"] == train_tokens
+        assert expected["predicted_run_s"] == pytest.approx(
+            plain.attrs["setup_s"] + plain.attrs["warmup_excess_s"] + train_tokens / plain.tokens_per_s
+        )
+        assert result.study.trials[plain.number].value == pytest.approx(
+            train_tokens / expected["predicted_run_s"]
+        )

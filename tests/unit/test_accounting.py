@@ -1,0 +1,44 @@
+"""The search's time breakdown: per-job phases, the remainder between trials, the measured share."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from autotune.driver.accounting import PHASES, breakdown, job_phases
+
+
+def test_compile_is_counted_out_of_the_warm_up() -> None:
+    phases = job_phases({"setup_s": 2.0, "warmup_s": 5.0, "compile_s": 4.0, "window_s": 3.0})
+    assert phases == {"setup_s": 2.0, "compile_s": 4.0, "warmup_s": 1.0, "window_s": 3.0, "screening_s": 0.0}
+
+
+def test_a_screened_out_trial_counts_its_steps_as_screening() -> None:
+    phases = job_phases({"setup_s": 1.5, "screen_s": 2.5, "screen_steps": 3})
+    assert phases == {"setup_s": 1.5, "compile_s": 0.0, "warmup_s": 0.0, "window_s": 0.0, "screening_s": 2.5}
+
+
+def test_compile_never_exceeds_the_warm_up_and_missing_values_count_zero() -> None:
+    assert job_phases({"warmup_s": 1.0, "compile_s": 3.0, "setup_s": None}) == {
+        "setup_s": 0.0,
+        "compile_s": 1.0,
+        "warmup_s": 0.0,
+        "window_s": 0.0,
+        "screening_s": 0.0,
+    }
+
+
+def test_phases_sum_to_the_slots_wall_time() -> None:
+    jobs = [job_phases({"setup_s": 1.0, "warmup_s": 2.0, "compile_s": 0.5, "window_s": 3.0})] * 2
+    result = breakdown(10.0, 2, jobs, {"search_s": 9.0})
+    assert set(result["phases"]) == set(PHASES)
+    assert math.fsum(result["phases"].values()) == pytest.approx(20.0)
+    assert result["phases"]["between_s"] == pytest.approx(8.0)
+    assert result["measured_share"] == pytest.approx(6.0 / 20.0)
+    assert result["stages"] == {"baseline_s": 0.0, "search_s": 9.0, "finalists_s": 0.0}
+
+
+def test_between_trials_is_never_negative() -> None:
+    result = breakdown(1.0, 1, [job_phases({"window_s": 1.0000001})], {})
+    assert result["phases"]["between_s"] == 0.0

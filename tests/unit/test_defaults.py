@@ -1,0 +1,111 @@
+"""The knob values of a run without autotune are the installed `TrainingArguments`' own.
+
+Compared field by field with a real `TrainingArguments`, so a transformers release that changes a
+default (as 5.x did with ``optim``) fails here instead of skewing every stated speedup.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from transformers import TrainingArguments
+
+from autotune.errors import UsageError
+from autotune.space.defaults import base_knobs, knob_defaults, knobs_of, training_args_defaults
+from autotune.space.knobs import CATALOGUE, DDP_KNOBS, trial_kwargs
+
+BASE = {"optim": "adafactor", "bf16": True, "per_device_train_batch_size": 4, "torch_compile": True}
+
+
+def _field(args: TrainingArguments, name: str) -> Any:
+    value = getattr(args, name)
+    return getattr(value, "value", value)  # OptimizerNames compares as its string
+
+
+def assert_same_fields(values: dict[str, Any], reference: TrainingArguments) -> None:
+    """Every `TrainingArguments` field the knob values land in holds the reference's value."""
+    args, _ = trial_kwargs(values)
+    for name, value in args.items():
+        expected = _field(reference, name)
+        if name == "tf32":
+            expected = bool(expected)  # unset: torch's own setting, which is no TF32
+        elif name == "torch_compile_mode" and expected is None:
+            expected = "default"  # unset: torch.compile's default mode
+        assert value == expected, name
+
+
+@pytest.mark.parametrize("cuda", [False, True])
+def test_no_base_config_is_training_arguments_itself(tmp_path: Path, cuda: bool) -> None:
+    values = knob_defaults(None, sdpa=True, cuda=cuda)
+    reference = TrainingArguments(output_dir=str(tmp_path), use_cpu=not cuda)
+    assert_same_fields(values, reference)
+    assert values["optim"] == _field(TrainingArguments(output_dir=str(tmp_path)), "optim")
+    assert values["dataloader_pin_memory"] is cuda  # TrainingArguments turns it off with use_cpu
+    assert values["attn_implementation"] == "sdpa"
+    # Every knob has a default, the compile mode only with inductor; DDP's own settings are None in
+    # TrainingArguments (the Trainer and torch decide), so a baseline leaves them unset.
+    assert set(values) == set(CATALOGUE) - {"torch_compile_mode", *DDP_KNOBS}
+    assert all(getattr(reference, name) is None for name in DDP_KNOBS)
+
+
+def test_a_base_config_is_built_as_training_arguments(tmp_path: Path) -> None:
+    values = knob_defaults(BASE, sdpa=False, cuda=False)
+    assert_same_fields(values, TrainingArguments(output_dir=str(tmp_path), use_cpu=True, **BASE))
+    assert values["optim"] == "adafactor" and values["precision"] == "bf16"
+    assert values["per_device_train_batch_size"] == 4
+    assert (values["torch_compile"], values["torch_compile_mode"]) == ("inductor", "default")
+    assert values["attn_implementation"] == "eager"  # the model has no sdpa
+
+
+def test_what_post_init_derives_counts() -> None:
+    # A compile mode turns compile on; the deprecated gradient_checkpointing stands for the new name.
+    with pytest.warns(FutureWarning, match="gradient_checkpointing"):
+        values = knob_defaults(
+            {
+                "torch_compile_mode": "max-autotune",
+                "gradient_checkpointing": True,
+                "torch_empty_cache_steps": 5,
+            },
+            sdpa=True,
+            cuda=False,
+        )
+    assert (values["torch_compile"], values["torch_compile_mode"]) == ("inductor", "max-autotune")
+    assert values["activation_checkpointing"] is True
+    assert values["torch_empty_cache_steps"] == 5
+
+
+def test_a_base_config_refused_here_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="not valid TrainingArguments on this machine") as info:
+        knob_defaults({"tf32": True}, sdpa=True, cuda=False)  # no Ampere GPU here
+    assert info.value.hint == "change --base-args"
+
+
+def test_a_base_config_may_name_its_output_dir() -> None:
+    assert knob_defaults({"output_dir": "ignored"}, sdpa=True, cuda=False)["optim"] == base_knobs()["optim"]
+
+
+def test_field_defaults_are_training_arguments_defaults(tmp_path: Path) -> None:
+    # What `base_knobs` reads without building: the same as a built TrainingArguments().
+    reference = TrainingArguments(output_dir=str(tmp_path))
+    assert_same_fields(base_knobs(), reference)
+    on_cpu = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, **BASE)
+    assert_same_fields({**base_knobs(BASE), "dataloader_pin_memory": False}, on_cpu)  # nothing built
+    defaults = training_args_defaults()
+    for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "optim", "bf16", "fp16"):
+        assert defaults[name] == _field(reference, name), name
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"precision": "bf16+tf32", "optim": "sgd", "torch_compile": "aot_eager", "dataloader_num_workers": 2},
+        {"precision": "fp16", "torch_compile": "inductor", "torch_compile_mode": "reduce-overhead"},
+        {"torch_empty_cache_steps": 0, "dataloader_pin_memory": False, "activation_checkpointing": True},
+    ],
+)
+def test_knobs_of_inverts_trial_kwargs(values: dict[str, Any]) -> None:
+    args, _ = trial_kwargs(values)
+    derived = knobs_of({**training_args_defaults(), **args})
+    assert {k: derived[k] for k in values} == values
