@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AutotuneError",
     "MeasureSettings",
+    "RichReporter",
     "RunConfig",
     "SearchResult",
     "SearchSpace",
@@ -39,4 +40,8 @@ def __getattr__(name: str):  # torch and transformers load only when a search is
         from autotune.driver import tune
 
         return getattr(tune, name)
+    if name == "RichReporter":  # the CLI's live view of a search, for scripts that call search/tune
+        from autotune.cli._render import RichReporter
+
+        return RichReporter
     raise AttributeError(f"module 'autotune' has no attribute {name!r}")

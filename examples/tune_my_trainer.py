@@ -1,45 +1,72 @@
 """Tune the efficiency knobs of your own training script with `autotune.tune`.
 
-Runs offline as is: it builds a small word-level tokenizer and a 1-layer GPT-2 config in a temp
-folder. Replace `build_tokenizer_and_model` and the dataset with your own (a hub id or a local
-checkpoint, your `datasets.Dataset`), keep the rest.
+Runs offline as is, from an installed autotune (nothing here comes from autotune's repository):
+it trains a small word-level tokenizer and makes a 1-layer GPT-2 config in a temp folder. Replace
+`build_tokenizer_and_config` and the dataset with your own (a hub id or a local checkpoint, your
+`datasets.Dataset`), keep the rest.
 
-    .venv/bin/python examples/tune_my_trainer.py
+    python examples/tune_my_trainer.py
 """
 
 from __future__ import annotations
 
-import sys
+import random
 import tempfile
 from pathlib import Path
 
 import datasets
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import (
-    AutoConfig,
     AutoModelForCausalLM,
-    AutoTokenizer,
     DataCollatorForLanguageModeling,
+    GPT2Config,
+    PreTrainedTokenizerFast,
     TrainingArguments,
 )
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.local_models, the offline stand-ins
-
 import autotune
-from autotune.cli._render import RichReporter
-from tests.local_models import sentences, write_model
+
+WORDS = [
+    "the",
+    "a",
+    "model",
+    "trains",
+    "fast",
+    "slow",
+    "on",
+    "data",
+    "with",
+    "many",
+    "small",
+    "large",
+    "batch",
+    "steps",
+    "of",
+    "tokens",
+]
 
 
-def build_tokenizer_and_model(folder: Path) -> Path:
-    """Your model: here a config-only folder with a tokenizer (no weights, nothing downloaded)."""
-    return write_model(folder)
+def sentences(count: int, seed: int = 0) -> list[str]:
+    """Sentences of 3 to 20 words: your corpus stands here."""
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 20))) for _ in range(count)]
+
+
+def build_tokenizer_and_config() -> tuple[PreTrainedTokenizerFast, GPT2Config]:
+    """Your tokenizer and model config: here a word-level tokenizer and a 1-layer GPT-2 (random
+    weights, nothing downloaded). With network access: `AutoTokenizer.from_pretrained("gpt2")`."""
+    tokenizer = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.train_from_iterator(sentences(50), trainers.WordLevelTrainer(special_tokens=["[PAD]", "[UNK]"]))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="[PAD]", unk_token="[UNK]")
+    config = GPT2Config(n_layer=1, n_head=2, n_embd=32, n_positions=128, vocab_size=len(fast))
+    return fast, config
 
 
 def main() -> None:
     datasets.disable_progress_bars()  # your own map's bar; autotune shows none of its own
     with tempfile.TemporaryDirectory() as scratch:
-        model_dir = build_tokenizer_and_model(Path(scratch) / "my-model")
-        tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        config = AutoConfig.from_pretrained(model_dir)
+        tokenizer, config = build_tokenizer_and_config()
         raw = datasets.Dataset.from_dict({"text": sentences(500)})
         train = raw.map(lambda b: tokenizer(b["text"], truncation=True, max_length=64), batched=True)
         train = train.remove_columns(["text"])
@@ -53,7 +80,7 @@ def main() -> None:
             weight_decay=0.1,
             seed=42,
         )
-        with RichReporter() as reporter:
+        with autotune.RichReporter() as reporter:
             tuned = autotune.tune(
                 train,
                 args,

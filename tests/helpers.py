@@ -12,7 +12,11 @@ from transformers import TrainerCallback
 from autotune.config import MeasureSettings
 
 # Enough steps to pass through warm-up into a measured window, few enough for a test.
-FAST = MeasureSettings(warmup_steps=1, max_warmup_steps=2, min_steps=2, max_steps=3, max_seconds=10.0)
+# No screening: what a test measures must not depend on which configurations this machine runs
+# slowly (bf16 without native bf16); tests/*/test_screening.py test it.
+FAST = MeasureSettings(
+    warmup_steps=1, max_warmup_steps=2, min_steps=2, max_steps=3, max_seconds=10.0, screen_ratio=0.0
+)
 # A search that measures only its own trials: fast windows, no baseline, no finalist re-measurement.
 FAST_RUN = {"measure": FAST, "finalists": 0, "measure_baseline": False}
 # The same in the test's own process: for probes that record what trials did, and monkeypatches

@@ -109,7 +109,20 @@ class Supervisor:
         Raises:
             MeasureFailed: the measurement failed, or its process died (with the reason).
         """
-        job = self.job(kind="measure", params=dict(params), number=number, verbatim=verbatim)
+        return self._run_one(self.job(kind="measure", params=dict(params), number=number, verbatim=verbatim))
+
+    def batch_ladder(self, candidates: Sequence[int]) -> list[int]:
+        """Which of `candidates` (the space's larger batches) fit, by the memory estimate of a job
+        of their own (on the trial device, in a process like a trial's).
+
+        Raises:
+            MeasureFailed: the job failed, or its process died (with the reason).
+        """
+        job = self.job(kind="ladder", params={"candidates": [int(b) for b in candidates]})
+        return [int(b) for b in self._run_one(job)["batch_ladder"]]
+
+    def _run_one(self, job: Job) -> dict[str, Any]:
+        """Run one job that measures (not a trial) and return what it measured."""
         self.executor.start(job)
         while True:
             for ended in self.executor.wait(1.0):

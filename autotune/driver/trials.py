@@ -12,7 +12,7 @@ from transformers import TrainerCallback
 from autotune.driver.accounting import TimeAccount
 from autotune.driver.finalists import measure_baseline, remeasure_finalists
 from autotune.driver.stopping import stop_reason
-from autotune.driver.supervisor import Supervisor
+from autotune.driver.supervisor import MeasureFailed, Supervisor
 from autotune.executors.base import Executor
 from autotune.executors.forkserver import ForkserverExecutor
 from autotune.executors.inprocess import InProcessExecutor
@@ -74,6 +74,7 @@ def run_trials(
                 reporter.on_note(note)
             account = TimeAccount(study, slots(plan, running))
             measure = account.measuring(supervisor.measure)
+            resolve_batch_ladder(plan, study, supervisor, reporter)
             # Under a launcher every rank runs this: what is read from the study is rank 0's.
             if from_rank_zero(plan.config.measure_baseline and "baseline" not in study.user_attrs):
                 with account.stage("baseline"):
@@ -87,6 +88,33 @@ def run_trials(
     finally:
         if is_rank_zero():  # the trials of jobs the executor ended on the way out (Ctrl-C, an error)
             fail_interrupted_trials(study)
+
+
+def resolve_batch_ladder(plan: Plan, study: optuna.Study, supervisor: Supervisor, reporter: Reporter) -> None:
+    """Resolve the space's batch ladder (a batch list ending with ``fits``) once per study, before
+    its first trial: a job estimates which larger batches fit, the study stores them
+    (``batch_ladder``, which every worker's plan reads), and `plan.space` searches them. A resumed
+    study keeps the ladder it stored. Under a launcher every rank runs this; rank 0's result stands.
+    A ladder that cannot be estimated leaves the listed batches only, with a note."""
+    candidates = plan.space.ladder_candidates()
+    if not candidates:
+        return
+    rungs = from_rank_zero(study.user_attrs.get("batch_ladder") if is_rank_zero() else None)
+    if rungs is None:
+        try:
+            rungs = supervisor.batch_ladder(candidates)
+        except MeasureFailed as exc:
+            reporter.on_note(
+                f"the batch ladder could not be estimated ({exc.reason}: {exc}): listed batches only"
+            )
+            rungs = []
+        rungs = from_rank_zero(rungs)
+        if is_rank_zero():
+            study.set_user_attr("batch_ladder", rungs)
+    plan.space = plan.space.with_ladder(rungs)
+    if is_rank_zero():
+        study.set_user_attr("space", plan.space.describe())
+    reporter.on_note(plan.space.notes[-1])
 
 
 def slots(plan: Plan, executor: Executor) -> int:

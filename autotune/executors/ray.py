@@ -94,7 +94,7 @@ class RayExecutor(Executor):
         return self._where
 
     def start(self, job: Job) -> None:
-        if job.kind == "measure":
+        if job.kind != "trial":  # measurements and the batch ladder run in local workers
             self.local.start(job)
             return
         address = self.plan.config.ray_address

@@ -11,6 +11,7 @@ batch, from a one-off measurement at a small batch (`autotune.measure.estimator`
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from autotune.space.knobs import optimizer_family
@@ -84,3 +85,17 @@ def relative_error(estimate_bytes: int, measured_bytes: int) -> float:
 def clearly_over(estimate_bytes: int, cap_bytes: int, margin: float = SAFETY_MARGIN) -> bool:
     """Whether an estimate is over the cap by more than the safety margin."""
     return estimate_bytes > cap_bytes * (1 + margin)
+
+
+def fitting_rungs(
+    candidates: Sequence[int], estimate_bytes: Callable[[int], int | None], limit_bytes: int
+) -> list[int]:
+    """The leading `candidates` (batch sizes, in increasing order) whose estimate is within
+    `limit_bytes`: the batch ladder stops at the first that is over it, or that cannot be estimated."""
+    fitting: list[int] = []
+    for batch in candidates:
+        estimated = estimate_bytes(batch)
+        if estimated is None or estimated > limit_bytes:
+            break
+        fitting.append(batch)
+    return fitting

@@ -58,6 +58,8 @@ def plan_for(
         space = space.keep_semantics(base, world_size)
     elif config.global_batch_size is not None:
         space = space.with_global_batch(config.global_batch_size, world_size)
+    if stored is not None and stored.get("batch_ladder") is not None:
+        space = space.with_ladder(stored["batch_ladder"])  # as the study's first process resolved it
     # Values that cannot run on this machine are not offered to the sampler at all; rules on
     # combinations are checked per trial (a skipped trial with a reason and a constraint).
     space, single_rank = space.for_world_size(world_size)

@@ -4,12 +4,15 @@ A space file looks like::
 
     description: what this space is for
     knobs:
-      per_device_train_batch_size: [8, 16, 32]   # or {min: 8, max: 256, multiple_of: auto}
+      per_device_train_batch_size: [8, 16, 32, fits]   # or {min: 8, max: 256, multiple_of: auto}
       precision: [fp32, bf16]
       torch_compile: ["off", inductor]
       torch_compile_mode: [default, max-autotune-no-cudagraphs]   # only with inductor
 
-Every error names the file, the key and what is allowed. One `SearchSpace` serves every backend:
+A batch list that ends with ``fits`` goes on past its largest value: doublings (at most
+`LADDER_RUNGS`) while the memory estimate says they fit (`SearchSpace.ladder_candidates`, resolved
+once per study by a worker and stored with it, `SearchSpace.with_ladder`). Every error names the
+file, the key and what is allowed. One `SearchSpace` serves every backend:
 `suggest` samples a trial's values through optuna (a `FixedTrial` on non-zero ranks replays them).
 A loaded space is resolved for a run: batch rules for the device (`for_hardware`), a fixed global
 batch (`with_global_batch`) and ``--keep-semantics`` (`keep_semantics`).
@@ -33,6 +36,9 @@ from autotune.space.knobs import CATALOGUE, Value, optimizer_family, trial_kwarg
 from autotune.space.knobs import precision_of as precision_of  # importable from here, as before
 
 _TOP_LEVEL_KEYS = ("description", "knobs")
+BATCH = "per_device_train_batch_size"
+LADDER = "fits"  # the last value of a batch list: go on while larger batches fit
+LADDER_RUNGS = 3  # doublings past the largest listed batch, at most
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,9 @@ class SearchSpace:
         global_batch: per-device batch x accumulation x world size, when it is fixed.
         world_size: processes training together (for the global batch).
         notes: lines for the run header saying how the space was resolved.
+        ladder: the batch list ended with ``fits`` (see `ladder_candidates`).
+        ladder_rungs: the batches past the listed ones that fit, once resolved (`with_ladder`);
+            None before.
     """
 
     name: str
@@ -81,6 +90,43 @@ class SearchSpace:
     global_batch: int | None = None
     world_size: int = 1
     notes: tuple[str, ...] = ()
+    ladder: bool = False
+    ladder_rungs: tuple[int, ...] | None = None
+
+    # -- the batch ladder ---------------------------------------------------------------------
+
+    def ladder_candidates(self) -> tuple[int, ...]:
+        """The batches a ``fits`` ladder may add, in order: doublings of the largest listed one.
+        None when the space has no ladder, holds the batch, or fixes the global batch (only splits
+        of it are tried), or when the ladder is already resolved."""
+        if not self.ladder or self.ladder_rungs is not None or self.global_batch is not None:
+            return ()
+        listed = [int(b) for b in self.knobs.get(BATCH, ())]
+        if not listed or BATCH in self.fixed:
+            return ()
+        return tuple(max(listed) * 2**rung for rung in range(1, LADDER_RUNGS + 1))
+
+    def with_ladder(self, rungs: Any) -> SearchSpace:
+        """The space with its ladder resolved: `rungs` (the first of `ladder_candidates` that fit,
+        as the study stored them) searched after the listed batches.
+
+        Raises:
+            SpaceError: `rungs` are not a prefix of the candidates (a study stored by another space).
+        """
+        candidates = self.ladder_candidates()
+        rungs = tuple(int(b) for b in rungs)
+        if not candidates:
+            return self
+        if rungs != candidates[: len(rungs)]:
+            raise SpaceError(
+                f"{self.source}: the study's batch ladder {list(rungs)} does not continue "
+                f"knobs.{BATCH} {list(self.knobs[BATCH])}",
+                "continue the study with the space it was started with",
+            )
+        knobs = {**self.knobs, BATCH: (*self.knobs[BATCH], *rungs)}
+        said = ", ".join(map(str, rungs)) if rungs else "none"
+        note = f"{BATCH}: + {said} [ladder: larger batches that fit by the memory estimate]"
+        return replace(self, knobs=knobs, ladder_rungs=rungs, notes=(*self.notes, note))
 
     def suggest(self, trial: Any) -> dict[str, Value]:
         """Sample a trial's values from an optuna `Trial` (or replay them from a `FixedTrial`)."""
@@ -147,14 +193,19 @@ class SearchSpace:
     def fingerprint(self) -> str:
         """A short hash of what is searched: equal spaces give equal fingerprints."""
         data = self.describe()
-        for key in ("description", "notes"):
+        # The ladder's batches follow from the machine's memory, which the study's fingerprint
+        # holds: a space is the same whether its ladder is resolved yet or not.
+        for key in ("description", "notes", "batch_ladder"):
             data.pop(key)
         canonical = json.dumps(data, sort_keys=True, default=str)
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:
-        """The space in its file form (`parse_space` reads it back)."""
+        """The space in its file form (`parse_space` reads it back): a resolved ladder's batches
+        are left out, ``fits`` says there is one."""
         knobs: dict[str, Any] = {k: list(v) for k, v in self.knobs.items()}
+        if self.ladder and BATCH in knobs:
+            knobs[BATCH] = [*knobs[BATCH][: len(knobs[BATCH]) - len(self.ladder_rungs or ())], LADDER]
         for name, rule in self.rules.items():
             knobs[name] = {"min": rule.low, "max": rule.high, "multiple_of": rule.multiple_of or "auto"}
         return {"description": self.description, "knobs": knobs}
@@ -167,6 +218,7 @@ class SearchSpace:
             "global_batch": self.global_batch,
             "world_size": self.world_size,
             "notes": list(self.notes),
+            "batch_ladder": list(self.ladder_rungs) if self.ladder_rungs is not None else None,
         }
 
     # -- resolving for a run ------------------------------------------------------------------
@@ -263,6 +315,7 @@ class SearchSpace:
             global_batch=global_batch,
             world_size=world_size,
             notes=(*self.notes, note),
+            ladder=False,  # only splits of the global batch: no larger batches
         )
 
     def keep_semantics(self, base: Mapping[str, Any], world_size: int = 1) -> SearchSpace:
@@ -375,14 +428,24 @@ def parse_space(data: object, *, name: str, source: str) -> SearchSpace:
 
     parsed: dict[str, tuple[Value, ...]] = {}
     rules: dict[str, SizeRule] = {}
+    ladder = False
     for key, values in knobs.items():
+        if key == BATCH and isinstance(values, list) and values and values[-1] == LADDER:
+            if len(values) < 2:
+                raise SpaceError(
+                    f"{source}: knobs.{key}: '{LADDER}' needs a batch size before it",
+                    f"write e.g. [8, 16, {LADDER}]",
+                )
+            ladder, values = True, values[:-1]
         if isinstance(values, dict) and str(key) in _RULE_KNOBS:
             rules[str(key)] = _parse_rule(source, str(key), values)
             parsed[str(key)] = ()
         else:
             parsed[str(key)] = _parse_knob(source, str(key), values)
     _check_requirements(source, parsed)
-    return SearchSpace(name=name, source=source, knobs=_ordered(parsed), description=description, rules=rules)
+    return SearchSpace(
+        name=name, source=source, knobs=_ordered(parsed), description=description, rules=rules, ladder=ladder
+    )
 
 
 # Knobs that may be written as a rule ``{min: 8, max: 256, multiple_of: auto}`` instead of a list.

@@ -145,6 +145,8 @@ def run_on(
     trainer.measurement.job_started_s = time.perf_counter() if started_s is None else started_s
     if job.kind == "measure":
         return Measured(dict(trainer.measure_config(job.params, job.number, verbatim=job.verbatim)))
+    if job.kind == "ladder":
+        return Measured({"batch_ladder": trainer.batch_ladder(job.params["candidates"])})
     return one_trial(trainer, plan, study, job)
 
 

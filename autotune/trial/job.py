@@ -16,7 +16,8 @@ class Job:
 
     Attributes:
         study_name, storage_url: the stored study to work on.
-        kind: ``"trial"`` (measure one trial of the search) or ``"measure"`` (given values).
+        kind: ``"trial"`` (measure one trial of the search), ``"measure"`` (given values) or
+            ``"ladder"`` (which of the space's larger batches fit: ``params["candidates"]``).
         job_id: recorded with the trial it runs (``worker.job``): how the supervisor finds it.
         budget: the study's total budget of measured trials (``trial``): a process that finds it
             spent, counting the trials running elsewhere, measures nothing.
@@ -38,7 +39,7 @@ class Job:
 
     study_name: str
     storage_url: str
-    kind: Literal["trial", "measure"] = "trial"
+    kind: Literal["trial", "measure", "ladder"] = "trial"
     job_id: str | None = None
     budget: int = 0
     params: dict[str, Any] = field(default_factory=dict)

@@ -33,14 +33,14 @@ from transformers.trainer_callback import PrinterCallback
 from transformers.trainer_utils import HPSearchBackend
 
 from autotune.measure.callback import ScreenedOut, ThroughputCallback
-from autotune.measure.estimate import MemoryEstimate, relative_error
+from autotune.measure.estimate import SAFETY_MARGIN, MemoryEstimate, fitting_rungs, relative_error
 from autotune.measure.estimator import MemoryEstimator
 from autotune.measure.flops import flops_per_token, mfu, model_shape
 from autotune.measure.memory import release_device_memory
 from autotune.measure.ranks import distributed, from_rank_zero, gather, is_rank_zero
 from autotune.plan.resolved import Plan, base_training_args, trial_world_size
 from autotune.progress import Reporter, TrialSummary
-from autotune.space import precision_of
+from autotune.space import SearchSpace, precision_of
 from autotune.space.knobs import Value, trial_kwargs
 from autotune.study.objective import loss_delta, loss_diverged, run_tokens, score
 from autotune.study.outcomes import (
@@ -91,7 +91,6 @@ class AutotuneTrainer(Trainer):
     ) -> None:
         self.plan = plan
         self.workload = plan.workload
-        self.space = plan.space
         self.base_args = dict(base_args)
         self.measurement = measurement
         self.reporter = reporter
@@ -118,6 +117,11 @@ class AutotuneTrainer(Trainer):
         measurement.count_tokens = self.workload.tokens_in
         # With tqdm off, Trainer prints its metrics dict; the reporter shows trials instead.
         self.remove_callback(PrinterCallback)
+
+    @property
+    def space(self) -> SearchSpace:
+        """The plan's space, read each time: resolving the batch ladder replaces it."""
+        return self.plan.space
 
     def owner_attrs(self) -> dict[str, Any]:
         """The ``worker`` user attr of the trials this process runs."""
@@ -161,6 +165,24 @@ class AutotuneTrainer(Trainer):
             return self.estimator.estimate(values)
         except Exception:  # an estimate that cannot be made must not cost the trial
             return None
+
+    def batch_ladder(self, candidates: Sequence[int]) -> list[int]:
+        """The leading `candidates` (larger batch sizes) that fit: the memory estimate of the
+        space's most frugal configuration at that batch (over its attention kernels, precisions
+        and checkpointing choices) is under the memory cap, or without one under the device's
+        memory less the estimate's safety margin."""
+        hardware = self.plan.hardware
+        limit = self.plan.cap_bytes or int(hardware.memory_bytes / (1 + SAFETY_MARGIN))
+        frugal = [{k: v for k, v in point.items() if k in _MEMORY_KNOBS} for point in self.space.grid()]
+        points = [dict(p) for p in {tuple(sorted(p.items())): p for p in frugal}.values()]
+
+        def smallest(batch: int) -> int | None:
+            estimates = [
+                self._estimate_memory({**point, "per_device_train_batch_size": batch}) for point in points
+            ]
+            return min((e.total_bytes for e in estimates if e is not None), default=None)
+
+        return fitting_rungs(candidates, smallest, limit)
 
     def _rebuild_args(self, kwargs: dict[str, Any]) -> None:
         fresh = TrainingArguments(**kwargs)
@@ -425,6 +447,10 @@ def _ddp_settings(model: Any) -> dict[str, Any] | None:
             getattr(model, "forward_sync_buffers", getattr(model, "broadcast_buffers", True))
         ),
     }
+
+
+# The knobs the memory estimate reads besides the batch (`MemoryEstimator.estimate`).
+_MEMORY_KNOBS = ("precision", "optim", "attn_implementation", "activation_checkpointing")
 
 
 def _study_baseline(trial: Any) -> dict[str, Any]:

@@ -65,7 +65,7 @@ def test_the_search_stores_its_time_breakdown_and_show_prints_it(
         assert trial.user_attrs["compile_s"] == 0.0 and trial.user_attrs["compile_cache"] is None
     breakdown = study.user_attrs["time_breakdown"]
     phases = breakdown["phases"]
-    assert set(phases) == {"setup_s", "compile_s", "warmup_s", "window_s", "between_s"}
+    assert set(phases) == {"setup_s", "compile_s", "warmup_s", "window_s", "screening_s", "between_s"}
     assert all(seconds >= 0 for seconds in phases.values())
     assert breakdown["slots"] == 1
     assert math.fsum(phases.values()) == pytest.approx(breakdown["wall_s"], abs=1e-6)

@@ -81,6 +81,7 @@ def test_every_flag_reaches_the_config(calls, capsys):
         "--max-steps", "12",
         "--max-seconds", "9.5",
         "--target-ci", "0.05",
+        "--screen-ratio", "0.25",
     )  # fmt: skip
     assert code == 0
     assert len(calls) == 1
@@ -102,6 +103,7 @@ def test_every_flag_reaches_the_config(calls, capsys):
             max_steps=12,
             max_seconds=9.5,
             target_rel_ci=0.05,
+            screen_ratio=0.25,
         ),
     )
     assert call.config.storage_url == "sqlite:////tmp/flag.db"

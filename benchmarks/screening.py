@@ -1,0 +1,110 @@
+"""What screening saves on a space where some configurations are far slower than the best.
+
+    python benchmarks/screening.py [--repeats 2]     # about 10 minutes per repeat on 2 CPU cores
+
+The space crosses fp32 with bf16: on a CPU without native bf16 (AVX2 only) bf16 autocast runs
+several times slower than fp32, so half the space is configurations that cannot win, as in the
+issue's held-out test. The same 12-trial search (same seed, baseline and finalists included) runs
+with screening off (``--screen-ratio 0``) and on (the default 0.5), interleaved, each in a fresh
+store. Recorded per run: wall time, the winner's configuration and its re-measured tokens/s, how
+many trials were screened out and the study's time breakdown. Results go to
+``benchmarks/results/screening.json``; the CPU they were taken on (``lscpu``) goes with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results" / "screening.json"
+SPACE = """description: fp32 against bf16 (slow without native bf16), for the screening benchmark
+knobs:
+  per_device_train_batch_size: [4, 8, 16, 32]
+  precision: [fp32, bf16]
+  attn_implementation: [eager, sdpa]
+"""
+ARGS = ("--model", "tiny-gpt2", "--seq-len", "64", "--trials", "12", "--seed", "0", "--max-seconds", "10")
+RUN_TIMEOUT_S = 1800  # one search; never wait forever on a stuck one
+
+
+def cpu() -> dict[str, Any]:
+    """The CPU a figure was taken on, from ``lscpu``: model, cores, native bf16 or not."""
+    text = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    flags = fields.get("Flags", "").split()
+    return {
+        "model": fields.get("Model name", "").strip(),
+        "cpus": fields.get("CPU(s)", "").strip(),
+        "native_bf16": any(f in flags for f in ("avx512_bf16", "amx_bf16")),
+    }
+
+
+def one_search(folder: Path, ratio: float, label: str) -> dict[str, Any]:
+    space = folder / "space.yaml"
+    space.write_text(SPACE)
+    storage = f"sqlite:///{folder / f'{label}.db'}"
+    command = [sys.executable, "-m", "autotune", "search", *ARGS, "--space", str(space)]
+    command += ["--storage", storage, "--study", "s", "--screen-ratio", str(ratio)]
+    began = time.monotonic()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
+    wall_s = time.monotonic() - began
+    if done.returncode != 0:
+        raise RuntimeError(f"search failed ({done.returncode}): {done.stderr[-2000:]}")
+    study = optuna.load_study(study_name="s", storage=storage)
+    winner = study.user_attrs.get("winner") or {}
+    params = study.trials[winner["number"]].params if "number" in winner else None
+    reasons = [t.user_attrs.get("reason") for t in study.trials]
+    return {
+        "screen_ratio": ratio,
+        "wall_s": wall_s,
+        "winner": params,
+        "winner_median_tokens_per_s": winner.get("median_tokens_per_s"),
+        "verdict": winner.get("verdict"),
+        "trials": len(study.trials),
+        "screened_out": reasons.count("screened_out"),
+        "bf16_trials": sum(t.params.get("precision") == "bf16" for t in study.trials),
+        "time_breakdown": study.user_attrs.get("time_breakdown"),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args()
+    runs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-screening-") as temp:
+        for repeat in range(args.repeats):
+            order = (0.0, 0.5) if repeat % 2 == 0 else (0.5, 0.0)  # interleaved: drift hits both
+            for ratio in order:
+                folder = Path(temp) / f"{repeat}-{ratio}"
+                folder.mkdir()
+                run = one_search(folder, ratio, "run")
+                run["repeat"] = repeat
+                runs.append(run)
+                shown = ("repeat", "screen_ratio", "wall_s", "winner", "screened_out")
+                print(json.dumps({k: run[k] for k in shown}), flush=True)
+    summary = {}
+    for ratio in (0.0, 0.5):
+        mine = [r for r in runs if r["screen_ratio"] == ratio]
+        summary[str(ratio)] = {
+            "median_wall_s": statistics.median(r["wall_s"] for r in mine),
+            "winners": [r["winner"] for r in mine],
+        }
+    result = {"cpu": cpu(), "args": list(ARGS), "space": SPACE, "runs": runs, "summary": summary}
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=1, default=str))
+    print(json.dumps(summary, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()

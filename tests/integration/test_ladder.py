@@ -1,0 +1,57 @@
+"""The batch ladder in a real search: a job estimates which larger batches fit before the first
+trial, the study stores them, trials are drawn from the longer list, and a resumed search keeps
+the ladder it stored instead of estimating again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import autotune
+from autotune.driver.supervisor import Supervisor
+from autotune.plan.build import plan_from_study
+from autotune.study.store import measured_count
+from tests.helpers import FAST_RUN, IN_PROCESS, write_space
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_the_ladder_goes_past_the_listed_batches_when_memory_allows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    space = write_space(tmp_path, {"per_device_train_batch_size": [4, "fits"]})
+    storage = f"sqlite:///{tmp_path / 'ladder.db'}"
+    # Worker processes: the ladder job runs like a trial, in a process of its own.
+    first = autotune.search(
+        model="tiny-gpt2", space=space, trials=1, storage=storage, seq_len=16, study="l", **FAST_RUN
+    )
+    # A tiny model fits every rung in this machine's memory (no cap): 8, 16 and 32 are searched.
+    assert first.study.user_attrs["batch_ladder"] == [8, 16, 32]
+    assert first.study.user_attrs["space"]["batch_ladder"] == [8, 16, 32]
+    plan, _ = plan_from_study("l", storage)  # what a worker (or another host) plans
+    assert plan.space.knobs["per_device_train_batch_size"] == (4, 8, 16, 32)
+    # A resumed search keeps the stored ladder: no second estimate.
+    monkeypatch.setattr(Supervisor, "batch_ladder", lambda *a: pytest.fail("estimated again"))
+    again = autotune.search(
+        model="tiny-gpt2", space=space, trials=3, storage=storage, seq_len=16, study="l", **IN_PROCESS
+    )
+    batches = {t.params["per_device_train_batch_size"] for t in again.study.trials}
+    assert batches <= {4, 8, 16, 32}
+    assert measured_count(again.study) == 3  # (a repeated proposal is reused, not measured)
+
+
+def test_a_memory_cap_stops_the_ladder(tmp_path: Path) -> None:
+    # The cap is under what the process holds before any model: nothing larger than listed fits.
+    space = write_space(tmp_path, {"per_device_train_batch_size": [4, "fits"]})
+    result = autotune.search(
+        model="tiny-gpt2",
+        space=space,
+        trials=1,
+        storage=f"sqlite:///{tmp_path / 'cap.db'}",
+        seq_len=16,
+        memory_cap="64MiB",
+        **IN_PROCESS,
+    )
+    assert result.study.user_attrs["batch_ladder"] == []
+    assert {t.params["per_device_train_batch_size"] for t in result.study.trials} <= {4}

@@ -1,0 +1,67 @@
+"""The batch ladder: a batch list ending with ``fits`` goes on by doublings while the memory
+estimate fits (under the cap), stored once per study, the same for every process."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.errors import SpaceError
+from autotune.measure.estimate import fitting_rungs
+from autotune.space.searchspace import LADDER_RUNGS, SearchSpace, parse_space
+
+
+def _space(batches: list[object]) -> SearchSpace:
+    knobs = {"per_device_train_batch_size": batches, "precision": ["fp32", "bf16"]}
+    return parse_space({"knobs": knobs}, name="s", source="s.yaml")
+
+
+def test_a_list_ending_with_fits_offers_doublings_past_its_largest_batch() -> None:
+    space = _space([4, 16, 8, "fits"])
+    assert space.ladder and space.knobs["per_device_train_batch_size"] == (4, 16, 8)
+    assert space.ladder_candidates() == (32, 64, 128) and LADDER_RUNGS == 3
+    assert _space([4, 8]).ladder_candidates() == ()  # no ladder asked for
+
+
+def test_a_resolved_ladder_is_searched_and_stored_beside_the_file_form() -> None:
+    space = _space([4, 8, "fits"])
+    resolved = space.with_ladder([16, 32])
+    assert resolved.knobs["per_device_train_batch_size"] == (4, 8, 16, 32)
+    assert resolved.grid_size() == 4 * 2
+    assert resolved.ladder_candidates() == ()  # resolved once
+    # The file form keeps `fits`, the rungs go in their own key: a worker re-reads both.
+    assert resolved.to_dict()["knobs"]["per_device_train_batch_size"] == [4, 8, "fits"]
+    assert resolved.describe()["batch_ladder"] == [16, 32]
+    assert space.describe()["batch_ladder"] is None
+    assert resolved.fingerprint() == space.fingerprint()  # the rungs follow from the machine's memory
+    assert "+ 16, 32 [ladder" in resolved.notes[-1]
+    reread = parse_space(resolved.to_dict(), name="s", source="stored").with_ladder([16, 32])
+    assert reread.knobs == resolved.knobs
+    assert space.with_ladder([]).knobs == space.knobs  # nothing larger fits
+
+
+def test_a_stored_ladder_that_does_not_continue_the_space_is_refused() -> None:
+    with pytest.raises(SpaceError, match=r"batch ladder \[24\] does not continue"):
+        _space([4, 8, "fits"]).with_ladder([24])
+
+
+def test_fits_needs_a_batch_before_it() -> None:
+    with pytest.raises(SpaceError, match="'fits' needs a batch size before it"):
+        _space(["fits"])
+
+
+def test_a_fixed_global_batch_gets_only_its_splits() -> None:
+    knobs = {"per_device_train_batch_size": [4, 8, "fits"], "gradient_accumulation_steps": [1, 2]}
+    space = parse_space({"knobs": knobs}, name="s", source="s.yaml").with_global_batch(16)
+    assert space.ladder_candidates() == ()
+    assert space.knobs["per_device_train_batch_size"] == (8,)
+
+
+def test_the_ladder_goes_on_while_under_the_cap_and_stops_at_the_first_over() -> None:
+    per_sample = 100
+    estimate = {16: 1600, 32: 3200, 64: 6400}.get  # a batch's estimate in bytes
+
+    assert fitting_rungs((16, 32, 64), estimate, limit_bytes=4000) == [16, 32]
+    assert fitting_rungs((16, 32, 64), estimate, limit_bytes=10_000) == [16, 32, 64]
+    assert fitting_rungs((16, 32, 64), estimate, limit_bytes=1000) == []
+    # An estimate that cannot be made ends the ladder (never a guess).
+    assert fitting_rungs((16, 32, 64), lambda b: None if b == 32 else b * per_sample, 10_000) == [16]
