@@ -104,6 +104,10 @@ def main() -> None:
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=1, default=str))
     print(json.dumps(summary, indent=1, default=str))
+    sys.path.insert(0, str(HERE))
+    from results_md import write_results
+
+    print(f"wrote {write_results(RESULTS.parent, HERE / 'RESULTS.md')}")
 
 
 if __name__ == "__main__":

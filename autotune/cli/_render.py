@@ -144,6 +144,24 @@ def time_breakdown_table(breakdown: dict[str, Any]) -> Table:
     return table
 
 
+def no_feasible_trial_line(trials: Any) -> str:
+    """What a search with no feasible trial answers: when screening stopped every trained trial
+    against a faster reference (most often the baseline), that the defaults are the answer."""
+    from autotune.study.outcomes import SCREENED_OUT
+
+    trained = [t for t in trials if t.attrs.get("trained")]
+    screened = [t for t in trained if t.reason == SCREENED_OUT]
+    if trained and len(screened) == len(trained):
+        reference = max(float(t.attrs.get("screen_reference_tokens_per_s") or 0) for t in screened)
+        ratio = float(screened[0].attrs.get("screen_ratio") or 0.5)
+        return (
+            f"[yellow]no feasible trial[/]: every trial was screened out, under {ratio:g}x the "
+            f"{format_rate(reference)} tok/s already measured (the baseline's, when measured): keep the "
+            "defaults, or search with --screen-ratio 0 to measure every trial in full"
+        )
+    return "[yellow]no feasible trial[/]: see the reasons above"
+
+
 class RichReporter(Reporter):
     """The CLI's live view: a bar over trials, a bar over the running trial's steps, a line per trial."""
 
@@ -246,7 +264,7 @@ class RichReporter(Reporter):
         if summary:
             self.console.print(summary, highlight=False)
         if result.best is None:
-            self.console.print("[yellow]no feasible trial[/]: see the reasons above")
+            self.console.print(no_feasible_trial_line(result.trials), highlight=False, soft_wrap=True)
             return
         best = result.best
         self.console.print(
