@@ -358,7 +358,8 @@ class AutotuneTrainer(Trainer):
         if not isinstance(exc, NotTrained):  # a trial stopped by a pre-check allocated nothing
             self._release()
         skipped = isinstance(exc, NotTrained)
-        message = str(exc) if skipped else one_line(exc)
+        # A pre-check's or screening's own sentence; an error's type and first line.
+        message = str(exc) if skipped or isinstance(exc, ScreenedOut) else one_line(exc)
         self._finish(trial, TrialOutcome("PRUNED", failure_reason(exc), message, not skipped, attrs))
 
     def _release(self) -> None:

@@ -1,0 +1,69 @@
+"""The screening benchmark's RESULTS.md section (benchmarks/screening.py, results_md._screening),
+and the hand-written sections RESULTS.md keeps when it is written again."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+import results_md
+
+WINNER = {"per_device_train_batch_size": 32, "precision": "fp32"}
+
+
+def _run(
+    ratio: float, wall_s: float, search_s: float, winner: dict[str, Any], repeat: int = 0
+) -> dict[str, Any]:
+    return {
+        "screen_ratio": ratio,
+        "repeat": repeat,
+        "wall_s": wall_s,
+        "winner": winner,
+        "winner_median_tokens_per_s": 20_000.0,
+        "verdict": "bs=32: 1.05x the runner-up: within the measurement spread, either is as good",
+        "trials": 14,
+        "screened_out": 6 if ratio else 0,
+        "bf16_trials": 6,
+        "time_breakdown": {"stages": {"search_s": search_s, "finalists_s": 30.0}},
+    }
+
+
+def _data(*runs: dict[str, Any]) -> dict[str, Any]:
+    cpu = {"model": "AMD EPYC", "cpus": "2", "native_bf16": False}
+    return {"cpu": cpu, "args": ["--trials", "12"], "runs": list(runs)}
+
+
+def test_the_section_states_the_wall_times_the_goal_and_the_cpu() -> None:
+    claims: list[str] = []
+    text = results_md._screening(_data(_run(0.0, 120, 70, WINNER), _run(0.5, 30, 20, WINNER)), claims)
+    assert "no native bf16 (AVX2 only" in text and "AMD EPYC" in text
+    assert "120 s without screening, 30 s with it (0.25x; the issue's goal of at most a third is met)" in text
+    assert "The trials themselves took 20 s instead of 70 s (0.29x)" in text
+    assert claims == [
+        "Screening: a 12-trial search over a space where bf16 runs far slower takes 30 s instead of 120 s "
+        "(0.25x, median); the same pick in every run."
+    ]
+
+
+def test_different_picks_are_named_and_a_missed_goal_said() -> None:
+    other = {**WINNER, "precision": "bf16"}
+    text = results_md._screening(_data(_run(0.0, 100, 60, WINNER), _run(0.5, 80, 30, other)), [])
+    assert "goal of at most a third is NOT met" in text
+    assert "2 different picks (bs=32 prec=bf16; bs=32 prec=fp32), each run's re-measurement" in text
+
+
+def test_hand_written_sections_survive_a_rewrite(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    results.mkdir()
+    (tmp_path / "sections").mkdir()
+    (tmp_path / "sections" / "reliability.md").write_text("## Reliability\n\nby hand\n")
+    (results / "screening.json").write_text(
+        json.dumps(_data(_run(0.0, 90, 50, WINNER), _run(0.5, 30, 10, WINNER)))
+    )
+    out = results_md.write_results(results, tmp_path / "RESULTS.md").read_text()
+    assert "## 6. Screening" in out and "## Reliability\n\nby hand" in out
+    assert out.index("## 6. Screening") < out.index("## Reliability") < out.index("## GPU")
