@@ -54,6 +54,7 @@ def write_results(results: Path, out: Path) -> Path:
         _noise(_load(results, "noise"), claims),
         _isolation(_load(results, "isolation"), claims),
         _screening(_load(results, "screening"), claims),
+        _setup_cost(_load(results, "setup_cost"), claims),
     ]
     parts.append("## Where autotune wins and where it does not\n")
     parts.extend(f"- {claim}" for claim in claims)
@@ -650,3 +651,36 @@ def _screening(data: dict[str, Any] | None, claims: list[str]) -> str:
 
 def _stage(run: dict[str, Any], name: str) -> float:
     return float(((run.get("time_breakdown") or {}).get("stages") or {}).get(name) or 0.0)
+
+
+def _setup_cost(data: dict[str, Any] | None, claims: list[str]) -> str:
+    """Item 7 (`benchmarks/setup_cost.py`): a fresh worker's set-up for a ~0.5B model."""
+    if data is None:
+        return ""
+    cpu = data["cpu"]
+    lines = [
+        "## 7. Set-up of a fresh worker for a 0.5B model\n",
+        f"*Measured on {cpu['model']}, {cpu['cpus']} CPUs; `lscpu`.*\n",
+        "Command: `python benchmarks/setup_cost.py`: a Qwen2-style config of Qwen2.5-0.5B's shape in a "
+        "local folder, one trial through the CLI (`" + " ".join(data["args"]) + "`). *Set-up* is what "
+        "the trial records as `setup_s`: from the worker taking the job to its first optimizer step "
+        "(loading the study, the Trainer, the memory estimate's probe, the model).\n",
+        "| model | parameters | set-up | first step | warm-up | window | set-up share of the trial "
+        "| search wall |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for case in data["cases"]:
+        setup, warmup, window = (float(case.get(k) or 0.0) for k in ("setup_s", "warmup_s", "window_s"))
+        share = setup / (setup + warmup + window) if setup + warmup + window else 0.0
+        label = "`--pretrained` (safetensors)" if case["pretrained"] else "random init"
+        first = float(case.get("first_step_s") or 0)
+        lines.append(
+            f"| {label} | {case['params'] / 1e6:.0f}M | {setup:.1f} s | {first:.1f} s "
+            f"| {warmup:.1f} s | {window:.1f} s | {100 * share:.0f}% | {case['wall_s']:.0f} s |"
+        )
+        claims_label = "pretrained" if case["pretrained"] else "random-init"
+        claims.append(
+            f"Set-up of a fresh worker, {case['params'] / 1e6:.0f}M-parameter model ({claims_label}): "
+            f"{setup:.1f} s, {100 * share:.0f}% of its trial."
+        )
+    return "\n".join(lines) + "\n"

@@ -23,6 +23,7 @@ from autotune.executors.base import Ended, Executor, watchdog_seconds
 from autotune.plan.resolved import Plan
 from autotune.progress import Reporter
 from autotune.study.outcomes import CRASHED, HUNG, KILLED
+from autotune.study.owner import stat_fields
 from autotune.study.retry import store_unreachable_s
 from autotune.trial.job import Event, Job, JobFailed, JobResult, Measured, TrialDone
 
@@ -88,20 +89,11 @@ def signal_failure(number: int, who: str, tail: str) -> JobFailed:
     return JobFailed(KILLED, why + tail)
 
 
-def _stat(pid: int) -> list[str] | None:
-    """The fields of ``/proc/PID/stat`` after the command name (state, ppid, pgrp, session, ...)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 2 :].split()
-
-
 def descendants(root: int) -> list[tuple[int, str]]:
     """Every process below `root` (children, theirs, ...), as (pid, start time) read from /proc."""
     children: dict[int, list[tuple[int, str]]] = {}
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and (fields := _stat(int(entry))) is not None:
+        if entry.isdigit() and (fields := stat_fields(int(entry))) is not None:
             children.setdefault(int(fields[1]), []).append((int(entry), fields[19]))
     found: list[tuple[int, str]] = []
     frontier = [root]
@@ -119,7 +111,7 @@ def kill_tree(root: int) -> list[tuple[int, str]]:
     found = descendants(root)
     mine = os.getpgrp()
     for pid, _ in found:
-        fields = _stat(pid)
+        fields = stat_fields(pid)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             if fields is not None and int(fields[2]) == pid and pid != mine:
                 os.killpg(pid, signal.SIGKILL)
@@ -136,7 +128,9 @@ def wait_gone(processes: list[tuple[int, str]], timeout_s: float) -> bool:
         left = [
             (pid, start)
             for pid, start in left
-            if (fields := _stat(pid)) is not None and fields[0] not in ("Z", "X") and fields[19] == start
+            if (fields := stat_fields(pid)) is not None
+            and fields[0] not in ("Z", "X")
+            and fields[19] == start
         ]
         if not left:
             break

@@ -101,7 +101,8 @@ def this_pid_namespace() -> str | None:
         return None
 
 
-def _stat_fields(pid: int) -> list[str] | None:
+def stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (state, ppid, pgrp, ...), or None."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -112,7 +113,7 @@ def _stat_fields(pid: int) -> list[str] | None:
 
 def start_ticks(pid: int) -> int | None:
     """The start time of process `pid` in clock ticks since boot, or None (no such process)."""
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     return int(fields[19]) if fields and len(fields) > 19 else None
 
 
@@ -135,7 +136,7 @@ def is_alive(owner: Owner) -> bool:
     """Whether the owner's process is still running, read in this process's PID namespace: it
     exists, is not a zombie, and started when the owner did (a pid can be reused). Meaningful only
     for a local owner (`is_local`), such as a worker's own supervisor."""
-    fields = _stat_fields(owner.pid)
+    fields = stat_fields(owner.pid)
     if fields is None:
         try:  # no /proc (not Linux): ask the kernel directly
             os.kill(owner.pid, 0)

@@ -235,6 +235,13 @@ class RetryingRDBStorage(RDBStorage):
         self.new_trial_user_attrs: dict[str, Any] = {}
         super().__init__(url, **kwargs)
 
+    @staticmethod
+    def of(storage: Any) -> RetryingRDBStorage | None:
+        """The `RetryingRDBStorage` behind `storage` (optuna wraps an RDB storage in its
+        `_CachedStorage`, which a study's ``_storage`` is), or None."""
+        backend = getattr(storage, "_backend", storage)
+        return backend if isinstance(backend, RetryingRDBStorage) else None
+
     def stamp_new_trials(self, user_attrs: dict[str, Any]) -> None:
         """Write `user_attrs` in the same transaction that creates each trial optuna asks for (a
         worker's owner record): no moment exists where the trial is RUNNING but nobody's."""

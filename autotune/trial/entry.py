@@ -140,8 +140,9 @@ def run_on(
     executor's own), inside the caller's `frozen_heap`. `started_s` (`time.perf_counter`): when
     this process took up the job, from which the trial's set-up is counted (default: now)."""
     trainer.job_id = job.job_id
-    if isinstance(plan.storage, RetryingRDBStorage):  # the owner lands with the trial it creates
-        plan.storage.stamp_new_trials({OWNER_ATTR: trainer.owner_attrs()})
+    storage = RetryingRDBStorage.of(plan.storage)
+    if storage is not None:  # the owner lands with the trial it creates, in the same transaction
+        storage.stamp_new_trials({OWNER_ATTR: trainer.owner_attrs()})
     trainer.measurement.job_started_s = time.perf_counter() if started_s is None else started_s
     if job.kind == "measure":
         return Measured(dict(trainer.measure_config(job.params, job.number, verbatim=job.verbatim)))

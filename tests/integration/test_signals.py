@@ -100,3 +100,33 @@ def test_a_deep_folder_gets_a_short_events_socket(tmp_path: Path) -> None:
             shutil.rmtree(private)
     short, none = events_socket(str(tmp_path), "job.sock")
     assert (short, none) == (str(tmp_path / "job.sock"), None)
+
+
+def test_a_trial_is_created_with_its_owner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The owner is in the very transaction that creates a trial, so a process killed at any moment
+    after (before its sampler even proposed values) leaves a trial its supervisor can fail. Run as a
+    worker runs a job (its plan and store rebuilt from the study), here in this process."""
+    import autotune
+    from autotune.progress import Reporter
+    from autotune.study.retry import RetryingRDBStorage
+    from autotune.trial.entry import run_job
+    from autotune.trial.job import Job, TrialDone
+    from tests.helpers import IN_PROCESS
+
+    created: list[dict[str, object]] = []
+    original = RetryingRDBStorage._create_trial_once
+
+    def recording(self: RetryingRDBStorage, study_id: int, template: object, *args: object) -> object:
+        created.append(dict(template.user_attrs))  # type: ignore[attr-defined]
+        return original(self, study_id, template, *args)  # type: ignore[arg-type]
+
+    space = write_space(tmp_path, {"per_device_train_batch_size": [1, 2]})
+    storage = f"sqlite:///{tmp_path / 'o.db'}"
+    autotune.search(
+        model="tiny-gpt2", space=space, trials=1, storage=storage, seq_len=16, study="o", **IN_PROCESS
+    )
+    monkeypatch.setattr(RetryingRDBStorage, "_create_trial_once", recording)
+    done = run_job(Job(study_name="o", storage_url=storage, job_id="job-1", budget=2), Reporter())
+    assert isinstance(done, TrialDone) and done.trained
+    assert created and created[0]["worker"]["job"] == "job-1"  # type: ignore[index]
+    assert created[0]["worker"]["pid"] == os.getpid()  # type: ignore[index]

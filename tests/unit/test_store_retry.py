@@ -192,8 +192,11 @@ def test_stamped_attrs_land_with_the_trial_optuna_creates(tmp_path: Path) -> Non
     storage = _sqlite(tmp_path)
     study = optuna.create_study(storage=storage, study_name="s")
     study.enqueue_trial({"x": 1.0})  # a template of its own: not stamped
-    assert isinstance(storage, RetryingRDBStorage)
-    storage.stamp_new_trials({"worker": {"pid": 7, "job": "j1"}})
+    # What a worker holds: the study's storage, optuna's cache around the RDB storage.
+    assert isinstance(study._storage, _CachedStorage)
+    stamped = RetryingRDBStorage.of(study._storage)
+    assert stamped is storage and RetryingRDBStorage.of(object()) is None
+    stamped.stamp_new_trials({"worker": {"pid": 7, "job": "j1"}})
     study.ask()  # takes the enqueued trial
     asked = study.ask()
     # Read through another storage, before this process writes anything else: the creation itself
