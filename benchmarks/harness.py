@@ -159,11 +159,13 @@ def machine() -> dict[str, Any]:
     import transformers
 
     cpu = platform.processor() or platform.machine()
+    native_bf16 = None
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
-                break
+            if line.startswith("flags") and native_bf16 is None:
+                native_bf16 = bool({"avx512_bf16", "amx_bf16"} & set(line.split(":", 1)[1].split()))
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
@@ -174,6 +176,7 @@ def machine() -> dict[str, Any]:
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu": cpu,
         "cores": torch.get_num_threads(),
+        "native_bf16": native_bf16,  # without it (AVX2 only) bf16 is emulated, several times slower
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "python": platform.python_version(),
         "torch": torch.__version__,

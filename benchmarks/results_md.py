@@ -601,12 +601,11 @@ def _screening(data: dict[str, Any] | None, claims: list[str]) -> str:
     """Item 6 (`benchmarks/screening.py`): the same search with screening off and on."""
     if data is None:
         return ""
-    cpu = data["cpu"]
-    bf16 = "native bf16" if cpu.get("native_bf16") else "no native bf16 (AVX2 only: bf16 is emulated)"
+    bf16 = "native bf16" if data["machine"].get("native_bf16") else "no native bf16: bf16 is emulated"
     runs = data["runs"]
     lines = [
         "## 6. Screening: a space where some configurations are far slower\n",
-        f"*Measured on {cpu['model']}, {cpu['cpus']} CPUs, {bf16}; `lscpu`.*\n",
+        _machine(data) + f"The CPU has {bf16}.\n",
         "Command: `python benchmarks/screening.py` (the same 12-trial search, `"
         + " ".join(data["args"])
         + "`, baseline and finalists included, over batch 4-32 x fp32/bf16 x eager/sdpa; screening "
@@ -657,10 +656,9 @@ def _setup_cost(data: dict[str, Any] | None, claims: list[str]) -> str:
     """Item 7 (`benchmarks/setup_cost.py`): a fresh worker's set-up for a ~0.5B model."""
     if data is None:
         return ""
-    cpu = data["cpu"]
     lines = [
         "## 7. Set-up of a fresh worker for a 0.5B model\n",
-        f"*Measured on {cpu['model']}, {cpu['cpus']} CPUs; `lscpu`.*\n",
+        _machine(data),
         "Command: `python benchmarks/setup_cost.py`: a Qwen2-style config of Qwen2.5-0.5B's shape in a "
         "local folder, one trial through the CLI (`" + " ".join(data["args"]) + "`). *Set-up* is what "
         "the trial records as `setup_s`: from the worker taking the job to its first optimizer step "

@@ -8,7 +8,8 @@ issue's held-out test. The same 12-trial search (same seed, baseline and finalis
 with screening off (``--screen-ratio 0``) and on (the default 0.5), interleaved, each in a fresh
 store. Recorded per run: wall time, the winner's configuration and its re-measured tokens/s, how
 many trials were screened out and the study's time breakdown. Results go to
-``benchmarks/results/screening.json``; the CPU they were taken on (``lscpu``) goes with them.
+``benchmarks/results/screening.json`` with the machine (`harness.machine`: CPU, native bf16 or not,
+versions, commit).
 """
 
 from __future__ import annotations
@@ -35,18 +36,6 @@ knobs:
 """
 ARGS = ("--model", "tiny-gpt2", "--seq-len", "64", "--trials", "12", "--seed", "0", "--max-seconds", "10")
 RUN_TIMEOUT_S = 1800  # one search; never wait forever on a stuck one
-
-
-def cpu() -> dict[str, Any]:
-    """The CPU a figure was taken on, from ``lscpu``: model, cores, native bf16 or not."""
-    text = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
-    flags = fields.get("Flags", "").split()
-    return {
-        "model": fields.get("Model name", "").strip(),
-        "cpus": fields.get("CPU(s)", "").strip(),
-        "native_bf16": any(f in flags for f in ("avx512_bf16", "amx_bf16")),
-    }
 
 
 def one_search(folder: Path, ratio: float, label: str) -> dict[str, Any]:
@@ -78,6 +67,9 @@ def one_search(folder: Path, ratio: float, label: str) -> dict[str, Any]:
 
 
 def main() -> None:
+    sys.path.insert(0, str(HERE))
+    from harness import machine
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
@@ -100,11 +92,10 @@ def main() -> None:
             "median_wall_s": statistics.median(r["wall_s"] for r in mine),
             "winners": [r["winner"] for r in mine],
         }
-    result = {"cpu": cpu(), "args": list(ARGS), "space": SPACE, "runs": runs, "summary": summary}
+    result = {"machine": machine(), "args": list(ARGS), "space": SPACE, "runs": runs, "summary": summary}
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=1, default=str))
     print(json.dumps(summary, indent=1, default=str))
-    sys.path.insert(0, str(HERE))
     from results_md import write_results
 
     print(f"wrote {write_results(RESULTS.parent, HERE / 'RESULTS.md')}")

@@ -74,7 +74,7 @@ def one_case(folder: Path, pretrained: bool) -> dict[str, Any]:
 
 def main() -> None:
     sys.path.insert(0, str(HERE))
-    from screening import cpu
+    from harness import machine
 
     cases = []
     with tempfile.TemporaryDirectory(prefix="bench-setup-") as temp:
@@ -86,7 +86,9 @@ def main() -> None:
             print(json.dumps(case), flush=True)
             cases.append(case)
     RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps({"cpu": cpu(), "shape": SHAPE, "args": ARGS, "cases": cases}, indent=1))
+    RESULTS.write_text(
+        json.dumps({"machine": machine(), "shape": SHAPE, "args": ARGS, "cases": cases}, indent=1)
+    )
     from results_md import write_results
 
     print(f"wrote {write_results(RESULTS.parent, HERE / 'RESULTS.md')}")

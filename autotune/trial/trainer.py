@@ -18,6 +18,7 @@ into a recorded result (`optuna.TrialPruned` with a reason) instead of an aborte
 
 from __future__ import annotations
 
+import itertools
 import math
 import traceback
 from collections.abc import Callable, Sequence
@@ -173,8 +174,10 @@ class AutotuneTrainer(Trainer):
         memory less the estimate's safety margin."""
         hardware = self.plan.hardware
         limit = self.plan.cap_bytes or int(hardware.memory_bytes / (1 + SAFETY_MARGIN))
-        frugal = [{k: v for k, v in point.items() if k in _MEMORY_KNOBS} for point in self.space.grid()]
-        points = [dict(p) for p in {tuple(sorted(p.items())): p for p in frugal}.values()]
+        # Every combination of the values the estimate reads (not the whole grid: thousands of points).
+        knobs = [name for name in _MEMORY_KNOBS if name in self.space.knobs]
+        combos = itertools.product(*(self.space.knobs[name] for name in knobs))
+        points = [dict(zip(knobs, values, strict=True)) for values in combos]
 
         def smallest(batch: int) -> int | None:
             estimates = [
