@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AutotuneError",
     "MeasureSettings",
+    "NotIsolatedWarning",
     "RichReporter",
     "RunConfig",
     "SearchResult",
@@ -36,7 +37,7 @@ def __getattr__(name: str):  # torch and transformers load only when a search is
         from autotune.driver import search as driver
 
         return getattr(driver, name)
-    if name in ("tune", "TuneResult"):
+    if name in ("tune", "TuneResult", "NotIsolatedWarning"):
         from autotune.driver import tune
 
         return getattr(tune, name)

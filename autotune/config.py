@@ -178,6 +178,10 @@ class RunConfig:
         text_column: the column holding the text; default ``text``, else the first string column.
         tokenizer: tokenizer folder or hub id for `dataset`; default the model's.
         pad_to_multiple_of: pad classification batches to a multiple of this.
+        packing: how language-model text becomes samples: ``"blocks"`` concatenates it and cuts
+            ``seq_len`` blocks (every token real, as ``run_clm.py`` does); ``"examples"`` keeps each
+            text as one sample, truncated to ``seq_len`` and padded per batch (fine-tuning and chat
+            data), where the ``padding_free`` and ``group_by_length`` knobs apply.
         compile_cache: the folder every trial process of the study compiles into (inductor's and
             Triton's caches), shared storage for pools on several hosts; default: next to a SQLite
             store's file, else under the user's cache directory by study name
@@ -222,6 +226,7 @@ class RunConfig:
     text_column: str | None = None
     tokenizer: str | None = None
     pad_to_multiple_of: int | None = None
+    packing: str = "blocks"
     compile_cache: str | None = None
     loss_tolerance: float = 0.05
     train_tokens: int | None = None
@@ -316,6 +321,14 @@ class RunConfig:
             )
         if self.pad_to_multiple_of is not None and self.pad_to_multiple_of < 1:
             raise UsageError(f"--pad-to-multiple-of must be at least 1, got {self.pad_to_multiple_of}")
+        if self.packing not in ("blocks", "examples"):
+            raise UsageError(f"unknown --packing {self.packing!r}", "use --packing blocks or examples")
+        if self.packing == "examples" and self.task == "seq-classification":
+            raise UsageError(
+                "--packing examples applies to language-model text; classification samples are always "
+                "one text each",
+                "drop --packing",
+            )
         given = [
             flag
             for flag, value in (
@@ -323,6 +336,7 @@ class RunConfig:
                 ("--text-column", self.text_column),
                 ("--tokenizer", self.tokenizer),
                 ("--pad-to-multiple-of", self.pad_to_multiple_of),
+                ("--packing", None if self.packing == "blocks" else self.packing),
             )
             if value is not None
         ]

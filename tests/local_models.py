@@ -62,7 +62,7 @@ def write_tokenizer(folder: Path) -> Path:
     return folder
 
 
-def write_model(folder: Path, model_type: str = "gpt2", with_tokenizer: bool = True) -> Path:
+def write_model(folder: Path, model_type: str = "gpt2", with_tokenizer: bool = True, layers: int = 1) -> Path:
     """A folder with a tiny model's ``config.json`` (no weights) and, optionally, the tokenizer."""
     from transformers import AutoConfig
 
@@ -70,7 +70,7 @@ def write_model(folder: Path, model_type: str = "gpt2", with_tokenizer: bool = T
     if model_type == "gpt2":
         config = AutoConfig.for_model(
             "gpt2",
-            n_layer=1,
+            n_layer=layers,
             n_head=2,
             n_embd=32,
             n_positions=256,

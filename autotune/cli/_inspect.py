@@ -98,10 +98,13 @@ def resume_command(
     from autotune.config import RunConfig
     from autotune.driver.search import search
     from autotune.errors import UsageError
+    from autotune.plan.build import refuse_user_trainer_study
     from autotune.study.store import load_existing_study
 
     url = RunConfig(storage=storage).storage_url
-    stored = load_existing_study(url, study).user_attrs.get("run_config")
+    attrs = load_existing_study(url, study).user_attrs
+    refuse_user_trainer_study(study, attrs)
+    stored = attrs.get("run_config")
     if stored is None:
         raise UsageError(
             f"study {study!r} has no stored run configuration", "continue it with `autotune search`"

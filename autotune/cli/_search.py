@@ -142,6 +142,14 @@ def search_command(
         int | None,
         typer.Option("--pad-to-multiple-of", help="Pad classification batches to a multiple of this."),
     ] = None,
+    packing: Annotated[
+        str,
+        typer.Option(
+            "--packing",
+            help="blocks: concatenate the text into --seq-len blocks; examples: one text per sample, "
+            "padded per batch (where padding_free and group_by_length apply).",
+        ),
+    ] = "blocks",
     store_retry_s: StoreRetryOpt = None,
     compile_cache: Annotated[
         str | None,
@@ -236,6 +244,7 @@ def search_command(
         text_column=text_column,
         tokenizer=tokenizer,
         pad_to_multiple_of=pad_to_multiple_of,
+        packing=packing,
         compile_cache=compile_cache,
         loss_tolerance=loss_tolerance,
         train_tokens=train_tokens,

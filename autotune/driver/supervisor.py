@@ -65,6 +65,8 @@ class Supervisor:
         debug: keep tracebacks of failed trials.
         seed_offset: added to the sampler seeds of this supervisor's jobs (pool members that join
             a study pass a random one, so that they do not repeat each other's proposals).
+        workload_file: the file holding the run's workload for its jobs (`Job.workload`: the
+            Python API's own Trainer pieces); None: jobs build the one the run configuration names.
     """
 
     def __init__(
@@ -76,6 +78,7 @@ class Supervisor:
         callbacks: Sequence[Any] = (),
         debug: bool = False,
         seed_offset: int = 0,
+        workload_file: str | None = None,
     ) -> None:
         self.plan = plan
         self.study = study
@@ -84,6 +87,7 @@ class Supervisor:
         self.callbacks = tuple(callbacks)
         self.debug = debug
         self.seed_offset = seed_offset
+        self.workload_file = workload_file
         self.failed_starts = 0
         self.me = this_process()
 
@@ -98,6 +102,7 @@ class Supervisor:
             debug=self.debug,
             supervisor=self.me,
             ddp_timeout_s=self.plan.config.ddp_timeout_s,
+            workload=self.workload_file,
             **fields,
         )
 
@@ -111,15 +116,17 @@ class Supervisor:
         """
         return self._run_one(self.job(kind="measure", params=dict(params), number=number, verbatim=verbatim))
 
-    def batch_ladder(self, candidates: Sequence[int]) -> list[int]:
+    def batch_ladder(self, candidates: Sequence[int]) -> tuple[list[int], dict[str, Any] | None]:
         """Which of `candidates` (the space's larger batches) fit, by the memory estimate of a job
-        of their own (on the trial device, in a process like a trial's).
+        of their own (on the trial device, in a process like a trial's), and the probe that
+        decided one where an estimate was in doubt (None: none was).
 
         Raises:
             MeasureFailed: the job failed, or its process died (with the reason).
         """
         job = self.job(kind="ladder", params={"candidates": [int(b) for b in candidates]})
-        return [int(b) for b in self._run_one(job)["batch_ladder"]]
+        found = self._run_one(job)
+        return [int(b) for b in found["batch_ladder"]], found.get("probe")
 
     def _run_one(self, job: Job) -> dict[str, Any]:
         """Run one job that measures (not a trial) and return what it measured."""

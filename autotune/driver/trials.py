@@ -57,8 +57,10 @@ def run_trials(
     callbacks: Sequence[TrainerCallback] = (),
     debug: bool = False,
     executor: Executor | None = None,
+    workload_file: str | None = None,
 ) -> None:
     """Run trials until `budget` more are measured, then re-measure the best few to pick the winner.
+    `workload_file`: where the jobs read the run's workload (`Supervisor`), None: from its configuration.
 
     Trials that need no training (unavailable here, duplicates, predicted out of memory) cost
     milliseconds and do not count against the budget, so trials are asked for until the budget is
@@ -68,7 +70,14 @@ def run_trials(
     try:
         with executor or executor_for(plan, study, reporter, callbacks, debug) as running:
             supervisor = Supervisor(
-                plan, study, running, reporter, callbacks, debug, seed_offset=_seed_offset(plan)
+                plan,
+                study,
+                running,
+                reporter,
+                callbacks,
+                debug,
+                seed_offset=_seed_offset(plan),
+                workload_file=workload_file,
             )
             if (note := running.describe()) is not None:
                 reporter.on_note(note)
@@ -90,19 +99,33 @@ def run_trials(
             fail_interrupted_trials(study)
 
 
+def _probe_note(probe: dict[str, Any]) -> str:
+    mib = 2**20
+    verdict = "fits" if probe["measured_bytes"] <= probe["limit_bytes"] else "does not fit"
+    keys = ("estimated_bytes", "limit_bytes", "measured_bytes")
+    estimated, limit, measured = (probe[k] / mib for k in keys)
+    return (
+        f"batch ladder: batch {probe['batch']} was in doubt (estimate {estimated:.0f} MiB, limit "
+        f"{limit:.0f} MiB); one probe measured {measured:.0f} MiB: it {verdict}"
+    )
+
+
 def resolve_batch_ladder(plan: Plan, study: optuna.Study, supervisor: Supervisor, reporter: Reporter) -> None:
     """Resolve the space's batch ladder (a batch list ending with ``fits``) once per study, before
     its first trial: a job estimates which larger batches fit, the study stores them
     (``batch_ladder``, which every worker's plan reads), and `plan.space` searches them. A resumed
     study keeps the ladder it stored. Under a launcher every rank runs this; rank 0's result stands.
-    A ladder that cannot be estimated leaves the listed batches only, with a note."""
+    A ladder that cannot be estimated leaves the listed batches only, with a note. A batch whose
+    estimate was in doubt was measured once (``batch_ladder_probe``: its batch, estimate, measured
+    peak and the limit)."""
     candidates = plan.space.ladder_candidates()
     if not candidates:
         return
     rungs = from_rank_zero(study.user_attrs.get("batch_ladder") if is_rank_zero() else None)
     if rungs is None:
+        probe = None
         try:
-            rungs = supervisor.batch_ladder(candidates)
+            rungs, probe = supervisor.batch_ladder(candidates)
         except MeasureFailed as exc:
             reporter.on_note(
                 f"the batch ladder could not be estimated ({exc.reason}: {exc}): listed batches only"
@@ -111,6 +134,9 @@ def resolve_batch_ladder(plan: Plan, study: optuna.Study, supervisor: Supervisor
         rungs = from_rank_zero(rungs)
         if is_rank_zero():
             study.set_user_attr("batch_ladder", rungs)
+            if probe is not None:
+                study.set_user_attr("batch_ladder_probe", probe)
+                reporter.on_note(_probe_note(probe))
     plan.space = plan.space.with_ladder(rungs)
     if is_rank_zero():
         study.set_user_attr("space", plan.space.describe())

@@ -1,38 +1,86 @@
-"""Bring your own Trainer: tune the efficiency knobs of a training script's own model and data.
+"""Bring your own Trainer: tune the efficiency knobs of a training script's own `Trainer`.
 
-`tune` takes what a script already has (a `model_init` or a model name, the train dataset, the data
-collator and the base `TrainingArguments`), searches the knobs, and hands back the same
-`TrainingArguments` with the winner's knobs applied plus the model-load kwargs. Everything that is
-not a searched knob (learning rate, scheduler, seed, weight decay, ...) is kept as given.
+`tune` takes a constructed `transformers.Trainer` (any subclass, with its model or `model_init`,
+train dataset, data collator, callbacks) and searches the knobs on it, as ``autotune search`` does
+on a named model: the same store, study, baseline, finalists and answer. It hands back the
+Trainer's `TrainingArguments` with the winner's knobs applied plus the model-load kwargs;
+everything that is not a searched knob (learning rate, scheduler, seed, weight decay, ...) is kept
+as given.
 
-The user's objects cannot go through the study store, so unlike ``autotune search`` every trial
-runs in the calling process, one after another, each with a freshly built model.
+Trials run isolated, each in a fresh worker process, as ``autotune search`` runs them: the
+Trainer's pieces are written to a file with `cloudpickle` (`autotune.workloads.user`), and each
+worker builds its trial Trainer from them: a class derived from `AutotuneTrainer` and the user's own
+Trainer class, so the user's overrides run in every trial. A piece that cannot be pickled is named
+in one warning (`NotIsolatedWarning`), and the trials then run in the calling process, one after
+another, each with a fresh model (``isolation="none"``, which can also be asked for).
 """
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import dataclasses
-from collections.abc import Callable, Sequence
+import functools
+import inspect
+import os
+import sys
+import tempfile
+import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import optuna
-import torch
-from transformers import TrainerCallback, TrainingArguments
+from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers.trainer_callback import DefaultFlowCallback, PrinterCallback, ProgressCallback
 
-from autotune.config import _RESERVED_ARGS, MeasureSettings, RunConfig
+from autotune.config import _RESERVED_ARGS, RunConfig
 from autotune.driver.result import SearchResult
-from autotune.driver.study import check_direction, describe_study, header
+from autotune.driver.study import finish, open_study
 from autotune.driver.trials import run_trials
 from autotune.errors import UsageError
+from autotune.executors.warm import start_forkserver
 from autotune.logs import quiet_libraries
+from autotune.measure.memory import release_device_memory
 from autotune.plan.build import plan_for
 from autotune.progress import Reporter
-from autotune.study.fingerprint import fingerprint
 from autotune.study.semantics import SemanticChange, study_changes
-from autotune.study.store import best_trial, measured_count, ranked_trials
-from autotune.workloads.data import Cycled
-from autotune.workloads.workload import Task, Workload, load_config
+from autotune.workloads.tasks import Task
+from autotune.workloads.user import UserWorkload, dump
+
+# RunConfig fields that name a model, data or budget: tune() takes them from the Trainer or from
+# its own parameters. Ray and torchrun trials are not offered for a Trainer's pieces.
+_NOT_OPTIONS = {
+    "model",
+    "space",
+    "trials",
+    "storage",
+    "study",
+    "seq_len",
+    "seed",
+    "base_args",
+    "task",
+    "pretrained",
+    "trust_remote_code",
+    "dataset",
+    "dataset_config",
+    "split",
+    "text_column",
+    "tokenizer",
+    "pad_to_multiple_of",
+    "packing",
+    "backend",
+    "ray_address",
+    "nproc_per_node",
+}
+OPTIONS = tuple(f.name for f in dataclasses.fields(RunConfig) if f.name not in _NOT_OPTIONS)
+
+# The callbacks every Trainer adds itself: the trial Trainer adds its own.
+_STOCK_CALLBACKS = (DefaultFlowCallback, PrinterCallback, ProgressCallback)
+
+
+class NotIsolatedWarning(UserWarning):
+    """A piece of the Trainer cannot be pickled for worker processes: the trials of `tune` run in
+    the calling process instead (``isolation="none"``)."""
 
 
 @dataclass
@@ -40,7 +88,7 @@ class TuneResult:
     """What `tune` found.
 
     Attributes:
-        training_args: the caller's `TrainingArguments` with the winner's knobs applied.
+        training_args: the Trainer's `TrainingArguments` with the winner's knobs applied.
         model_kwargs: model-load kwargs of the winner (``attn_implementation``): pass them to
             ``from_pretrained`` (or to `model_init`'s load).
         semantic_changes: the winner's differences from the baseline that change the training math.
@@ -53,141 +101,235 @@ class TuneResult:
     search: SearchResult
 
 
-@dataclass
-class UserWorkload(Workload):
-    """A workload made of the caller's objects: their model builder, dataset and collator."""
-
-    model_init: Callable[[], torch.nn.Module] | None = None
-    train_dataset: Any = None
-    data_collator: Any = None
-    built_class: type | None = None
-    _lengths: dict[int, int] = dataclasses.field(default_factory=dict)
-
-    def model_class(self) -> type:
-        return self.built_class or super().model_class()
-
-    def build_model(self, model_kwargs: dict[str, Any]) -> torch.nn.Module:
-        if self.model_init is None:
-            return super().build_model(model_kwargs)
-        model = self.model_init()
-        attention = model_kwargs.get("attn_implementation")
-        if attention is not None:
-            model.set_attn_implementation(attention)  # type: ignore[operator]
-        if hasattr(model.config, "use_cache"):
-            model.config.use_cache = False
-        return model
-
-    def dataset(self, seed: int) -> torch.utils.data.Dataset:
-        return Cycled(self.train_dataset)
-
-    def collator(self) -> Any:
-        from transformers import default_data_collator
-
-        return self.data_collator or default_data_collator
-
-    def tokens_in(self, first: int, count: int) -> int:
-        n = len(self.train_dataset)
-        return sum(self._length((first + i) % n) for i in range(count))
-
-    def _length(self, index: int) -> int:
-        if index not in self._lengths:
-            sample = self.train_dataset[index]
-            mask = sample.get("attention_mask")
-            self._lengths[index] = int(sum(mask)) if mask is not None else len(sample["input_ids"])
-        return self._lengths[index]
-
-    def dataset_identity(self) -> str:
-        ds = self.train_dataset
-        return f"user:{type(ds).__name__}:{len(ds)}:{getattr(ds, '_fingerprint', '')}"
-
-
 def tune(
-    train_dataset: Any,
-    args: TrainingArguments,
-    *,
-    model_init: Callable[[], torch.nn.Module] | None = None,
-    model: str | None = None,
-    data_collator: Any = None,
+    trainer: Trainer,
     space: str = "quick",
-    trials: int = 8,
+    n_trials: int = 8,
     storage: str | None = None,
-    study: str | None = None,
-    memory_cap: str | None = None,
-    measure: MeasureSettings | None = None,
-    keep_semantics: bool = False,
-    global_batch_size: int | None = None,
-    finalists: int = 3,
-    measure_baseline: bool = True,
+    study_name: str | None = None,
+    *,
     reporter: Reporter | None = None,
     callbacks: Sequence[TrainerCallback] = (),
+    debug: bool = False,
+    **options: Any,
 ) -> TuneResult:
-    """Search the knobs of `space` for the caller's own training run, in this process.
+    """Search the knobs of `space` for a constructed `Trainer`, each trial in a worker process.
 
     Args:
-        train_dataset: samples with ``input_ids`` (and ``attention_mask`` where padded): only
-            their real tokens count towards tokens/s. Read in order, and cycled if short.
-        args: the base `TrainingArguments`: every trial starts from them; its fields that are not
-            searched knobs are kept as given, in the trials and in the returned arguments.
-        model_init: builds a fresh model (called once per trial). Or `model`: a hub id or a local
-            folder, built from its config with random weights.
-        data_collator: the collator the script uses (default: `default_data_collator`).
-        space, trials, storage, study, memory_cap, measure, keep_semantics, global_batch_size,
-            finalists, measure_baseline: as for ``autotune search``.
-        reporter: receives progress events (`autotune.cli._render.RichReporter` prints them).
+        trainer: the script's `Trainer` (any subclass). Its `model_init` builds each trial's model
+            (else a copy of its model is trained), its train dataset is read in order and cycled
+            (samples with ``input_ids``, and ``attention_mask`` where padded: only real tokens
+            count towards tokens/s), its data collator, callbacks, ``compute_loss_func`` and the
+            attributes its class stored are used in every trial, and its arguments are the base
+            config: their fields that are not searched knobs are kept as given.
+        space: a shipped space name or a YAML path (as ``--space``).
+        n_trials: the study's budget of measured trials (as ``hyperparameter_search``'s).
+        storage: an optuna RDB URL (as ``--storage``; default ``AUTOTUNE_STORAGE`` or
+            ``sqlite:///autotune.db``).
+        study_name: the study (default: from the model, space and sequence length). An existing
+            study of the same Trainer is continued.
+        reporter: receives progress events (`autotune.RichReporter` prints them).
         callbacks: extra Trainer callbacks added to every trial.
+        debug: keep tracebacks of failed trials in their user attrs.
+        options: more `RunConfig` fields, as for ``autotune search``: ``memory_cap``, ``measure``,
+            ``keep_semantics``, ``global_batch_size``, ``finalists``, ``measure_baseline``,
+            ``isolation`` (``"none"``: trials in this process), ``workers``, ``output_dir``, ...
+            (`OPTIONS`).
 
     Raises:
-        UsageError: neither or both of `model_init` and `model`, a bad space or store.
+        UsageError: not a `Trainer`, no train dataset, an optimizer given to the Trainer (the
+            optimizer is a knob), an unknown option, a bad space or store.
         AutotuneError: what ``autotune search`` raises.
     """
-    if (model_init is None) == (model is None):
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
         raise UsageError(
-            "tune() needs exactly one of model_init= and model=", "pass model_init=your_function"
+            f"tune() takes no option {unknown[0]!r}", f"options are the RunConfig fields {', '.join(OPTIONS)}"
         )
-    if not hasattr(train_dataset, "__len__") or len(train_dataset) == 0:
-        raise UsageError("tune() needs a non-empty train_dataset with a length")
-    user_kwargs = given_training_args(args)
+    workload = user_workload(trainer, callbacks)
+    user_kwargs = given_training_args(trainer.args)
     base = {k: v for k, v in user_kwargs.items() if k not in _RESERVED_ARGS}
-    workload = _workload(train_dataset, model_init, model, data_collator)
-    name = model or getattr(workload.config, "_name_or_path", "") or type(workload.config).__name__
     config = RunConfig(
-        model=str(name),
+        model=workload.name,
         space=space,
-        trials=trials,
+        trials=n_trials,
         storage=storage,
-        study=study,
+        study=study_name,
         seq_len=workload.seq_len,
-        memory_cap=memory_cap,
-        seed=int(args.seed),
-        measure=measure or MeasureSettings(),
-        keep_semantics=keep_semantics,
-        global_batch_size=global_batch_size,
-        finalists=finalists,
-        measure_baseline=measure_baseline,
-        # The user's model_init, dataset and collator live in this process: a worker process
-        # could not rebuild them from the store, so trials run here.
-        isolation="none",
+        seed=int(trainer.args.seed),
+        **options,
     )
     reporter = reporter or Reporter()
-    plan = plan_for(config, workload, base)
-    with quiet_libraries():
-        found = optuna.create_study(
-            storage=plan.storage, study_name=plan.study_name, direction="maximize", load_if_exists=True
-        )
-        check_direction(found)
-        if "fingerprint" not in found.user_attrs:
-            describe_study(found, plan, fingerprint(plan))
-        done_before = measured_count(found)
-        remaining = max(0, trials - done_before)
-        reporter.on_search_start(header(plan, done_before, remaining))
-        if remaining:
-            run_trials(plan, found, remaining, reporter, callbacks, debug=False)
-    result = SearchResult(
-        found, config, ranked_trials(found), best_trial(found), measured_count(found) - done_before
-    )
-    reporter.on_search_end(result)
+    with (
+        _off_the_device(trainer.model),
+        tempfile.TemporaryDirectory(prefix="autotune-tune-", dir=config.output_dir) as folder,
+    ):
+        workload_file: str | None = None
+        if config.isolation == "process":
+            start_forkserver()  # its imports overlap the pickling and planning here
+            workload_file = os.path.join(folder, "workload.pkl")
+            problem = write_workload(workload, workload_file)
+            if problem is not None:
+                warnings.warn(
+                    f"autotune.tune: {problem}: trials run in this process instead (isolation='none')",
+                    NotIsolatedWarning,
+                    stacklevel=2,
+                )
+                config = dataclasses.replace(config, isolation="none", workers=None)
+                workload_file = None
+        plan = plan_for(config, workload, base)
+        with quiet_libraries():
+            study, done_before, remaining = open_study(plan, reporter)
+            if remaining:
+                run_trials(plan, study, remaining, reporter, (), debug, workload_file=workload_file)
+        result = finish(study, config, done_before, reporter)
     # Measured without a GPU: the arguments say so, or TrainingArguments refuses bf16 on a CPU.
     return _answer(result, user_kwargs if plan.hardware.cuda else {**user_kwargs, "use_cpu": True})
+
+
+@contextlib.contextmanager
+def _off_the_device(model: Any) -> Iterator[None]:
+    """The caller's model on the CPU while the trials run, put back where it was at the end: its
+    weights must not take the memory of the device the trials measure on (nor reach the workers as
+    device tensors). A model spread over devices (``hf_device_map``) or quantized stays put."""
+    device = next((p.device for p in model.parameters()), None) if hasattr(model, "parameters") else None
+    spread = getattr(model, "hf_device_map", None) or getattr(model, "is_quantized", False)
+    if device is None or device.type == "cpu" or spread:
+        yield
+        return
+    model.to("cpu")
+    release_device_memory()
+    try:
+        yield
+    finally:
+        model.to(device)
+
+
+def user_workload(trainer: Trainer, callbacks: Sequence[TrainerCallback] = ()) -> UserWorkload:
+    """The workload of a constructed Trainer: its model builder (or model), data, collator, class,
+    callbacks (its own, then `callbacks`) and the attributes its class stored.
+
+    Raises:
+        UsageError: not a `Trainer`, no train dataset with a length, a model without a config, or
+            an optimizer given to the Trainer.
+    """
+    if not isinstance(trainer, Trainer):
+        raise UsageError(
+            f"tune() takes a constructed transformers.Trainer, not a {type(trainer).__name__}",
+            "pass Trainer(model_init=..., args=..., train_dataset=..., data_collator=...)",
+        )
+    dataset = trainer.train_dataset
+    if dataset is None or not hasattr(dataset, "__len__") or len(dataset) == 0:
+        raise UsageError("tune() needs a Trainer with a non-empty train_dataset with a length")
+    if trainer.optimizer is not None or trainer.lr_scheduler is not None or trainer.optimizer_cls_and_kwargs:
+        raise UsageError(
+            "tune() searches the optimizer: the Trainer was given its own (optimizers= or "
+            "optimizer_cls_and_kwargs=)",
+            "build the Trainer without them; set the optimizer with TrainingArguments(optim=...)",
+        )
+    model = trainer.model
+    config = getattr(model, "config", None)
+    if config is None:
+        raise UsageError(
+            f"tune() needs a transformers model (with a config); the Trainer's is a {type(model).__name__}"
+        )
+    # The longest of the first samples: the sequence length memory and FLOPs are estimated for.
+    seen = [dataset[i] for i in range(min(len(dataset), 256))]
+    seq_len = max((len(s["input_ids"]) for s in seen if "input_ids" in s), default=128)
+    built = type(model)
+    task: Task = "causal-lm"
+    if "SequenceClassification" in built.__name__:
+        task = "sequence-classification"
+    elif "MaskedLM" in built.__name__:
+        task = "masked-lm"
+    return UserWorkload(
+        name=getattr(config, "_name_or_path", "") or built.__name__,
+        task=task,
+        config=config,
+        seq_len=seq_len,
+        model_init=trainer.model_init,
+        model=None if trainer.model_init is not None else model,
+        train_dataset=dataset,
+        data_collator=trainer.data_collator,
+        built_class=built,
+        trainer_class=type(trainer),
+        trainer_attrs=trainer_attrs(trainer),
+        callbacks=(
+            *(c for c in trainer.callback_handler.callbacks if not _stock_callback(c, trainer.args)),
+            *callbacks,
+        ),
+    )
+
+
+def trainer_attrs(trainer: Trainer) -> dict[str, Any]:
+    """What each trial's Trainer takes over from `trainer`: ``compute_loss_func``,
+    ``processing_class``, and every attribute that `Trainer` itself never sets (what the user's
+    subclass stored, in its ``__init__`` or later; none where Trainer's source cannot be read)."""
+    stock = _stock_attribute_names()
+    own = {} if stock is None else {k: v for k, v in vars(trainer).items() if k not in stock}
+    carried = {"compute_loss_func": trainer.compute_loss_func, "processing_class": trainer.processing_class}
+    return {**carried, **own}
+
+
+@functools.cache
+def _stock_attribute_names() -> frozenset[str] | None:
+    """Every attribute `transformers.Trainer`'s own code assigns (``self.NAME = ...`` anywhere in
+    the modules of its classes), read once from their source; None where it cannot be read."""
+    found: set[str] = set()
+    try:
+        for base in Trainer.__mro__[:-1]:
+            tree = ast.parse(inspect.getsource(sys.modules[base.__module__]))
+            found.update(
+                node.attr
+                for node in ast.walk(tree)
+                if isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Store)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "self"
+            )
+    except (OSError, TypeError, SyntaxError):
+        return None
+    return frozenset(found)
+
+
+def _stock_callback(callback: TrainerCallback, args: TrainingArguments) -> bool:
+    """Whether the Trainer added `callback` itself: flow and printing, or an integration that
+    ``report_to`` asked for (the trials report to nothing)."""
+    if isinstance(callback, _STOCK_CALLBACKS):
+        return True
+    from transformers.integrations import get_reporting_integration_callbacks
+
+    return type(callback) in get_reporting_integration_callbacks(args.report_to)
+
+
+def write_workload(workload: UserWorkload, path: str) -> str | None:
+    """Write `workload` to `path` for the worker processes; None when done, else what could not be
+    pickled and why, in a few words (the first of its pieces that fails alone)."""
+    import cloudpickle
+
+    try:
+        dump(workload, path)
+        return None
+    except Exception as whole:
+        failure = whole
+    for name, piece in workload.pieces().items():
+        try:
+            cloudpickle.CloudPickler(_Discard()).dump(piece)
+        except Exception as exc:
+            return f"{name} ({type(piece).__name__}) cannot be pickled for worker processes ({_why(exc)})"
+    return f"the Trainer's pieces cannot be pickled for worker processes ({_why(failure)})"
+
+
+class _Discard:
+    """A file that keeps nothing: what pickling a piece to test it writes to."""
+
+    def write(self, data: bytes) -> int:
+        return len(data)
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 def given_training_args(args: TrainingArguments) -> dict[str, Any]:
@@ -211,33 +353,3 @@ def _answer(result: SearchResult, user_kwargs: dict[str, Any]) -> TuneResult:
     tuned = TrainingArguments(**{**user_kwargs, **best["training_args"]})
     changes = study_changes(result.study.user_attrs, result.best.params, best["training_args"])
     return TuneResult(tuned, best["model_kwargs"], changes, result)
-
-
-def _workload(
-    dataset: Any, model_init: Callable[[], Any] | None, model: str | None, collator: Any
-) -> UserWorkload:
-    # The longest of the first samples: the sequence length memory and FLOPs are estimated for.
-    seen = [dataset[i] for i in range(min(len(dataset), 256))]
-    seq_len = max((len(s["input_ids"]) for s in seen if "input_ids" in s), default=128)
-    if model_init is not None:
-        probe = model_init()  # once, for the config and class that availability rules read
-        config, built = probe.config, type(probe)
-        del probe
-    else:
-        assert model is not None
-        config, built = load_config(model), None
-    task: Task = (
-        "sequence-classification"
-        if built is not None and "SequenceClassification" in built.__name__
-        else "causal-lm"
-    )
-    return UserWorkload(
-        name=model or getattr(config, "_name_or_path", "") or type(config).__name__,
-        task=task,
-        config=config,
-        seq_len=seq_len,
-        model_init=model_init,
-        train_dataset=dataset,
-        data_collator=collator,
-        built_class=built,
-    )

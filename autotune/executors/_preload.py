@@ -19,6 +19,7 @@ import alembic.command
 import alembic.config
 import alembic.migration
 import alembic.script  # noqa: F401
+import cloudpickle  # noqa: F401  (a user workload of autotune.tune arrives cloudpickled)
 import optuna.storages._rdb.models  # noqa: F401
 import sqlalchemy.dialects.mysql
 import sqlalchemy.dialects.postgresql

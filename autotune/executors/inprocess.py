@@ -1,5 +1,6 @@
 """The in-process executor: each job in the search's own process, one after another, on one
-Trainer (``--isolation none``, a search under the user's launcher, `autotune.tune`'s fallback).
+Trainer (``--isolation none``, a search under the user's launcher, `autotune.tune` on a Trainer
+whose pieces cannot be pickled).
 No isolation: memory figures include what earlier trials left behind, and an error ends the search."""
 
 from __future__ import annotations

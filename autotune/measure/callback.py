@@ -97,6 +97,10 @@ class ThroughputCallback(TrainerCallback):
     # When this process started the job (`time.perf_counter`; set by whoever runs the job): the
     # trial's set-up is the time from there to its first step.
     job_started_s: float | None = None
+    # Set by the Trainer for a trial whose sampler reorders the data (length grouping): the sample
+    # order no longer says which samples a step trained, so each step's batches are counted as they
+    # arrive (`add_step_tokens`) instead of by `count_tokens`.
+    count_batches: bool = False
     # Screening (`MeasureSettings.screen_ratio`): the best tokens/s the study had measured when
     # this trial began, set by the Trainer for search trials (None: a measurement, no screening).
     screen_against: float | None = None
@@ -117,6 +121,9 @@ class ThroughputCallback(TrainerCallback):
         self.setup_s = 0.0
         self._pending_losses: list[torch.Tensor] = []
         self._step_losses: list[torch.Tensor] = []
+        self._step_tokens: list[Any] = []
+        self._step_computed: list[Any] = []
+        self._world_size = 1
 
     @property
     def train_begin_s(self) -> float:
@@ -129,8 +136,36 @@ class ThroughputCallback(TrainerCallback):
         trial ends, so no step waits for it."""
         self._pending_losses.append(loss.detach())
 
+    def add_step_tokens(self, real: Any, computed: Any) -> None:
+        """The real and the computed (padding included) tokens of one optimizer step's batches on
+        this rank: ints or device tensors, read after the trial, so no step waits for them."""
+        self._step_tokens.append(real)
+        self._step_computed.append(computed)
+
+    def padding_fraction(self, first: int, count: int) -> float | None:
+        """The share of the tokens computed in steps ``first .. first + count - 1`` that were
+        padding; None where the batches were not counted."""
+        if len(self._step_computed) < first + count or count < 1:
+            return None
+        computed = sum(int(t) for t in self._step_computed[first : first + count])
+        real = sum(int(t) for t in self._step_tokens[first : first + count])
+        return 1.0 - real / computed if computed else None
+
+    def tokens_of_steps(self, first: int, count: int) -> int:
+        """Real tokens the whole job trained in optimizer steps ``first .. first + count - 1``."""
+        per_step = self.samples_per_step
+        if self.count_batches and len(self._step_tokens) >= first + count:
+            # Counted on this rank: the other ranks' batches are taken to be alike.
+            mine = sum(int(t) for t in self._step_tokens[first : first + count])
+            return mine * self._world_size
+        if self.count_tokens is not None:
+            # Trials read the data in order from sample 0: step k holds samples k x per_step on.
+            return self.count_tokens(first * per_step, count * per_step)
+        return count * per_step * self.tokens_per_sample
+
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._reset_trial()
+        self._world_size = int(args.world_size)
         self.samples_per_step = (
             args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
         )
@@ -202,13 +237,10 @@ class ThroughputCallback(TrainerCallback):
             raise MeasurementError(
                 f"training stopped after {len(self.warmup_times_s)} warm-up steps, before the measured window"
             )
-        steps, per_step = len(self.window_times_s), self.samples_per_step
-        if self.count_tokens is not None:
-            # Trials read the data in order from sample 0: the window holds the samples after
-            # the warm-up's. Total tokens over total time, as with equal-length samples.
-            window_tokens = self.count_tokens(len(self.warmup_times_s) * per_step, steps * per_step)
-        else:
-            window_tokens = steps * per_step * self.tokens_per_sample
+        steps = len(self.window_times_s)
+        # The window's steps follow the warm-up's. Total tokens over total time.
+        window_tokens = self.tokens_of_steps(len(self.warmup_times_s), steps)
+        padding = self.padding_fraction(len(self.warmup_times_s), steps)
         tokens_per_step = window_tokens / steps
         stats = summarize_window(self.window_times_s, tokens_per_step, self.samples_per_step)
         steady_s = statistics.median(self.window_times_s)
@@ -217,6 +249,8 @@ class ThroughputCallback(TrainerCallback):
             **stats.to_dict(),
             "tokens_per_step": tokens_per_step,
             "window_tokens": window_tokens,
+            # the share of the window's computed tokens that were padding (padded data only)
+            **({"padding_fraction": round(padding, 4)} if padding is not None else {}),
             "samples_per_step": self.samples_per_step,
             "warmup_steps": len(self.warmup_times_s),
             "warmup_s": warmup_s,
@@ -234,11 +268,9 @@ class ThroughputCallback(TrainerCallback):
         if not self._step_losses:
             return []
         losses = torch.stack(self._step_losses).float().cpu().tolist()
-        per_step, curve, seen = self.samples_per_step, [], 0
+        curve: list[list[float]] = []
+        seen = 0
         for step, loss in enumerate(losses):
-            if self.count_tokens is not None:
-                seen += self.count_tokens(step * per_step, per_step)
-            else:
-                seen += per_step * self.tokens_per_sample
+            seen += self.tokens_of_steps(step, 1)
             curve.append([seen, round(loss, 6) if math.isfinite(loss) else loss])
         return curve

@@ -88,14 +88,40 @@ def clearly_over(estimate_bytes: int, cap_bytes: int, margin: float = SAFETY_MAR
 
 
 def fitting_rungs(
-    candidates: Sequence[int], estimate_bytes: Callable[[int], int | None], limit_bytes: int
-) -> list[int]:
-    """The leading `candidates` (batch sizes, in increasing order) whose estimate is within
-    `limit_bytes`: the batch ladder stops at the first that is over it, or that cannot be estimated."""
+    candidates: Sequence[int],
+    estimate_bytes: Callable[[int], int | None],
+    limit_bytes: int,
+    probe_bytes: Callable[[int], int | None] | None = None,
+    margin: float = SAFETY_MARGIN,
+) -> tuple[list[int], dict[str, int] | None]:
+    """The leading `candidates` (batch sizes, in increasing order) that fit within `limit_bytes`,
+    and the probe that decided one of them (None: the estimates alone decided).
+
+    A rung whose estimate is clearly under the limit (by the safety `margin`) fits, one clearly
+    over it ends the ladder. The first rung in doubt (its estimate within the margin either side of
+    the limit) is measured once with `probe_bytes`, a real forward and backward at that batch: it
+    fits if the measured peak is within the limit, and the later rungs' estimates are scaled by
+    what the probe found (measured / estimated). Without a probe, or after it, the scaled estimate
+    decides. The ladder stops at a rung that cannot be estimated or probed."""
     fitting: list[int] = []
+    probe: dict[str, int] | None = None
+    scale = 1.0
     for batch in candidates:
         estimated = estimate_bytes(batch)
-        if estimated is None or estimated > limit_bytes:
+        if estimated is None:
+            break
+        in_doubt = limit_bytes / (1 + margin) < estimated <= limit_bytes * (1 + margin)
+        if in_doubt and probe_bytes is not None and probe is None:
+            measured = probe_bytes(batch)
+            if measured is None:
+                break
+            probe = {"batch": batch, "estimated_bytes": estimated, "measured_bytes": measured}
+            scale = measured / estimated if estimated > 0 else 1.0
+            if measured > limit_bytes:
+                break
+            fitting.append(batch)
+            continue
+        if estimated * scale > limit_bytes:
             break
         fitting.append(batch)
-    return fitting
+    return fitting, probe

@@ -42,7 +42,7 @@ class MemoryEstimator:
         self.world_size = world_size
         self.device = device
         self.base_args = dict(base_args or {})
-        self._activations: dict[tuple[str, str, bool], float] = {}
+        self._activations: dict[tuple[str, str, int], float] = {}
         self._baseline: int | None = None
         self._n_params: int | None = None
 
@@ -68,7 +68,10 @@ class MemoryEstimator:
         optim = str(chosen["optim"])
         batch = int(chosen["per_device_train_batch_size"])
         attention = str(chosen["attn_implementation"])
-        checkpointing = bool(chosen["activation_checkpointing"])
+        # 0: no checkpointing; n: every n-th layer checkpointed (1: all).
+        checkpointing = (
+            int(chosen.get("checkpoint_every_n_layers") or 1) if chosen["activation_checkpointing"] else 0
+        )
         per_sample = self.activation_bytes_per_sample(attention, precision, checkpointing)
         return estimate_memory(
             self.n_params, precision, optim, batch, per_sample, self.baseline_bytes, self.world_size
@@ -95,21 +98,43 @@ class MemoryEstimator:
                 self._baseline = int(measured.get("rss_start_bytes") or 0)
         return self._baseline
 
-    def activation_bytes_per_sample(self, attention: str, precision: str, checkpointing: bool) -> float:
-        """Measured once per kind: (peak of a forward and backward - model - gradients) / batch."""
+    def activation_bytes_per_sample(self, attention: str, precision: str, checkpointing: int) -> float:
+        """Measured once per kind: (peak of a forward and backward - model - gradients) / batch.
+        `checkpointing`: 0 off, n every n-th layer recomputed (a bool reads as off / all)."""
+        checkpointing = int(checkpointing)
         key = (attention, precision_class(precision), checkpointing)
         if key not in self._activations:
             self._activations[key] = self._measure(attention, precision, checkpointing)
         return self._activations[key]
 
-    def _measure(self, attention: str, precision: str, checkpointing: bool) -> float:
+    def probe(self, values: Mapping[str, Any]) -> int:
+        """The peak of one configuration measured, not estimated: a real forward and backward at
+        its batch size (activations and gradients as they are), plus its weights' and optimizer
+        states' bytes, plus the process's baseline. For a batch size whose estimate is in doubt."""
+        chosen = {**self.defaults, **values}
+        precision, batch = str(chosen["precision"]), int(chosen["per_device_train_batch_size"])
+        checkpointing = (
+            int(chosen.get("checkpoint_every_n_layers") or 1) if chosen["activation_checkpointing"] else 0
+        )
+        per_sample = self._measure(str(chosen["attn_implementation"]), precision, checkpointing, batch)
+        return estimate_memory(
+            self.n_params,
+            precision,
+            str(chosen["optim"]),
+            batch,
+            per_sample,
+            self.baseline_bytes,
+            self.world_size,
+        ).total_bytes
+
+    def _measure(self, attention: str, precision: str, checkpointing: int, size: int = PROBE_BATCH) -> float:
         _ = self.baseline_bytes  # measured before any probe model exists
-        model: Any = self.workload.build_model({"attn_implementation": attention}).to(self.device)
+        model: Any = self.workload.build_probe_model({"attn_implementation": attention}).to(self.device)
         try:
             if checkpointing:
-                model.activation_checkpointing_enable()
+                model.activation_checkpointing_enable(every_n_layers=checkpointing)
             model.train()
-            batch = _batch(self.workload, self.device)
+            batch = _batch(self.workload, self.device, size)
             # One pass first: what the first backward of a fresh process allocates once (autograd
             # and kernel set-up, allocator arenas) is not per sample, and would be scaled by the batch.
             with _autocast(self.device, precision):
@@ -125,16 +150,16 @@ class MemoryEstimator:
             measured = meter.read()
             peak = int(measured.get("peak_allocated_bytes") or measured["peak_memory_bytes"] or 0)
             grads = GRADIENT_BYTES * self.n_params
-            return max(0.0, (peak - start - grads) / PROBE_BATCH)
+            return max(0.0, (peak - start - grads) / size)
         finally:
             del model
             release_device_memory()
 
 
-def _batch(workload: Workload, device: str) -> dict[str, torch.Tensor]:
+def _batch(workload: Workload, device: str, size: int = PROBE_BATCH) -> dict[str, torch.Tensor]:
     dataset = workload.dataset(seed=0)
     # The task's collator pads (and masks) a user's samples as the trials' batches are.
-    batch = workload.collator()([dataset[i] for i in range(PROBE_BATCH)])
+    batch = workload.collator()([dataset[i] for i in range(size)])
     return {key: value.to(device) for key, value in batch.items() if isinstance(value, torch.Tensor)}
 
 

@@ -4,6 +4,7 @@ rules, base config and store every trial of a search (and every worker) works fr
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,12 @@ from autotune.workloads.data import DataSource
 from autotune.workloads.workload import Workload, resolve_workload
 
 
-def plan_search(config: RunConfig, open_store: bool = True, stored: Mapping[str, Any] | None = None) -> Plan:
+def plan_search(
+    config: RunConfig,
+    open_store: bool = True,
+    stored: Mapping[str, Any] | None = None,
+    workload: Workload | None = None,
+) -> Plan:
     """Resolve a run configuration: space, workload, hardware rules, base config, store.
 
     Args:
@@ -28,6 +34,8 @@ def plan_search(config: RunConfig, open_store: bool = True, stored: Mapping[str,
         open_store: open (and create) the store at ``config.storage_url``.
         stored: the user attrs of the study this run continues, where a worker takes the base
             config and, when the space file is not on this host, the space from.
+        workload: the workload, already built (a worker of the Python API's own Trainer pieces);
+            None: the one `config` names.
 
     Raises:
         UsageError: a bad space, model, base config, or an unreachable global batch size.
@@ -37,7 +45,7 @@ def plan_search(config: RunConfig, open_store: bool = True, stored: Mapping[str,
         base = dict(stored["base_args"])
     else:
         base = load_base_args(config.base_args) if config.base_args else {}
-    return plan_for(config, workload_of(config), base, open_store, stored)
+    return plan_for(config, workload or workload_of(config), base, open_store, stored)
 
 
 def plan_for(
@@ -52,7 +60,7 @@ def plan_for(
     space = _space(config.space, stored)
     hardware = detect_hardware()
     world_size = trial_world_size(config)
-    model = model_support(workload.model_class())
+    model = replace(model_support(workload.model_class()), padded=workload.padded)
     space = space.for_hardware(*hardware.batch_multiple())
     if config.keep_semantics:
         space = space.keep_semantics(base, world_size)
@@ -101,13 +109,15 @@ def plan_from_study(
     check_fingerprint: bool = False,
     existing: bool = False,
     trust_remote_code: bool | None = None,
+    workload: Workload | None = None,
 ) -> tuple[Plan, Any]:
     """The plan of a stored study, rebuilt from the run configuration stored with it: what a worker
     (on this host or another) runs. With `check_fingerprint`, a host whose hardware or libraries
     differ from the study's is refused: its measurements would not be comparable. `existing`: the
     store's schema is known to be current (see `open_storage`). `trust_remote_code`: whether this
     process's own command line allows code the stored configuration asks for (None: not checked,
-    for the workers of a supervisor that checked).
+    for the workers of a supervisor that checked). `workload`: the run's workload as its supervisor
+    handed it over (the Python API's own Trainer pieces), instead of the one the configuration names.
 
     Raises:
         UsageError: no such study, a study without a stored run configuration, a mismatch, or one
@@ -122,12 +132,30 @@ def plan_from_study(
         )
     if trust_remote_code is not None:  # before the workload is resolved, which runs that code
         refuse_stored_remote_code(attrs["run_config"], trust_remote_code)
+    if workload is None:
+        refuse_user_trainer_study(study_name, attrs)
     config = RunConfig.from_dict(attrs["run_config"], storage=storage_url, study=study_name)
-    plan = plan_search(config, open_store=False, stored=attrs)
+    plan = plan_search(config, open_store=False, stored=attrs, workload=workload)
     plan.storage = study._storage
     if check_fingerprint and attrs.get("fingerprint"):
         check_resume(study_name, attrs["fingerprint"], fingerprint(plan), config.allow_mismatch)
     return plan, optuna.load_study(study_name=study_name, storage=plan.storage)
+
+
+def refuse_user_trainer_study(study_name: str, attrs: Mapping[str, Any]) -> None:
+    """Refuse to continue, from the store alone, a study that `autotune.tune` made on a user's own
+    Trainer (its stored workload names the Trainer class): its model and data are not in the store.
+
+    Raises:
+        UsageError: such a study.
+    """
+    trainer = (attrs.get("workload") or {}).get("trainer")
+    if trainer:
+        raise UsageError(
+            f"study {study_name!r} was made by autotune.tune() on your own Trainer ({trainer}), whose "
+            "model and data are not in the store",
+            f"continue it from Python: autotune.tune(trainer, study_name={study_name!r})",
+        )
 
 
 def workload_of(config: RunConfig) -> Workload:
@@ -145,4 +173,5 @@ def workload_of(config: RunConfig) -> Workload:
         data=data,
         tokenizer=config.tokenizer,
         pad_to_multiple_of=config.pad_to_multiple_of,
+        packing=config.packing,
     )

@@ -75,13 +75,23 @@ class Hardware:
 
 @dataclass(frozen=True)
 class ModelSupport:
-    """What a model class implements, for attention and checkpointing rules."""
+    """What a model class implements, for attention and checkpointing rules, and what its data
+    is like, for the padding rules.
+
+    Attributes:
+        packed_positions: a causal LM that builds its attention masks from position ids, so several
+            sequences flattened into one row attend only within themselves (padding-free batches).
+        padded: the workload's samples differ in length and are padded per batch (set from the
+            workload, not the class: `autotune.plan.build.plan_for`).
+    """
 
     name: str = "any model"
     sdpa: bool = True
     flash_attn: bool = True
     flex_attn: bool = True
     gradient_checkpointing: bool = True
+    packed_positions: bool = True
+    padded: bool = True
 
 
 def detect_hardware() -> Hardware:
@@ -127,7 +137,25 @@ def model_support(model_class: Any) -> ModelSupport:
         flash_attn=bool(getattr(model_class, "_supports_flash_attn", False)),
         flex_attn=bool(getattr(model_class, "_supports_flex_attn", False)),
         gradient_checkpointing=bool(getattr(model_class, "supports_gradient_checkpointing", False)),
+        packed_positions=_reads_packed_positions(model_class),
     )
+
+
+def _reads_packed_positions(model_class: Any) -> bool:
+    """Whether a causal LM class's masks follow packed position ids: its modeling code passes them
+    to transformers' `create_causal_mask`, which then keeps each flattened sequence to itself."""
+    import sys
+
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    causal = {str(name) for name in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values()}
+    if getattr(model_class, "__name__", "") not in causal:
+        return False
+    try:
+        source = inspect.getsource(sys.modules[model_class.__module__])
+    except (KeyError, OSError, TypeError):
+        return False
+    return "create_causal_mask(" in source and "position_ids=position_ids" in source
 
 
 Rule = Callable[[Any, Hardware, ModelSupport], "str | None"]
@@ -197,6 +225,27 @@ def _empty_cache(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
     return None
 
 
+def _padding_free(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
+    if not value:
+        return None
+    if not model.padded:
+        return (
+            "the samples are all the same length (no padding to remove); --packing examples keeps "
+            "one text per sample"
+        )
+    if not model.packed_positions:
+        return (
+            f"{model.name} does not keep flattened sequences apart (causal LMs with position-id masks only)"
+        )
+    return None
+
+
+def _group_by_length(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
+    if value and not model.padded:
+        return "the samples are all the same length: nothing to group"
+    return None
+
+
 def value_unavailable(knob: str, value: object, hw: Hardware, model: ModelSupport) -> str | None:
     """Why one knob value cannot run here (None if it can). Rules on a single value only."""
     rule = _RULES.get(knob)
@@ -232,6 +281,8 @@ _RULES: dict[str, Rule] = {
     "activation_checkpointing": _checkpointing,
     "dataloader_pin_memory": _pin_memory,
     "torch_empty_cache_steps": _empty_cache,
+    "padding_free": _padding_free,
+    "group_by_length": _group_by_length,
 }
 
 

@@ -48,7 +48,8 @@ def knob_defaults(base_args: Mapping[str, Any] | None = None, *, sdpa: bool, cud
             raise UsageError(
                 f"the base config is not valid TrainingArguments on this machine: {exc}", "change --base-args"
             ) from None
-    values = {**knobs_of(vars(args)), "attn_implementation": default_attention(sdpa)}
+    # A Trainer pads its batches unless it is given a flattening collator.
+    values = {**knobs_of(vars(args)), "attn_implementation": default_attention(sdpa), "padding_free": False}
     return {name: values[name] for name in CATALOGUE if name in values}
 
 
@@ -82,7 +83,11 @@ def knobs_of(args: Mapping[str, Any]) -> dict[str, Value]:
         "dataloader_num_workers": int(args["dataloader_num_workers"]),
         "dataloader_pin_memory": bool(args["dataloader_pin_memory"]),
         "torch_empty_cache_steps": int(args.get("torch_empty_cache_steps") or 0),
+        "group_by_length": args.get("train_sampling_strategy") == "group_by_length",
     }
+    if values["activation_checkpointing"]:
+        kwargs = args.get("activation_checkpointing_kwargs") or {}
+        values["checkpoint_every_n_layers"] = int(kwargs.get("every_n_layers", 1))
     if compile_backend == "inductor":
         values["torch_compile_mode"] = str(args.get("torch_compile_mode") or "default")
     # DDP's own settings only where the base config sets them: TrainingArguments leaves them None,

@@ -2,10 +2,12 @@
 
 Pure: no torch or transformers import, so space validation and `--help` stay fast.
 
-A knob lands either in `TrainingArguments` (``target="args"``) or in the model-load kwargs
-(``target="model"``, such as ``attn_implementation``). `trial_kwargs` maps one trial's knob values
-to both dicts. The driver rebuilds `TrainingArguments` from those kwargs for every trial, so that
-everything `TrainingArguments.__post_init__` derives (autocast, compile, tf32) really takes effect.
+A knob lands in `TrainingArguments` (``target="args"``), in the model-load kwargs
+(``target="model"``, such as ``attn_implementation``) or in how batches are made (``target="data"``:
+``padding_free`` picks the data collator). `trial_kwargs` maps one trial's knob values to the first
+two dicts; `data_choices` picks out the third. The driver rebuilds `TrainingArguments` from those
+kwargs for every trial, so that everything `TrainingArguments.__post_init__` derives (autocast,
+compile, tf32) really takes effect.
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ class Knob:
 
     Attributes:
         name: the key used in space files, trial params and exports.
-        target: ``"args"`` for a `TrainingArguments` field, ``"model"`` for a model-load kwarg.
+        target: ``"args"`` for a `TrainingArguments` field, ``"model"`` for a model-load kwarg,
+            ``"data"`` for the way batches are collated.
         kind: ``"int"`` (positive integers), ``"bool"`` or ``"choice"`` (one of `choices`).
         choices: the legal values of a ``"choice"`` knob.
         changes_semantics: whether the knob changes the training math (optimizer family, precision,
@@ -67,7 +70,7 @@ class Knob:
     """
 
     name: str
-    target: Literal["args", "model"]
+    target: Literal["args", "model", "data"]
     kind: Literal["int", "count", "bool", "choice"]
     help: str
     choices: tuple[str, ...] = ()
@@ -118,6 +121,16 @@ def precision_of(args: Mapping[str, Any]) -> str:
 
 def _empty_cache_args(value: Value) -> dict[str, Any]:
     return {"torch_empty_cache_steps": int(value) or None}  # 0 means never
+
+
+def _checkpoint_every_args(value: Value) -> dict[str, Any]:
+    # transformers >= 5 checkpoints only every n-th decoder layer with this key (1: all of them).
+    return {"activation_checkpointing_kwargs": {"every_n_layers": int(value)}}
+
+
+def _group_by_length_args(value: Value) -> dict[str, Any]:
+    # Off leaves the sampler to the base config (trials read the data in order).
+    return {"train_sampling_strategy": "group_by_length"} if value else {}
 
 
 def _compile_args(value: Value) -> dict[str, Any]:
@@ -190,6 +203,28 @@ CATALOGUE: dict[str, Knob] = {
             "recompute activations in the backward pass: less memory, more compute",
         ),
         Knob(
+            "checkpoint_every_n_layers",
+            "args",
+            "int",
+            "with checkpointing on, recompute only every n-th layer (1: all): memory and speed in steps",
+            requires=("activation_checkpointing", (True,)),
+        ),
+        Knob(
+            "padding_free",
+            "data",
+            "bool",
+            "flatten each batch into one row without padding (DataCollatorWithFlattening): no compute "
+            "on padding; variable-length causal-LM examples only",
+        ),
+        Knob(
+            "group_by_length",
+            "args",
+            "bool",
+            "batch samples of similar length together (train_sampling_strategy=group_by_length): "
+            "less padding, a different data order",
+            changes_semantics=True,
+        ),
+        Knob(
             "dataloader_num_workers",
             "args",
             "count",
@@ -248,11 +283,14 @@ _ARGS_MAPPERS: dict[str, Callable[[Value], dict[str, Any]]] = {
     "precision": _precision_args,
     "torch_compile": _compile_args,
     "torch_empty_cache_steps": _empty_cache_args,
+    "checkpoint_every_n_layers": _checkpoint_every_args,
+    "group_by_length": _group_by_length_args,
 }
 
 
 def trial_kwargs(values: Mapping[str, Value]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Map one trial's knob values to (`TrainingArguments` kwargs, model-load kwargs).
+    """Map one trial's knob values to (`TrainingArguments` kwargs, model-load kwargs). Knobs of
+    the ``"data"`` target land in neither (see `data_choices`).
 
     Raises:
         KeyError: a name that is not in the catalogue (spaces are validated before this runs).
@@ -261,6 +299,8 @@ def trial_kwargs(values: Mapping[str, Value]) -> tuple[dict[str, Any], dict[str,
     model: dict[str, Any] = {}
     for name, value in values.items():
         knob = CATALOGUE[name]
+        if knob.target == "data":
+            continue
         if knob.target == "model":
             model[name] = value
         elif name in _ARGS_MAPPERS:
@@ -268,6 +308,11 @@ def trial_kwargs(values: Mapping[str, Value]) -> tuple[dict[str, Any], dict[str,
         else:
             args[name] = value
     return args, model
+
+
+def data_choices(values: Mapping[str, Value]) -> dict[str, Value]:
+    """The knob values of a trial that decide how its batches are made (``padding_free``)."""
+    return {name: value for name, value in values.items() if CATALOGUE[name].target == "data"}
 
 
 def optimizer_family(optim: str) -> str:

@@ -341,6 +341,9 @@ class SearchSpace:
             else:
                 knobs.pop("optim")
                 fixed["optim"] = base_optim
+        if "group_by_length" in knobs:  # the data order is part of the training run
+            knobs.pop("group_by_length")
+            fixed["group_by_length"] = held["group_by_length"]
         if "per_device_train_batch_size" not in knobs:
             fixed["per_device_train_batch_size"] = held["per_device_train_batch_size"]
         shown = ", ".join(f"{k}={v}" for k, v in fixed.items())

@@ -188,7 +188,29 @@ def export_config(study: optuna.Study, trial: TrialSummary) -> dict[str, Any]:
         # loss delta vs the baseline at equal tokens; predicted run time and cost, or compile payoff
         **trial_run_facts(study, trial),
     }
-    return {"training_args": training_args, "model_kwargs": model_kwargs, "expected": expected}
+    config: dict[str, Any] = {
+        "training_args": training_args,
+        "model_kwargs": model_kwargs,
+        "expected": expected,
+    }
+    if trial.params.get("padding_free"):
+        config["data_collator"] = FLATTENING
+    return config
+
+
+# The collator of a padding-free trial, as the user's script constructs it.
+FLATTENING = "DataCollatorWithFlattening(return_position_ids=True, separator_id=-100)"
+
+
+def collator_line(config: dict[str, Any]) -> str | None:
+    """What to pass as the Trainer's data collator, when the exported trial needs one."""
+    collator = config.get("data_collator")
+    if not collator:
+        return None
+    return (
+        f"data collator, not a TrainingArguments flag: Trainer(..., data_collator={collator}) "
+        "(from transformers; padding-free batches of one text per sample)"
+    )
 
 
 def _minimal_args(merged: dict[str, Any]) -> dict[str, Any]:
@@ -257,11 +279,14 @@ def _comment(config: dict[str, Any]) -> str:
 
 
 def _plain(config: dict[str, Any]) -> dict[str, Any]:
-    return {
+    plain = {
         "training_args": dict(config["training_args"]),
         "model_kwargs": dict(config["model_kwargs"]),
         "expected": dict(config["expected"]),
     }
+    if config.get("data_collator"):
+        plain["data_collator"] = config["data_collator"]
+    return plain
 
 
 def to_json(config: dict[str, Any]) -> str:
@@ -338,6 +363,9 @@ def notes(config: dict[str, Any], fmt: str) -> list[str]:
             f"model-load kwargs, not TrainingArguments flags (the example scripts have no flag for them): "
             f"pass {kwargs} to from_pretrained"
         )
+    collator = collator_line(config)
+    if collator:
+        lines.append(collator)
     return lines
 
 
@@ -375,6 +403,9 @@ def to_accelerate(config: dict[str, Any]) -> str:
     if config["model_kwargs"]:
         kwargs = ", ".join(f"{k}={v!r}" for k, v in config["model_kwargs"].items())
         text += f"# model-load kwargs: from_pretrained(..., {kwargs})\n"
+    collator = collator_line(config)
+    if collator:
+        text += f"# {collator}\n"
     return text + yaml.safe_dump(accelerate_dict(config), sort_keys=False)
 
 
@@ -399,6 +430,13 @@ def to_python(config: dict[str, Any]) -> str:
     ]
     kwargs = "".join(f", {key}={_py(value)}" for key, value in config["model_kwargs"].items())
     lines.append(f"model = {auto}.from_pretrained(MODEL{kwargs})")
+    if config.get("data_collator"):
+        lines[lines.index(f"from transformers import {auto}, TrainingArguments")] = (
+            f"from transformers import {auto}, DataCollatorWithFlattening, TrainingArguments"
+        )
+        lines.append(
+            f"data_collator = {config['data_collator']}  # Trainer(..., data_collator=data_collator)"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -38,7 +38,7 @@ def baseline_math(study_attrs: Mapping[str, Any]) -> dict[str, Any]:
     """The baseline's batch split, precision and optimizer: the measured baseline's values, else
     what the base config (or the `TrainingArguments` defaults) amounts to."""
     base = base_knobs(study_attrs.get("base_args") or {})
-    derived = {k: base[k] for k in (BATCH, ACCUM, "precision", "optim")}
+    derived = {k: base[k] for k in (BATCH, ACCUM, "precision", "optim", "group_by_length")}
     measured = (study_attrs.get("baseline") or {}).get("params") or {}
     return {**derived, **{k: v for k, v in measured.items() if k in derived}}
 
@@ -85,6 +85,17 @@ def semantic_changes(baseline: Mapping[str, Any], chosen: Mapping[str, Any]) -> 
                 "epochs; or fix it with --global-batch-size",
             )
         )
+    if bool(merged.get("group_by_length")) != bool(baseline.get("group_by_length")):
+        order = {True: "grouped by length", False: "as sampled"}
+        changes.append(
+            SemanticChange(
+                "data order",
+                order[bool(baseline.get("group_by_length"))],
+                order[bool(merged.get("group_by_length"))],
+                "batches of similar-length samples: the loss curve is noisier per step; compare it with "
+                "a short run before adopting it",
+            )
+        )
     return changes
 
 
@@ -95,7 +106,7 @@ def study_changes(
     applied, which hold values derived from them, such as the accumulation under a fixed global
     batch) against its study's baseline."""
     applied = dict(training_args or {})
-    chosen = {k: v for k, v in params.items() if k in (BATCH, ACCUM, "precision", "optim")}
+    chosen = {k: v for k, v in params.items() if k in (BATCH, ACCUM, "precision", "optim", "group_by_length")}
     chosen.update({k: applied[k] for k in (BATCH, ACCUM, "optim") if k in applied})
     if "precision" not in chosen and any(k in applied for k in ("bf16", "fp16", "tf32")):
         chosen["precision"] = precision_of(applied)

@@ -2,7 +2,8 @@
 torchrun group, a Ray actor, or the search's own process with ``--isolation none``).
 
 A ``trial`` job loads the study, rebuilds the run from the configuration stored with it (so a
-process on another host needs nothing but the study's name and store), builds the trial
+process on another host needs nothing but the study's name and store; a job of `autotune.tune`
+also reads the user's own Trainer pieces from the file its supervisor wrote), builds the trial
 `Trainer` and runs `Trainer.hyperparameter_search(backend="optuna")` on the shared study until it
 has measured one trial. Pre-checked trials that train nothing (unavailable, duplicates, predicted
 out of memory) cost milliseconds and may come first. A ``measure`` job instead measures given knob
@@ -34,11 +35,13 @@ from autotune.progress import Reporter
 from autotune.study.outcomes import DUPLICATE_RUNNING
 from autotune.study.owner import OWNER_ATTR
 from autotune.study.retry import RetryingRDBStorage
+from autotune.study.sampler import search_sampler
 from autotune.study.store import distinct_params, measured_count, running_trials, was_trained
 from autotune.trial.compile_cache import compile_cache_folder, shared_compile_cache
 from autotune.trial.errors import failure_reason, one_line
 from autotune.trial.job import Event, Job, JobFailed, JobResult, Measured, TrialDone
 from autotune.trial.trainer import AutotuneTrainer, build_trainer
+from autotune.workloads.user import load as load_workload
 
 # Pre-checked trials in a row after which a trial job gives up finding one to train.
 MAX_SKIPS = 50
@@ -114,8 +117,12 @@ def run_job(job: Job, reporter: Reporter, scratch_in: str | None = None) -> JobR
     """
     started_s = time.perf_counter()
     with quiet_libraries():
+        # The Python API's own Trainer pieces, as the supervisor wrote them (no configuration names them).
+        workload = load_workload(job.workload) if job.workload else None
         # The supervisor created and checked the store's schema: do not load its migrations again.
-        plan, study = plan_from_study(job.study_name, job.storage_url, job.check_fingerprint, existing=True)
+        plan, study = plan_from_study(
+            job.study_name, job.storage_url, job.check_fingerprint, existing=True, workload=workload
+        )
         folder = plan.config.output_dir or scratch_in
         if folder is None and job.log_path:
             folder = os.path.dirname(job.log_path)
@@ -147,7 +154,8 @@ def run_on(
     if job.kind == "measure":
         return Measured(dict(trainer.measure_config(job.params, job.number, verbatim=job.verbatim)))
     if job.kind == "ladder":
-        return Measured({"batch_ladder": trainer.batch_ladder(job.params["candidates"])})
+        rungs, probe = trainer.batch_ladder(job.params["candidates"])
+        return Measured({"batch_ladder": rungs, "probe": probe})
     return one_trial(trainer, plan, study, job)
 
 
@@ -203,7 +211,7 @@ def hyperparameter_search(trainer: Any, plan: Plan, n_trials: int, seed: int) ->
             # not replay the random start-up suggestions of the first.
             # constant_liar: trials running elsewhere (other workers) count as bad guesses, so
             # concurrent proposals spread out instead of repeating a running one.
-            sampler=optuna.samplers.TPESampler(seed=seed, constant_liar=True),
+            sampler=search_sampler(seed),
         )
     except ValueError:
         # The Trainer asks the study for its best trial at the end, which raises when no trial

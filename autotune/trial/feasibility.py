@@ -53,7 +53,8 @@ def find_duplicate(params: Mapping[str, Any], past: Iterable[PastTrial]) -> Past
 
 def needs_at_least_as_much_memory(params: Mapping[str, Any], than: Mapping[str, Any]) -> bool:
     """Whether `params` needs at least the memory of `than`: equal but for a per-device batch that is
-    not smaller, checkpointing that is not more on, and a precision that is not lower."""
+    not smaller, checkpointing that is not more on (nor on more layers), and a precision that is
+    not lower."""
     if set(params) != set(than):
         return False
     for key, value in params.items():
@@ -63,6 +64,9 @@ def needs_at_least_as_much_memory(params: Mapping[str, Any], than: Mapping[str, 
                 return False
         elif key == "activation_checkpointing":
             if bool(value) and not bool(other):
+                return False
+        elif key == "checkpoint_every_n_layers":
+            if int(value) < int(other):  # recomputing more layers than `than` does
                 return False
         elif key == "precision":
             if _PRECISION_MEMORY_RANK.get(str(value), 1) < _PRECISION_MEMORY_RANK.get(str(other), 1):

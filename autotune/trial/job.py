@@ -35,6 +35,9 @@ class Job:
         ddp_timeout_s: how long a collective of a DDP trial may wait.
         watchdog_s: how long the job may run before its process ends itself as hung (Ray actors,
             which no supervisor watches from outside); None: its executor watches it.
+        workload: a file holding the run's workload (`autotune.workloads.user.dump`: the Python
+            API's own model, data and Trainer class), used instead of the one the stored run
+            configuration names; None: that one.
     """
 
     study_name: str
@@ -57,6 +60,7 @@ class Job:
     events_path: str | None = None
     ddp_timeout_s: float = 300.0
     watchdog_s: float | None = None
+    workload: str | None = None
 
 
 @dataclass(frozen=True)

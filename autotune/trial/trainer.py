@@ -18,6 +18,7 @@ into a recorded result (`optuna.TrialPruned` with a reason) instead of an aborte
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import traceback
@@ -42,7 +43,7 @@ from autotune.measure.ranks import distributed, from_rank_zero, gather, is_rank_
 from autotune.plan.resolved import Plan, base_training_args, trial_world_size
 from autotune.progress import Reporter, TrialSummary
 from autotune.space import SearchSpace, precision_of
-from autotune.space.knobs import Value, trial_kwargs
+from autotune.space.knobs import Value, data_choices, trial_kwargs
 from autotune.study.objective import loss_delta, loss_diverged, run_tokens, score
 from autotune.study.outcomes import (
     LOSS_DIVERGED,
@@ -65,6 +66,7 @@ from autotune.trial.errors import (
     one_line,
 )
 from autotune.trial.prechecks import agreed_precheck, precheck_trial
+from autotune.workloads.user import UserWorkload
 
 
 class AutotuneTrainer(Trainer):
@@ -150,8 +152,44 @@ class AutotuneTrainer(Trainer):
         if trial is not None:
             self.reporter.on_trial_start(getattr(trial, "number", -1), values)
             self._agreed_precheck(trial, values)  # before any model, args or accelerator work
-        self._rebuild_args({**self.base_args, **args_kwargs})
+        self._rebuild_args(_merged_args(self.base_args, args_kwargs))
+        self.data_collator = self._collator(data_choices(values))
+        # A sampler that reorders the data: count each step's tokens from its batches.
+        self.measurement.count_batches = self.args.train_sampling_strategy != "sequential"
         return super().call_model_init(trial)
+
+    def _collator(self, choices: dict[str, Value]) -> Any:
+        """The trial's data collator: the workload's (padding each batch), or with ``padding_free``
+        one flattened row per batch with position ids that restart at every sample."""
+        if choices.get("padding_free"):
+            from transformers import DataCollatorWithFlattening
+
+            return DataCollatorWithFlattening(return_position_ids=True, separator_id=-100)
+        return self.workload.collator()
+
+    def _get_train_sampler(self, train_dataset: Any = None) -> Any:
+        lengths = self.workload.sample_lengths()
+        if self.args.train_sampling_strategy != "group_by_length" or not lengths:
+            return super()._get_train_sampler(train_dataset)
+        from transformers.trainer_pt_utils import LengthGroupedSampler
+
+        # The known lengths of the samples the trial can reach (the data is read in a loop), so the
+        # sampler reads no sample to learn them and no epoch ends inside a measurement.
+        group = self.args.train_batch_size * self.args.gradient_accumulation_steps
+        reach = max(len(lengths), max(1, self.args.max_steps) * group * max(1, self.args.world_size))
+        generator = torch.Generator()
+        generator.manual_seed(int(self.args.seed))
+        cycled = [lengths[i % len(lengths)] for i in range(reach)]
+        return LengthGroupedSampler(group, lengths=cycled, generator=generator)
+
+    def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> Any:
+        batches, items = super().get_batch_samples(epoch_iterator, num_batches, device)
+        if self.measurement.count_batches or self.workload.padded:
+            self.measurement.add_step_tokens(
+                sum(_real_tokens(batch) for batch in batches),
+                sum(batch["input_ids"].numel() for batch in batches),
+            )
+        return batches, items
 
     def _agreed_precheck(self, trial: Any, values: dict[str, Value]) -> None:
         def estimate() -> MemoryEstimate | None:
@@ -167,11 +205,12 @@ class AutotuneTrainer(Trainer):
         except Exception:  # an estimate that cannot be made must not cost the trial
             return None
 
-    def batch_ladder(self, candidates: Sequence[int]) -> list[int]:
-        """The leading `candidates` (larger batch sizes) that fit: the memory estimate of the
-        space's most frugal configuration at that batch (over its attention kernels, precisions
-        and checkpointing choices) is under the memory cap, or without one under the device's
-        memory less the estimate's safety margin."""
+    def batch_ladder(self, candidates: Sequence[int]) -> tuple[list[int], dict[str, Any] | None]:
+        """The leading `candidates` (larger batch sizes) that fit, and the probe that decided one
+        (`fitting_rungs`): the memory estimate of the space's most frugal configuration at that
+        batch (over its attention kernels, precisions and checkpointing choices) is under the
+        memory cap, or without one under the device's memory less the estimate's safety margin;
+        the first batch whose estimate is in doubt is measured once in a real forward and backward."""
         hardware = self.plan.hardware
         limit = self.plan.cap_bytes or int(hardware.memory_bytes / (1 + SAFETY_MARGIN))
         # Every combination of the values the estimate reads (not the whole grid: thousands of points).
@@ -179,13 +218,32 @@ class AutotuneTrainer(Trainer):
         combos = itertools.product(*(self.space.knobs[name] for name in knobs))
         points = [dict(zip(knobs, values, strict=True)) for values in combos]
 
-        def smallest(batch: int) -> int | None:
-            estimates = [
-                self._estimate_memory({**point, "per_device_train_batch_size": batch}) for point in points
-            ]
-            return min((e.total_bytes for e in estimates if e is not None), default=None)
+        frugal: dict[int, dict[str, Any]] = {}
 
-        return fitting_rungs(candidates, smallest, limit)
+        def smallest(batch: int) -> int | None:
+            found: list[tuple[int, dict[str, Any]]] = []
+            for point in points:
+                values = {**point, "per_device_train_batch_size": batch}
+                estimate = self._estimate_memory(values)
+                if estimate is not None:
+                    found.append((estimate.total_bytes, values))
+            if not found:
+                return None
+            total, frugal[batch] = min(found, key=lambda pair: pair[0])
+            return total
+
+        def probe(batch: int) -> int | None:
+            try:
+                return self.estimator.probe(frugal[batch])
+            except Exception:  # a probe that cannot run (out of memory, say) means it does not fit
+                return None
+            finally:
+                release_device_memory()
+
+        rungs, probed = fitting_rungs(candidates, smallest, limit, probe)
+        if probed is None:
+            return rungs, None
+        return rungs, {**probed, "values": frugal[probed["batch"]], "limit_bytes": limit}
 
     def _rebuild_args(self, kwargs: dict[str, Any]) -> None:
         fresh = TrainingArguments(**kwargs)
@@ -479,6 +537,25 @@ def _over_cap_message(attrs: dict[str, Any], cap_bytes: int | None) -> str:
     return f"peak memory {peak / 2**20:.0f} MiB is over the cap of {(cap_bytes or 0) / 2**20:.0f} MiB"
 
 
+def _real_tokens(batch: Any) -> Any:
+    """The real (non-padding) tokens of one collated batch: its attention mask's ones, or every
+    token of a batch without one (equal-length or flattened samples). A device tensor stays one."""
+    mask = batch.get("attention_mask") if hasattr(batch, "get") else None
+    if mask is not None:
+        return mask.sum()
+    return batch["input_ids"].numel()
+
+
+def _merged_args(base: dict[str, Any], trial: dict[str, Any]) -> dict[str, Any]:
+    """The trial's `TrainingArguments` kwargs over the base config's; checkpointing kwargs merge
+    (a trial's ``every_n_layers`` keeps the base config's own keys, such as ``use_reentrant``)."""
+    merged = {**base, **trial}
+    key = "activation_checkpointing_kwargs"
+    if isinstance(base.get(key), dict) and isinstance(trial.get(key), dict):
+        merged[key] = {**base[key], **trial[key]}
+    return merged
+
+
 def _applied_args(values: dict[str, Value]) -> dict[str, Any]:
     args_kwargs, _ = trial_kwargs(values)
     return args_kwargs
@@ -491,12 +568,47 @@ def build_trainer(
     callbacks: Sequence[TrainerCallback] = (),
     debug: bool = False,
 ) -> AutotuneTrainer:
-    """The `AutotuneTrainer` that runs a plan's trials (and benchmarks' measurements)."""
-    return AutotuneTrainer(
+    """The `AutotuneTrainer` that runs a plan's trials (and benchmarks' measurements). For the
+    Python API's own Trainer pieces (a `UserWorkload`): an instance of `trial_trainer_class` of the
+    user's Trainer class, with their callbacks and their Trainer's attributes carried over."""
+    user = plan.workload if isinstance(plan.workload, UserWorkload) else None
+    trainer = trial_trainer_class(user.trainer_class if user is not None else None)(
         plan=plan,
         base_args=base_training_args(plan, output_dir),
         measurement=ThroughputCallback(plan.config.measure, plan.workload.seq_len, reporter),
         reporter=reporter,
-        callbacks=callbacks,
+        callbacks=[*(user.callbacks if user is not None else ()), *callbacks],
         debug=debug,
+    )
+    if user is not None:
+        for name, value in user.trainer_attrs.items():
+            setattr(trainer, name, value)
+        trainer.callback_handler.processing_class = trainer.processing_class
+    return trainer
+
+
+@functools.cache
+def trial_trainer_class(user_class: type | None) -> type[AutotuneTrainer]:
+    """The class a trial's Trainer is for a user's Trainer class: `AutotuneTrainer` first (it
+    applies and measures the trial), then the user's class, so that every method the user's class
+    overrides (``compute_loss``, ``training_step``, ``create_optimizer``, ...) runs where the stock
+    `Trainer`'s would. The user's ``__init__`` is not called (its arguments are unknown here): what it
+    stored on the instance is set on the trial's Trainer instead (`UserWorkload.trainer_attrs`).
+
+    Raises:
+        TypeError: `user_class` is not a `Trainer` class.
+    """
+    if user_class is None or user_class is Trainer or issubclass(AutotuneTrainer, user_class):
+        return AutotuneTrainer
+    if not issubclass(user_class, Trainer):
+        raise TypeError(f"{user_class.__name__} is not a transformers.Trainer class")
+
+    def stock_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        Trainer.__init__(self, *args, **kwargs)
+
+    skip_init = type(user_class.__name__, (user_class,), {"__init__": stock_init})
+    return type(
+        f"Autotune{user_class.__name__}",
+        (AutotuneTrainer, skip_init),
+        {"__module__": __name__, "__doc__": f"`AutotuneTrainer` over {user_class.__qualname__}."},
     )

@@ -1,8 +1,10 @@
 """A user's dataset: loaded with `datasets`, tokenized once per study, packed or padded per task.
 
 Causal and masked LM text is packed into ``seq_len`` blocks (as the Transformers ``run_clm.py`` /
-``run_mlm.py`` examples do), so every token is real. Classification samples are truncated to
-``seq_len`` and padded per batch by the collator; only their real tokens count towards tokens/s.
+``run_mlm.py`` examples do), so every token is real; or, with ``packing="examples"``, each text is
+one sample, truncated to ``seq_len`` and padded per batch, as fine-tuning on documents or chats is.
+Classification samples are truncated to ``seq_len`` and padded per batch by the collator; only their
+real tokens count towards tokens/s.
 
 Tokenization runs through `Dataset.map` with a fingerprint computed from the source data, the
 tokenizer's content and the settings, so the result lands in the `datasets` cache and every later
@@ -130,6 +132,7 @@ def prepare(
     seq_len: int,
     pad_to_multiple_of: int | None = None,
     trust_remote_code: bool = False,
+    packing: str = "blocks",
 ) -> PreparedData:
     """Load, tokenize (cached) and pack or truncate the data for `task`.
 
@@ -142,6 +145,8 @@ def prepare(
     key = _fingerprint(rows, tokenizer, task, seq_len, text_column, source.label_column)
     if task == "sequence-classification":
         return _classification(rows, tokenizer, seq_len, text_column, source, key, pad_to_multiple_of)
+    if packing == "examples":
+        return _examples(rows, tokenizer, task, seq_len, text_column, source, key, pad_to_multiple_of)
     return _packed(rows, tokenizer, task, seq_len, text_column, source, key)
 
 
@@ -150,11 +155,7 @@ def _packed(
 ) -> PreparedData:
     from transformers import DataCollatorForLanguageModeling, default_data_collator
 
-    if task == "masked-lm" and tokenizer.mask_token is None:
-        raise WorkloadError(
-            "--task masked-lm needs a tokenizer with a mask token; this one has none",
-            "pass --tokenizer with a [MASK] token, or use --task causal-lm",
-        )
+    _check_mask_token(tokenizer, task)
     tokenized = rows.map(
         lambda batch: {"input_ids": tokenizer(batch[text_column])["input_ids"]},
         batched=True,
@@ -183,6 +184,53 @@ def _packed(
         else DataCollatorForLanguageModeling(tokenizer, mlm=True, mlm_probability=0.15)
     )
     return PreparedData(packed, [seq_len] * len(packed), collator, f"{source.path}@{key}")
+
+
+def _examples(
+    rows: Any,
+    tokenizer: Any,
+    task: str,
+    seq_len: int,
+    text_column: str,
+    source: DataSource,
+    key: str,
+    pad_to_multiple_of: int | None,
+) -> PreparedData:
+    """One sample per text, truncated to `seq_len`; the collator pads each batch (and masks the
+    padding out of the labels). Empty texts are dropped."""
+    from transformers import DataCollatorForLanguageModeling
+
+    _check_mask_token(tokenizer, task)
+    tokenized = rows.map(
+        lambda batch: {
+            "input_ids": tokenizer(batch[text_column], truncation=True, max_length=seq_len)["input_ids"]
+        },
+        batched=True,
+        remove_columns=rows.column_names,
+        new_fingerprint=f"{key}-ex{seq_len}",
+    )
+    tokenized = tokenized.filter(
+        lambda sample: len(sample["input_ids"]) > 1, new_fingerprint=f"{key}-ex-nonempty"
+    )
+    if len(tokenized) == 0:
+        raise WorkloadError(
+            f"--dataset {source.path} has no text of two tokens or more", "use a dataset with text in it"
+        )
+    if tokenizer.pad_token is None:  # GPT-style tokenizers: pad with EOS (masked out of the loss)
+        tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
+    collator = DataCollatorForLanguageModeling(
+        tokenizer, mlm=task == "masked-lm", mlm_probability=0.15, pad_to_multiple_of=pad_to_multiple_of
+    )
+    lengths = [len(ids) for ids in tokenized["input_ids"]]
+    return PreparedData(tokenized, lengths, collator, f"{source.path}@{key}-examples")
+
+
+def _check_mask_token(tokenizer: Any, task: str) -> None:
+    if task == "masked-lm" and tokenizer.mask_token is None:
+        raise WorkloadError(
+            "--task masked-lm needs a tokenizer with a mask token; this one has none",
+            "pass --tokenizer with a [MASK] token, or use --task causal-lm",
+        )
 
 
 def _classification(

@@ -93,6 +93,22 @@ class Workload:
             model.config.use_cache = False
         return model
 
+    def build_probe_model(self, model_kwargs: dict[str, Any]) -> torch.nn.Module:
+        """A model of the trial's shape for a memory probe, whose weights' values do not matter:
+        built without the random initialisation (for a model of 0.5B parameters that is most of
+        its build time) and zero-filled, so its memory is touched as a trained model's is. A model
+        loaded from its weights is loaded as the trial loads it."""
+        if self.from_pretrained:
+            return self.build_model(model_kwargs)
+        from transformers.initialization import no_init_weights
+
+        with no_init_weights():
+            model = self.build_model(model_kwargs)
+        with torch.no_grad():
+            for parameter in model.parameters():
+                parameter.zero_()
+        return model
+
     def dataset(self, seed: int) -> torch.utils.data.Dataset:
         """The training samples: the user's data read in a loop, or synthetic tokens."""
         if self.data is not None:
@@ -111,6 +127,17 @@ class Workload:
         if self.data is not None:
             return self.data.tokens_in(first, count)
         return count * self.seq_len
+
+    def sample_lengths(self) -> list[int] | None:
+        """Real tokens of each sample of the data (before it is read in a loop); None: all
+        samples are `seq_len` long."""
+        return self.data.lengths if self.data is not None else None
+
+    @property
+    def padded(self) -> bool:
+        """Whether samples differ in length (padded per batch): padding-free batches and length
+        grouping then have padding to save."""
+        return self.data is not None and len(set(self.data.lengths)) > 1
 
     def dataset_identity(self) -> str:
         """What the samples are, for the study's fingerprint."""
@@ -144,6 +171,7 @@ def resolve_workload(
     data: DataSource | None = None,
     tokenizer: str | None = None,
     pad_to_multiple_of: int | None = None,
+    packing: str = "blocks",
 ) -> Workload:
     """Resolve ``--model`` (a preset name, then a local directory, then a hub id) and its data.
 
@@ -156,6 +184,7 @@ def resolve_workload(
         data: the user's dataset; None: synthetic tokens.
         tokenizer: tokenizer for `data`; default the model's.
         pad_to_multiple_of: classification batches are padded to a multiple of this.
+        packing: ``"blocks"`` or ``"examples"`` for language-model text (`autotune.config.RunConfig`).
 
     Raises:
         WorkloadError: nothing of that name, an unreachable hub, a task the model has no class
@@ -181,12 +210,16 @@ def resolve_workload(
     workload.model_class()  # a task the architecture has no class for fails here, not in a trial
     _check_seq_len(workload)
     if data is not None:
-        _attach_data(workload, data, tokenizer, pad_to_multiple_of)
+        _attach_data(workload, data, tokenizer, pad_to_multiple_of, packing)
     return workload
 
 
 def _attach_data(
-    workload: Workload, source: DataSource, tokenizer_name: str | None, pad_to_multiple_of: int | None
+    workload: Workload,
+    source: DataSource,
+    tokenizer_name: str | None,
+    pad_to_multiple_of: int | None,
+    packing: str = "blocks",
 ) -> None:
     if tokenizer_name is None and workload.name in PRESETS:
         raise WorkloadError(
@@ -202,7 +235,13 @@ def _attach_data(
         )
     with quiet_loading():
         workload.data = prepare(
-            source, tokenizer, workload.task, workload.seq_len, pad_to_multiple_of, workload.trust_remote_code
+            source,
+            tokenizer,
+            workload.task,
+            workload.seq_len,
+            pad_to_multiple_of,
+            workload.trust_remote_code,
+            packing=packing,
         )
     if workload.task == "sequence-classification":
         config = workload.config

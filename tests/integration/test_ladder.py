@@ -55,3 +55,32 @@ def test_a_memory_cap_stops_the_ladder(tmp_path: Path) -> None:
     )
     assert result.study.user_attrs["batch_ladder"] == []
     assert {t.params["per_device_train_batch_size"] for t in result.study.trials} <= {4}
+
+
+def test_a_batch_in_doubt_is_probed_once_and_the_probe_decides(tmp_path: Path) -> None:
+    from autotune.measure.estimator import MemoryEstimator
+    from autotune.plan.build import plan_search
+
+    space = write_space(tmp_path, {"per_device_train_batch_size": [4, "fits"]})
+    config = autotune.RunConfig(model="tiny-gpt2", space=space, seq_len=16)
+    plan = plan_search(config, open_store=False)
+    estimator = MemoryEstimator(plan.workload, plan.hardware.device, plan.base_args, 1)
+    estimated = estimator.estimate({"per_device_train_batch_size": 8}).total_bytes
+    # A cap at batch 8's own estimate puts it in doubt (within the safety margin either side).
+    cap_mib = estimated // 2**20
+    result = autotune.search(
+        model="tiny-gpt2",
+        space=space,
+        trials=1,
+        storage=f"sqlite:///{tmp_path / 'doubt.db'}",
+        seq_len=16,
+        memory_cap=f"{cap_mib}MiB",
+        **IN_PROCESS,
+    )
+    attrs = result.study.user_attrs
+    probe = attrs["batch_ladder_probe"]
+    assert probe["batch"] == 8 and probe["limit_bytes"] == cap_mib * 2**20
+    assert probe["values"]["per_device_train_batch_size"] == 8
+    assert probe["measured_bytes"] > 0
+    # The measurement, not the estimate, decided batch 8.
+    assert (8 in attrs["batch_ladder"]) is (probe["measured_bytes"] <= probe["limit_bytes"])

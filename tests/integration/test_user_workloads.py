@@ -179,10 +179,10 @@ def test_bring_your_own_trainer_keeps_the_users_arguments(tmp_path: Path) -> Non
         AutoConfig,
         AutoModelForCausalLM,
         DataCollatorForLanguageModeling,
+        Trainer,
         TrainingArguments,
     )
 
-    from tests.helpers import FAST
     from tests.local_models import sentences
 
     folder = write_model(tmp_path / "mine")
@@ -210,20 +210,21 @@ def test_bring_your_own_trainer_keeps_the_users_arguments(tmp_path: Path) -> Non
         built.append(1)
         return AutoModelForCausalLM.from_config(config)
 
-    tuned = autotune.tune(
-        train,
-        args,
+    trainer = Trainer(
         model_init=model_init,
+        args=args,
+        train_dataset=train,
         data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
+        callbacks=[ArgsSeen()],
+    )
+    tuned = autotune.tune(
+        trainer,
         space=write_space(
             tmp_path, {"per_device_train_batch_size": [2, 4], "optim": ["adamw_torch", "adamw_torch_fused"]}
         ),
-        trials=2,
+        n_trials=2,
         storage=f"sqlite:///{tmp_path / 'byo.db'}",
-        measure=FAST,
-        finalists=0,
-        measure_baseline=False,
-        callbacks=[ArgsSeen()],
+        **IN_PROCESS,  # the callback and model_init record here what the trials did
     )
     out = tuned.training_args
     assert (out.learning_rate, out.lr_scheduler_type.value, out.weight_decay, out.seed) == (
@@ -238,7 +239,7 @@ def test_bring_your_own_trainer_keeps_the_users_arguments(tmp_path: Path) -> Non
     assert out.per_device_train_batch_size == best.params["per_device_train_batch_size"]
     assert out.optim.value == best.params["optim"]
     assert seen == [(3e-4, "cosine", 0.1)] * 2  # every trial trained with the user's settings
-    assert len(built) >= 3  # once to read the config, then a fresh model per trial
+    assert len(built) >= 3  # once when the Trainer was built, then a fresh model per trial
     # Padded causal LM batches: only the attention mask's tokens count.
     lengths = [sum(row["attention_mask"]) for row in train]
     a = best.attrs

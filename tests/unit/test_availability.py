@@ -501,5 +501,38 @@ def test_model_support_of_a_class_without_flags():
         pass
 
     assert model_support(Plain) == ModelSupport(
-        name="Plain", sdpa=False, flash_attn=False, flex_attn=False, gradient_checkpointing=False
+        name="Plain",
+        sdpa=False,
+        flash_attn=False,
+        flex_attn=False,
+        gradient_checkpointing=False,
+        packed_positions=False,
     )
+
+
+def test_packed_positions_are_read_from_the_modeling_code():
+    from transformers import BertForSequenceClassification, GPT2ForSequenceClassification
+
+    # Causal LMs whose masks come from create_causal_mask(position_ids=...) keep flattened rows apart.
+    assert model_support(GPT2LMHeadModel).packed_positions is True
+    assert model_support(LlamaForCausalLM).packed_positions is True
+    # A classifier pools one row per sample: flattening would merge them.
+    assert model_support(GPT2ForSequenceClassification).packed_positions is False
+    assert model_support(BertForSequenceClassification).packed_positions is False
+
+
+def test_padding_knobs_need_padded_data():
+    fixed_length = ModelSupport(name="GPT2LMHeadModel", padded=False)
+    for knob in ("padding_free", "group_by_length"):
+        reason = value_unavailable(knob, True, CPU, fixed_length)
+        assert reason is not None and "same length" in reason, knob
+        assert value_unavailable(knob, False, CPU, fixed_length) is None
+        assert value_unavailable(knob, True, CPU, ModelSupport(name="GPT2LMHeadModel")) is None
+
+
+def test_padding_free_needs_a_model_that_keeps_flattened_sequences_apart():
+    classifier = ModelSupport(name="BertForSequenceClassification", packed_positions=False)
+    reason = value_unavailable("padding_free", True, CPU, classifier)
+    assert reason is not None and "BertForSequenceClassification" in reason
+    # Length grouping only reorders samples: any model takes it.
+    assert value_unavailable("group_by_length", True, CPU, classifier) is None

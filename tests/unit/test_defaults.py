@@ -44,10 +44,25 @@ def test_no_base_config_is_training_arguments_itself(tmp_path: Path, cuda: bool)
     assert values["optim"] == _field(TrainingArguments(output_dir=str(tmp_path)), "optim")
     assert values["dataloader_pin_memory"] is cuda  # TrainingArguments turns it off with use_cpu
     assert values["attn_implementation"] == "sdpa"
-    # Every knob has a default, the compile mode only with inductor; DDP's own settings are None in
-    # TrainingArguments (the Trainer and torch decide), so a baseline leaves them unset.
-    assert set(values) == set(CATALOGUE) - {"torch_compile_mode", *DDP_KNOBS}
+    # Every knob has a default, the compile mode only with inductor, the checkpointed layers only
+    # with checkpointing; DDP's own settings are None in TrainingArguments (the Trainer and torch
+    # decide), so a baseline leaves them unset.
+    assert set(values) == set(CATALOGUE) - {"torch_compile_mode", "checkpoint_every_n_layers", *DDP_KNOBS}
+    assert values["padding_free"] is False and values["group_by_length"] is False
     assert all(getattr(reference, name) is None for name in DDP_KNOBS)
+
+
+def test_graded_checkpointing_and_length_grouping_of_a_base_config(tmp_path: Path) -> None:
+    base = {
+        "activation_checkpointing": True,
+        "activation_checkpointing_kwargs": {"every_n_layers": 2, "use_reentrant": False},
+        "train_sampling_strategy": "group_by_length",
+    }
+    values = knob_defaults(base, sdpa=True, cuda=False)
+    assert values["activation_checkpointing"] is True
+    assert values["checkpoint_every_n_layers"] == 2
+    assert values["group_by_length"] is True
+    assert base_knobs({"activation_checkpointing": True})["checkpoint_every_n_layers"] == 1
 
 
 def test_a_base_config_is_built_as_training_arguments(tmp_path: Path) -> None:

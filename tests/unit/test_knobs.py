@@ -15,6 +15,7 @@ from autotune.space.knobs import (
     OPTIMIZER_FAMILY,
     OPTIMIZERS,
     PRECISIONS,
+    data_choices,
     optimizer_family,
     trial_kwargs,
 )
@@ -128,9 +129,26 @@ def test_unknown_knob_is_a_key_error():
 def test_args_knobs_land_on_real_training_arguments_fields(name):
     for value in legal_values(name):
         args, model = trial_kwargs({name: value})
-        assert args, (name, value)
+        # Only group_by_length=false sets nothing: it leaves the sampler to the base config.
+        assert args or (name, value) == ("group_by_length", False), (name, value)
         assert set(args) <= TRAINING_ARGS_FIELDS, (name, value)
         assert model == {}
+
+
+def test_graded_checkpointing_and_length_grouping_land_where_transformers_reads_them():
+    assert trial_kwargs({"checkpoint_every_n_layers": 3})[0] == {
+        "activation_checkpointing_kwargs": {"every_n_layers": 3}
+    }
+    assert trial_kwargs({"group_by_length": True})[0] == {"train_sampling_strategy": "group_by_length"}
+    assert trial_kwargs({"group_by_length": False})[0] == {}
+
+
+def test_padding_free_lands_in_neither_dict_but_in_data_choices():
+    values = {"padding_free": True, "precision": "fp32"}
+    args, model = trial_kwargs(values)
+    assert "padding_free" not in args and model == {}
+    assert data_choices(values) == {"padding_free": True}
+    assert data_choices({"precision": "fp32"}) == {}
 
 
 # --- Knob.check ------------------------------------------------------------------------------------
@@ -154,6 +172,9 @@ def test_catalogue_keys_match_knob_names():
         "ddp_static_graph",
         "ddp_broadcast_buffers",
         "torch_empty_cache_steps",
+        "checkpoint_every_n_layers",
+        "padding_free",
+        "group_by_length",
     }
 
 

@@ -3,6 +3,8 @@ estimate fits (under the cap), stored once per study, the same for every process
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from autotune.errors import SpaceError
@@ -60,8 +62,42 @@ def test_the_ladder_goes_on_while_under_the_cap_and_stops_at_the_first_over() ->
     per_sample = 100
     estimate = {16: 1600, 32: 3200, 64: 6400}.get  # a batch's estimate in bytes
 
-    assert fitting_rungs((16, 32, 64), estimate, limit_bytes=4000) == [16, 32]
-    assert fitting_rungs((16, 32, 64), estimate, limit_bytes=10_000) == [16, 32, 64]
-    assert fitting_rungs((16, 32, 64), estimate, limit_bytes=1000) == []
+    assert fitting_rungs((16, 32, 64), estimate, limit_bytes=4000) == ([16, 32], None)
+    assert fitting_rungs((16, 32, 64), estimate, limit_bytes=10_000) == ([16, 32, 64], None)
+    assert fitting_rungs((16, 32, 64), estimate, limit_bytes=1000) == ([], None)
     # An estimate that cannot be made ends the ladder (never a guess).
-    assert fitting_rungs((16, 32, 64), lambda b: None if b == 32 else b * per_sample, 10_000) == [16]
+    assert fitting_rungs((16, 32, 64), lambda b: None if b == 32 else b * per_sample, 10_000) == ([16], None)
+
+
+def test_one_probe_decides_the_first_batch_in_doubt_and_calibrates_the_rest() -> None:
+    estimate = {16: 1600, 32: 3200, 64: 6400, 128: 12_800}.get
+    probed: list[int] = []
+
+    def probe(measured: dict[int, int]) -> Any:
+        def run(batch: int) -> int:
+            probed.append(batch)
+            return measured[batch]
+
+        return run
+
+    # 64's estimate (6400) is within the 25% margin of the 6000 limit: in doubt. The probe finds it
+    # lighter than estimated (5000): it fits, and 128 is judged on its estimate scaled by 5000/6400.
+    rungs, found = fitting_rungs((16, 32, 64, 128), estimate, 6000, probe({64: 5000}))
+    assert rungs == [16, 32, 64]
+    assert found == {"batch": 64, "estimated_bytes": 6400, "measured_bytes": 5000}
+    assert probed == [64]  # one probe, and only where in doubt
+    # The same estimate measured heavier than the limit: the ladder stops before it.
+    probed.clear()
+    assert fitting_rungs((16, 32, 64, 128), estimate, 6000, probe({64: 6100}))[0] == [16, 32]
+    assert probed == [64]
+    # Measured far lighter, the scaled estimates let a later rung in without a second probe.
+    probed.clear()
+    assert fitting_rungs((16, 32, 64, 128), estimate, 6000, probe({64: 2000}))[0] == [16, 32, 64, 128]
+    assert probed == [64]
+    # Clearly under or clearly over: no probe at all.
+    probed.clear()
+    assert fitting_rungs((16, 32), estimate, 100_000, probe({}))[0] == [16, 32]
+    assert fitting_rungs((16, 32, 64), estimate, 1900, probe({16: 1800}))[0] == [16]
+    assert probed == [16]  # 16 (1600) was in doubt under 1900; 32 (3200 x 1800/1600) is clearly over
+    # A probe that cannot run (None) ends the ladder there.
+    assert fitting_rungs((16, 32, 64), estimate, 6000, lambda b: None)[0] == [16, 32]

@@ -48,6 +48,7 @@ def test_baseline_comes_from_the_measured_baseline_else_the_base_config():
         "gradient_accumulation_steps": 1,
         "precision": "bf16",
         "optim": "adafactor",
+        "group_by_length": False,
     }
     attrs["baseline"] = {"params": {"per_device_train_batch_size": 2, "attn_implementation": "sdpa"}}
     assert baseline_math(attrs)["per_device_train_batch_size"] == 2
@@ -77,3 +78,11 @@ def test_the_optimizer_swap_is_an_opt_in_space():
     space = load_space("optimizers")
     assert {optimizer_family(str(o)) for o in space.knobs["optim"]} >= {"adamw", "sgd", "adafactor"}
     assert "opt-in" in space.description.lower()
+
+
+def test_grouping_by_length_is_a_change_of_the_data_order():
+    changes = semantic_changes({**BASE, "group_by_length": False}, {"group_by_length": True})
+    assert [(c.what, c.baseline, c.chosen) for c in changes] == [
+        ("data order", "as sampled", "grouped by length")
+    ]
+    assert semantic_changes({**BASE, "group_by_length": False}, {"group_by_length": False}) == []
