@@ -184,3 +184,90 @@ def machine() -> dict[str, Any]:
         "optuna": optuna.__version__,
         "commit": commit,
     }
+
+
+def enqueued_rounds(
+    configs: Mapping[str, Mapping[str, Any]],
+    space_knobs: Mapping[str, list[Any]],
+    folder: Path,
+    rounds: int,
+    **search: Any,
+) -> dict[str, Any]:
+    """Measure each named configuration once per round as a real trial of ``autotune search``
+    (worker processes, the default measurement, no screening, baseline or finalists), the
+    configurations of round r in an order rotated by r, each round its own study. Returns the
+    per-round rows and, per configuration, its rounds' tokens/s and their median."""
+    import statistics
+
+    import yaml
+
+    import autotune
+
+    space = folder / "space.yaml"
+    space.write_text(yaml.safe_dump({"knobs": {k: list(v) for k, v in space_knobs.items()}}))
+    names = list(configs)
+    per_round: list[dict[str, dict[str, Any]]] = []
+    for index in range(rounds):
+        order = names[index % len(names) :] + names[: index % len(names)]
+        result = autotune.search(
+            space=str(space),
+            trials=len(order),
+            storage=f"sqlite:///{folder / f'round{index}.db'}",
+            finalists=0,
+            measure_baseline=False,
+            enqueue=[dict(configs[name]) for name in order],
+            measure=MeasureSettings(screen_ratio=0.0),
+            **search,
+        )
+        rows: dict[str, dict[str, Any]] = {}
+        for trial in result.trials:
+            name = next(n for n, c in configs.items() if all(trial.params.get(k) == v for k, v in c.items()))
+            rows[name] = {
+                "state": trial.state,
+                "reason": trial.reason,
+                "tokens_per_s": trial.tokens_per_s,
+                "rel_ci_halfwidth": trial.rel_ci_halfwidth,
+                "peak_memory_bytes": trial.peak_memory_bytes,
+                **{
+                    k: trial.attrs.get(k)
+                    for k in ("padding_fraction", "window_tokens", "measured_steps", "ddp")
+                },
+            }
+        per_round.append(rows)
+        print(f"round {index + 1}: {rows}", flush=True)
+    summary: dict[str, Any] = {}
+    for name in names:
+        rates = [r[name]["tokens_per_s"] for r in per_round if r.get(name, {}).get("tokens_per_s")]
+        pads = [
+            r[name]["padding_fraction"]
+            for r in per_round
+            if r.get(name, {}).get("padding_fraction") is not None
+        ]
+        peaks = [r[name]["peak_memory_bytes"] for r in per_round if r.get(name, {}).get("peak_memory_bytes")]
+        summary[name] = {
+            "tokens_per_s": rates,
+            "median_tokens_per_s": statistics.median(rates) if rates else None,
+            "padding_fraction": statistics.median(pads) if pads else None,
+            "peak_memory_bytes": statistics.median(peaks) if peaks else None,
+            "reasons": sorted({str(r[name]["reason"]) for r in per_round if r.get(name, {}).get("reason")}),
+        }
+    return {"per_round": per_round, "summary": summary}
+
+
+def ratio_table(summary: Mapping[str, Any], reference: str, extra: tuple[str, ...] = ()) -> list[str]:
+    """Markdown rows: each configuration's median tokens/s, its rounds, and the ratio of its median
+    to `reference`'s (plus the `extra` summary columns, as given)."""
+    base = summary[reference]["median_tokens_per_s"]
+    head = "| configuration | tokens/s (median) | rounds | " + "".join(f"{e} | " for e in extra)
+    lines = [head + f"vs {reference} |", "|---" * (4 + len(extra)) + "|"]
+    for name, row in summary.items():
+        median = row["median_tokens_per_s"]
+        if median is None:
+            reasons = ", ".join(row["reasons"]) or "no measurement"
+            lines.append(f"| {name} | failed: {reasons} | | " + "| " * len(extra) + "|")
+            continue
+        rates = ", ".join(f"{r / 1000:.2f}k" for r in row["tokens_per_s"])
+        cells = "".join(f"{row[e]} | " for e in extra)
+        ratio = f"{median / base:.2f}x" if base else "-"
+        lines.append(f"| {name} | {median / 1000:.2f}k | {rates} | {cells}{ratio} |")
+    return lines

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-import statistics
 import sys
 import tempfile
 import time
@@ -82,88 +81,41 @@ def write_workload(folder: Path, texts: list[str]) -> tuple[Path, Path]:
     return data, model
 
 
-def one_round(folder: Path, data: Path, model: Path, index: int) -> dict[str, dict[str, Any]]:
-    import yaml
-
-    import autotune
-
-    names = list(CONFIGS)
-    order = names[index % len(names) :] + names[: index % len(names)]
-    space = folder / "space.yaml"
-    space.write_text(
-        yaml.safe_dump({"knobs": {**FIXED, "padding_free": [False, True], "group_by_length": [False, True]}})
-    )
-    fixed = {k: v[0] for k, v in FIXED.items()}
-    result = autotune.search(
-        model=str(model),
-        dataset=str(data),
-        packing="examples",
-        space=str(space),
-        trials=len(order),
-        storage=f"sqlite:///{folder / f'round{index}.db'}",
-        seq_len=256,
-        finalists=0,
-        measure_baseline=False,
-        enqueue=[{**fixed, **CONFIGS[name]} for name in order],
-        measure=autotune.MeasureSettings(screen_ratio=0.0),
-    )
-    rows: dict[str, dict[str, Any]] = {}
-    for trial in result.trials:
-        name = next(n for n, c in CONFIGS.items() if all(trial.params.get(k) == v for k, v in c.items()))
-        attrs = trial.attrs
-        rows[name] = {
-            "state": trial.state,
-            "reason": trial.reason,
-            "tokens_per_s": trial.tokens_per_s,
-            "rel_ci_halfwidth": trial.rel_ci_halfwidth,
-            "padding_fraction": attrs.get("padding_fraction"),
-            "peak_memory_bytes": trial.peak_memory_bytes,
-            "window_tokens": attrs.get("window_tokens"),
-            "measured_steps": attrs.get("measured_steps"),
-        }
-    return rows
-
-
 def section(data: dict[str, Any]) -> str:
+    from harness import ratio_table
+
     m, corpus = data["machine"], data["corpus"]
+    summary = {
+        name: {
+            **row,
+            "padding": "-" if row["padding_fraction"] is None else f"{100 * row['padding_fraction']:.0f}%",
+        }
+        for name, row in data["summary"].items()
+    }
     lines = [
         "## Padding-free batches and length grouping on real text\n",
         f"`python benchmarks/padding.py`, {m['date']}, commit {m['commit']}: {m['cpu']}, {m['cores']} "
         f"threads, torch {m['torch']}, transformers {m['transformers']}. {corpus['samples']} paragraphs of "
-        f"license texts and installed package descriptions, one per sample (`--packing examples`), "
-        f"{corpus['tokens_median']} tokens median, {corpus['tokens_p90']} at the 90th percentile, truncated "
-        "at 256; a 4-layer Llama-style model (hidden 256, random weights), batch 8, fp32, sdpa. Each "
-        f"configuration is one trial per round, {data['rounds']} rounds in rotated order. Tokens/s counts "
-        "real tokens only.\n",
-        "| configuration | tokens/s (median of rounds) | rounds | padding in the window | "
-        "speedup over padded |",
-        "|---|---|---|---|---|",
+        "license texts and installed package descriptions, one per sample (`--packing examples`), "
+        f"{corpus['tokens_median']} tokens median, {corpus['tokens_p90']} at the 90th percentile, "
+        "truncated at 256; a 4-layer Llama-style model (hidden 256, random weights), batch 8, fp32, "
+        f"sdpa. Each configuration is one trial per round, {data['rounds']} rounds in rotated order. "
+        "Tokens/s counts real tokens only; padding is the share of the window's computed tokens.\n",
+        *ratio_table(summary, "padded (defaults)", extra=("padding",)),
+        "\nThe ratio is of medians; the rounds' spread is in the third column. Padding-free removes "
+        "the padding entirely (each batch is one row with position ids restarting per text, so the "
+        "attention mask keeps texts apart); length grouping keeps padded batches but fills them with "
+        "texts of similar length, and changes the data order (reported as a change to the training "
+        "run).\n",
     ]
-    base = data["summary"]["padded (defaults)"]["median_tokens_per_s"]
-    for name, row in data["summary"].items():
-        rates = ", ".join(f"{r / 1000:.1f}k" for r in row["tokens_per_s"])
-        pad = row["padding_fraction"]
-        speedup = row["median_tokens_per_s"] / base if base else None
-        shown_pad = "-" if pad is None else f"{100 * pad:.0f}%"
-        shown_speedup = "-" if speedup is None else f"{speedup:.2f}x"
-        lines.append(
-            f"| {name} | {row['median_tokens_per_s'] / 1000:.1f}k | {rates} | {shown_pad} | {shown_speedup} |"
-        )
-    lines.append(
-        "\nThe speedup is the ratio of medians; the rounds' spread is in the third column. Padding-free "
-        "removes the padding entirely (each batch is one row with position ids restarting per text, so "
-        "the attention mask keeps texts apart); length grouping keeps padded batches but fills them with "
-        "texts of similar length, and changes the data order (reported as a change to the training run).\n"
-    )
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     sys.path.insert(0, str(HERE))
-    from harness import machine
+    from harness import enqueued_rounds, machine
 
     texts = paragraphs()
-    rounds: list[dict[str, dict[str, Any]]] = []
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bench-padding-") as temp:
         folder = Path(temp)
@@ -172,20 +124,17 @@ def main() -> None:
 
         tokenizer = AutoTokenizer.from_pretrained(model)
         lengths = sorted(min(256, len(ids)) for ids in tokenizer(texts)["input_ids"])
-        for index in range(ROUNDS):
-            rounds.append(one_round(folder, data, model, index))
-            print(f"round {index + 1}: {json.dumps(rounds[-1])}", flush=True)
-    summary: dict[str, Any] = {}
-    for name in CONFIGS:
-        rates = [r[name]["tokens_per_s"] for r in rounds if r.get(name, {}).get("tokens_per_s")]
-        pads = [
-            r[name]["padding_fraction"] for r in rounds if r.get(name, {}).get("padding_fraction") is not None
-        ]
-        summary[name] = {
-            "tokens_per_s": rates,
-            "median_tokens_per_s": statistics.median(rates) if rates else None,
-            "padding_fraction": statistics.median(pads) if pads else None,
-        }
+        fixed = {k: v[0] for k, v in FIXED.items()}
+        measured = enqueued_rounds(
+            {name: {**fixed, **values} for name, values in CONFIGS.items()},
+            {**FIXED, "padding_free": [False, True], "group_by_length": [False, True]},
+            folder,
+            ROUNDS,
+            model=str(model),
+            dataset=str(data),
+            packing="examples",
+            seq_len=256,
+        )
     result = {
         "machine": machine(),
         "wall_s": time.monotonic() - began,
@@ -195,8 +144,7 @@ def main() -> None:
             "tokens_median": lengths[len(lengths) // 2],
             "tokens_p90": lengths[int(0.9 * (len(lengths) - 1))],
         },
-        "per_round": rounds,
-        "summary": summary,
+        **measured,
     }
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")

@@ -36,12 +36,29 @@ def precision_class(precision: str) -> str:
     return "fp32" if precision in ("fp32", "tf32") else "half"
 
 
-def static_bytes(n_params: int, precision: str, optim: str, world_size: int = 1) -> int:
-    """Weights, gradients and optimizer states of `n_params` parameters on one device; with DDP
-    (`world_size` > 1) also its gradient buckets, a second copy of the gradients for all-reduce."""
-    state = OPTIMIZER_STATE_BYTES.get(optimizer_family(optim), 8)
-    buckets = GRADIENT_BYTES if world_size > 1 else 0
-    return n_params * (WEIGHT_BYTES[precision] + GRADIENT_BYTES + buckets + state)
+def static_bytes(
+    n_params: int, precision: str, optim: str, world_size: int = 1, strategy: str = "ddp"
+) -> int:
+    """Weights, gradients and optimizer states of `n_params` parameters on one device. With DDP
+    (`world_size` > 1) also its gradient buckets, a second copy of the gradients for all-reduce.
+    A sharding `strategy` splits what it shards over the ranks: FSDP's full shard and ZeRO-3 all
+    three, FSDP's shard-grad-op and ZeRO-2 gradients and optimizer states (the weights are whole
+    between the forward and the backward), ZeRO-1 the optimizer states."""
+    state = n_params * OPTIMIZER_STATE_BYTES.get(optimizer_family(optim), 8)
+    weights, grads = n_params * WEIGHT_BYTES[precision], n_params * GRADIENT_BYTES
+    ranks = max(1, world_size)
+    sharded = {
+        "fsdp_full_shard": ("weights", "grads", "state"),
+        "zero3": ("weights", "grads", "state"),
+        "fsdp_shard_grad_op": ("grads", "state"),
+        "zero2": ("grads", "state"),
+        "zero1": ("state",),
+    }.get(strategy)
+    if sharded is None or ranks == 1:  # DDP, or a single process
+        buckets = grads if world_size > 1 else 0
+        return weights + grads + buckets + state
+    parts = {"weights": weights, "grads": grads, "state": state}
+    return sum(size // ranks if name in sharded else size for name, size in parts.items())
 
 
 @dataclass(frozen=True)
@@ -68,11 +85,13 @@ def estimate_memory(
     activation_bytes_per_sample: float,
     baseline_bytes: int,
     world_size: int = 1,
+    strategy: str = "ddp",
 ) -> MemoryEstimate:
-    """The estimated peak of one configuration on one device (of `world_size` DDP processes)."""
+    """The estimated peak of one configuration on one device (of `world_size` processes sharing
+    the model by `strategy`)."""
     return MemoryEstimate(
         baseline_bytes=baseline_bytes,
-        static_bytes=static_bytes(n_params, precision, optim, world_size),
+        static_bytes=static_bytes(n_params, precision, optim, world_size, strategy),
         activation_bytes=int(activation_bytes_per_sample * batch_size),
     )
 

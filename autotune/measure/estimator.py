@@ -73,8 +73,9 @@ class MemoryEstimator:
             int(chosen.get("checkpoint_every_n_layers") or 1) if chosen["activation_checkpointing"] else 0
         )
         per_sample = self.activation_bytes_per_sample(attention, precision, checkpointing)
+        strategy = str(chosen.get("data_parallel") or "ddp")
         return estimate_memory(
-            self.n_params, precision, optim, batch, per_sample, self.baseline_bytes, self.world_size
+            self.n_params, precision, optim, batch, per_sample, self.baseline_bytes, self.world_size, strategy
         )
 
     def refresh_baseline(self) -> None:

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 # Optional packages some knob values need.
-OPTIONAL_PACKAGES = ("flash_attn", "bitsandbytes", "torchao", "triton")
+OPTIONAL_PACKAGES = ("flash_attn", "bitsandbytes", "torchao", "triton", "deepspeed")
 
 # GPUs whose tensor cores want batch dimensions in multiples of 64 (the Transformers GPU guide).
 # Whole words only: an "RTX A1000" is not an A100.
@@ -240,6 +240,17 @@ def _padding_free(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
     return None
 
 
+def _strategy(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
+    strategy = str(value)
+    if strategy.startswith("fsdp") and not hw.cuda:
+        # accelerate switches to FSDP for GPU-type set-ups only: on CPU the Trainer would train as
+        # plain DDP under FSDP's name (measured with transformers 5.23 and accelerate 1.15).
+        return "FSDP needs GPUs: on CPU (gloo) accelerate runs the Trainer as plain DDP instead"
+    if strategy.startswith("zero") and "deepspeed" not in hw.packages:
+        return "DeepSpeed ZeRO needs the deepspeed package (pip install 'autotune[deepspeed]')"
+    return None
+
+
 def _group_by_length(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
     if value and not model.padded:
         return "the samples are all the same length: nothing to group"
@@ -283,6 +294,7 @@ _RULES: dict[str, Rule] = {
     "torch_empty_cache_steps": _empty_cache,
     "padding_free": _padding_free,
     "group_by_length": _group_by_length,
+    "data_parallel": _strategy,
 }
 
 

@@ -84,6 +84,7 @@ def knobs_of(args: Mapping[str, Any]) -> dict[str, Value]:
         "dataloader_pin_memory": bool(args["dataloader_pin_memory"]),
         "torch_empty_cache_steps": int(args.get("torch_empty_cache_steps") or 0),
         "group_by_length": args.get("train_sampling_strategy") == "group_by_length",
+        "data_parallel": strategy_of(args),
     }
     if values["activation_checkpointing"]:
         kwargs = args.get("activation_checkpointing_kwargs") or {}
@@ -97,6 +98,27 @@ def knobs_of(args: Mapping[str, Any]) -> dict[str, Value]:
         if args.get(name) is not None:
             values[name] = args[name]
     return values
+
+
+def strategy_of(args: Mapping[str, Any]) -> str:
+    """The ``data_parallel`` knob value `TrainingArguments` fields amount to: a DeepSpeed config's
+    ZeRO stage, FSDP's resharding, else DDP (what the Trainer runs several ranks with)."""
+    import json
+
+    deepspeed = args.get("deepspeed")
+    if isinstance(deepspeed, str) and deepspeed:
+        with contextlib.suppress(OSError, ValueError), open(deepspeed, encoding="utf-8") as handle:
+            deepspeed = json.load(handle)
+    if isinstance(deepspeed, Mapping):
+        stage = int((deepspeed.get("zero_optimization") or {}).get("stage", 0))
+        return f"zero{stage}" if stage in (1, 2, 3) else "ddp"
+    if args.get("fsdp"):
+        config = args.get("fsdp_config") or {}
+        reshard = config.get("reshard_after_forward", True) if isinstance(config, Mapping) else True
+        sharding = str(args["fsdp"]) if isinstance(args["fsdp"], str) else ""
+        grad_op = reshard in (False, "shard_grad_op", "SHARD_GRAD_OP") or "shard_grad_op" in sharding
+        return "fsdp_shard_grad_op" if grad_op else "fsdp_full_shard"
+    return "ddp"
 
 
 def training_args_defaults() -> dict[str, Any]:

@@ -33,6 +33,9 @@ OPTIMIZERS = (
 COMPILE_BACKENDS = ("off", "inductor", "aot_eager", "cudagraphs", "eager")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 ATTENTION = ("eager", "sdpa", "flash_attention_2", "flex_attention")
+# How the ranks of a trial share the model: replicated (DDP), sharded by FSDP2 (parameters
+# resharded after the forward, or kept whole until the backward), or by DeepSpeed ZeRO stage 1-3.
+STRATEGIES = ("ddp", "fsdp_full_shard", "fsdp_shard_grad_op", "zero1", "zero2", "zero3")
 
 # The optimizer's update rule, for knobs that change training semantics: implementations within one
 # family compute the same update (the fused AdamW kernel is AdamW), so switching between them is a
@@ -131,6 +134,21 @@ def _checkpoint_every_args(value: Value) -> dict[str, Any]:
 def _group_by_length_args(value: Value) -> dict[str, Any]:
     # Off leaves the sampler to the base config (trials read the data in order).
     return {"train_sampling_strategy": "group_by_length"} if value else {}
+
+
+def _strategy_args(value: Value) -> dict[str, Any]:
+    # FSDP2 through fsdp=True and its config (transformers 5 maps the old strategy strings to
+    # reshard_after_forward the same way); ZeRO through an inline DeepSpeed config whose batch
+    # sizes and clipping follow the TrainingArguments ("auto").
+    strategy = str(value)
+    if strategy.startswith("fsdp_"):
+        reshard = strategy == "fsdp_full_shard"
+        return {"fsdp": True, "fsdp_config": {"version": 2, "reshard_after_forward": reshard}}
+    if strategy.startswith("zero"):
+        auto = dict.fromkeys(("train_micro_batch_size_per_gpu", "gradient_accumulation_steps"), "auto")
+        stage = int(strategy.removeprefix("zero"))
+        return {"deepspeed": {**auto, "gradient_clipping": "auto", "zero_optimization": {"stage": stage}}}
+    return {}
 
 
 def _compile_args(value: Value) -> dict[str, Any]:
@@ -243,6 +261,15 @@ CATALOGUE: dict[str, Knob] = {
             "empty the device cache every N steps (0: never): less fragmentation, some speed",
         ),
         Knob(
+            "data_parallel",
+            "args",
+            "choice",
+            "how ranks share the model: ddp (replicated), fsdp_full_shard / fsdp_shard_grad_op (FSDP2), "
+            "zero1-3 (DeepSpeed): sharding lowers each rank's peak, communication costs speed",
+            choices=STRATEGIES,
+            ranks_only=True,
+        ),
+        Knob(
             "ddp_find_unused_parameters",
             "args",
             "bool",
@@ -276,7 +303,7 @@ CATALOGUE: dict[str, Knob] = {
 
 # DistributedDataParallel's own settings: TrainingArguments fields whose default (None) leaves them
 # to the Trainer and torch.
-DDP_KNOBS = tuple(name for name, knob in CATALOGUE.items() if knob.ranks_only)
+DDP_KNOBS = tuple(name for name, knob in CATALOGUE.items() if knob.ranks_only and name.startswith("ddp_"))
 
 # Knobs whose value does not map one-to-one onto a TrainingArguments field of the same name.
 _ARGS_MAPPERS: dict[str, Callable[[Value], dict[str, Any]]] = {
@@ -285,6 +312,7 @@ _ARGS_MAPPERS: dict[str, Callable[[Value], dict[str, Any]]] = {
     "torch_empty_cache_steps": _empty_cache_args,
     "checkpoint_every_n_layers": _checkpoint_every_args,
     "group_by_length": _group_by_length_args,
+    "data_parallel": _strategy_args,
 }
 
 

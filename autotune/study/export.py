@@ -181,6 +181,8 @@ def export_config(study: optuna.Study, trial: TrialSummary) -> dict[str, Any]:
         "task": workload.get("task", "causal-lm"),
         "seq_len": workload.get("seq_len") or run.get("seq_len"),
         "device": (study.user_attrs.get("device") or {}).get("device"),
+        # processes per trial (a DDP/FSDP/ZeRO group); the accelerate export launches as many
+        "world_size": int(trial.attrs.get("world_size") or run.get("nproc_per_node") or 1),
         "semantic_changes": [
             c.to_dict()
             for c in study_changes(study.user_attrs, trial.params, trial.attrs.get("training_args"))
@@ -383,6 +385,11 @@ def accelerate_dict(config: dict[str, Any]) -> dict[str, Any]:
         "main_training_function": "main",
         "use_cpu": bool(args.get("use_cpu", config["expected"].get("device") == "cpu")),
     }
+    ranks = int(config["expected"].get("world_size") or 1)
+    if ranks > 1:
+        out["num_processes"] = ranks
+        out["distributed_type"] = "MULTI_CPU" if out["use_cpu"] else "MULTI_GPU"
+    out.update(_sharding(args))
     backend = args.get("torch_compile_backend")
     mode = args.get("torch_compile_mode")
     if args.get("torch_compile") or backend or mode:
@@ -391,6 +398,40 @@ def accelerate_dict(config: dict[str, Any]) -> dict[str, Any]:
             dynamo["dynamo_mode"] = str(mode)
         out["dynamo_config"] = dynamo
     return out
+
+
+def _sharding(args: dict[str, Any]) -> dict[str, Any]:
+    """accelerate's FSDP or DeepSpeed section for a trial that sharded the model (on GPUs: the
+    only place FSDP runs), else nothing."""
+    if args.get("fsdp"):
+        fsdp = dict(args.get("fsdp_config") or {})
+        return {
+            "distributed_type": "FSDP",
+            "fsdp_config": {
+                "fsdp_version": int(fsdp.get("version", 2)),
+                "fsdp_reshard_after_forward": bool(fsdp.get("reshard_after_forward", True)),
+                "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+                "fsdp_state_dict_type": "SHARDED_STATE_DICT",
+                "fsdp_offload_params": False,
+                "fsdp_cpu_ram_efficient_loading": False,
+                "fsdp_activation_checkpointing": False,
+            },
+        }
+    deepspeed = args.get("deepspeed")
+    if isinstance(deepspeed, dict):
+        stage = int((deepspeed.get("zero_optimization") or {}).get("stage", 0))
+        return {
+            "distributed_type": "DEEPSPEED",
+            "deepspeed_config": {
+                "zero_stage": stage,
+                "gradient_accumulation_steps": int(args.get("gradient_accumulation_steps", 1)),
+                "gradient_clipping": float(args.get("max_grad_norm", 1.0)),
+                "offload_optimizer_device": "none",
+                "offload_param_device": "none",
+                "zero3_init_flag": stage == 3,
+            },
+        }
+    return {}
 
 
 def to_accelerate(config: dict[str, Any]) -> str:

@@ -321,6 +321,14 @@ class AutotuneTrainer(Trainer):
         ddp = _ddp_settings(self.model_wrapped)
         if ddp is not None:
             attrs["ddp"] = ddp
+        applied = _strategy_applied(self)
+        if applied is not None:
+            attrs["data_parallel_applied"] = applied
+            asked = self.trial_values.get("data_parallel")
+            if asked is not None and asked != applied:
+                # Measured, but not what it is labelled: a silent fallback must not win under a
+                # strategy's name.
+                raise RuntimeError(f"data_parallel={asked} was asked, but the Trainer ran {applied}")
         # Tokens/s is already the whole job's (every rank steps together; samples per step count
         # the world size). Peak memory is the largest rank's, and every rank's is kept.
         everyone = gather((attrs.get("peak_memory_bytes"), output.training_loss))
@@ -493,6 +501,26 @@ class AutotuneTrainer(Trainer):
         if peak_bytes:
             attrs["memory_estimate_error"] = relative_error(self._estimate.total_bytes, peak_bytes)
         return attrs
+
+
+def _strategy_applied(trainer: Any) -> str | None:
+    """How the ranks of the trial really shared the model (a ``data_parallel`` value), read from
+    what the Trainer built; None in a single process."""
+    if not distributed():
+        return None
+    wrapped = trainer.model_wrapped
+    if getattr(trainer, "is_deepspeed_enabled", False):
+        stage = wrapped.zero_optimization_stage() if hasattr(wrapped, "zero_optimization_stage") else 0
+        return f"zero{stage}"
+    from torch.distributed.fsdp import FSDPModule
+
+    if isinstance(trainer.model, FSDPModule) or isinstance(wrapped, FSDPModule):
+        plugin = getattr(trainer.accelerator.state, "fsdp_plugin", None)
+        reshard = getattr(plugin, "reshard_after_forward", True)
+        return "fsdp_full_shard" if reshard in (True, "FULL_SHARD") else "fsdp_shard_grad_op"
+    if isinstance(wrapped, torch.nn.parallel.DistributedDataParallel):
+        return "ddp"
+    return "none"
 
 
 def _ddp_settings(model: Any) -> dict[str, Any] | None:

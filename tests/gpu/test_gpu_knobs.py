@@ -130,3 +130,27 @@ def test_pin_memory_and_empty_cache_steps(tmp_path: Path) -> None:
     knobs = {"dataloader_pin_memory": [False, True], "torch_empty_cache_steps": [0, 2]}
     _, cuda, _, _ = run(tmp_path, knobs, trials)
     assert [(c["pin_memory"], c["empty_cache_steps"]) for c in cuda] == [(True, 2), (False, None)]
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="FSDP trials need two GPUs (one per rank)")
+def test_fsdp_strategies_shard_the_model_on_gpus(tmp_path: Path) -> None:
+    knobs = {"data_parallel": ["ddp", "fsdp_full_shard", "fsdp_shard_grad_op"]}
+    result = autotune.search(
+        model="tiny-llama",
+        space=write_space(tmp_path, knobs),
+        trials=3,
+        storage=f"sqlite:///{tmp_path / 'fsdp.db'}",
+        seq_len=64,
+        measure=FAST,
+        finalists=0,
+        measure_baseline=False,
+        nproc_per_node=2,
+        workers=1,
+        ddp_timeout_s=120,
+        enqueue=[{"data_parallel": s} for s in knobs["data_parallel"]],
+    )
+    for trial in result.study.trials:
+        assert trial.state.name == "COMPLETE", trial.user_attrs.get("message")
+        # Read back from what the Trainer built: an FSDP2 module, resharded or not after the forward.
+        assert trial.user_attrs["data_parallel_applied"] == trial.params["data_parallel"]
+        assert len(trial.user_attrs["rank_peak_memory_bytes"]) == 2

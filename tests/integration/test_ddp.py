@@ -196,3 +196,31 @@ def test_a_failure_on_one_rank_under_torchrun_is_recorded_and_resumable(tmp_path
     study = optuna.load_study(study_name="failing", storage=storage)
     assert measured_count(study) == 2
     assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
+
+
+def test_each_strategy_that_runs_here_is_measured_per_rank_and_the_rest_say_why(tmp_path: Path) -> None:
+    from autotune.plan.build import plan_search
+    from autotune.space.knobs import STRATEGIES
+
+    knobs = {"data_parallel": list(STRATEGIES)}
+    config = autotune.RunConfig(
+        model="tiny-gpt2", space=write_space(tmp_path, knobs), seq_len=16, nproc_per_node=2
+    )
+    plan = plan_search(config, open_store=False)
+    runs_here = [str(v) for v in plan.space.knobs.get("data_parallel", ())]
+    not_here = " | ".join(plan.not_searched)
+    # On a CPU, FSDP would silently train as DDP: it is left out with that reason, never mislabelled.
+    assert "ddp" in runs_here
+    for strategy in STRATEGIES:
+        if strategy not in runs_here:
+            assert f"data_parallel={strategy}" in not_here or strategy in not_here, strategy
+    if not plan.hardware.cuda:
+        assert "fsdp_full_shard" not in runs_here and "plain DDP" in not_here
+    result = _ddp_search(tmp_path, "strategies.db", [{"data_parallel": s} for s in runs_here], knobs=knobs)
+    for trial in result.study.trials:
+        assert trial.state == optuna.trial.TrialState.COMPLETE, trial.user_attrs.get("message")
+        # What the Trainer built, read back from it, is the strategy asked for.
+        assert trial.user_attrs["data_parallel_applied"] == trial.params["data_parallel"]
+        peaks = trial.user_attrs["rank_peak_memory_bytes"]
+        assert len(peaks) == 2 and all(p > 0 for p in peaks)
+        assert trial.user_attrs["peak_memory_bytes"] == max(peaks)

@@ -536,3 +536,18 @@ def test_padding_free_needs_a_model_that_keeps_flattened_sequences_apart():
     assert reason is not None and "BertForSequenceClassification" in reason
     # Length grouping only reorders samples: any model takes it.
     assert value_unavailable("group_by_length", True, CPU, classifier) is None
+
+
+def test_fsdp_needs_gpus_and_zero_needs_deepspeed():
+    any_model = ModelSupport(name="LlamaForCausalLM")
+    for strategy in ("fsdp_full_shard", "fsdp_shard_grad_op"):
+        reason = value_unavailable("data_parallel", strategy, CPU, any_model)
+        assert reason is not None and "plain DDP" in reason
+        assert value_unavailable("data_parallel", strategy, H100, any_model) is None
+    without = dataclasses.replace(H100, packages=frozenset())
+    for stage in (1, 2, 3):
+        reason = value_unavailable("data_parallel", f"zero{stage}", without, any_model)
+        assert reason is not None and "deepspeed" in reason
+        with_ds = dataclasses.replace(CPU, packages=frozenset({"deepspeed"}))
+        assert value_unavailable("data_parallel", f"zero{stage}", with_ds, any_model) is None
+    assert value_unavailable("data_parallel", "ddp", CPU, any_model) is None

@@ -59,3 +59,24 @@ def test_relative_error_and_clearly_over() -> None:
     assert not clearly_over(int(cap * (1 + SAFETY_MARGIN)), cap)
     assert clearly_over(int(cap * (1 + SAFETY_MARGIN)) + 1, cap)
     assert not clearly_over(1100, cap)  # over, but within the margin: measured to decide
+
+
+def test_sharding_divides_what_each_strategy_shards_over_the_ranks():
+    from autotune.measure.estimate import GRADIENT_BYTES, OPTIMIZER_STATE_BYTES, WEIGHT_BYTES
+
+    n, ranks = 1_000_000, 4
+    weights, grads = n * WEIGHT_BYTES["fp32"], n * GRADIENT_BYTES
+    state = n * OPTIMIZER_STATE_BYTES["adamw"]
+    ddp = static_bytes(n, "fp32", "adamw_torch", ranks, "ddp")
+    assert ddp == weights + 2 * grads + state  # DDP keeps a bucket copy of the gradients
+    assert static_bytes(n, "fp32", "adamw_torch", ranks, "zero1") == weights + grads + state // ranks
+    assert static_bytes(n, "fp32", "adamw_torch", ranks, "zero2") == weights + (grads + state) // ranks
+    assert (
+        static_bytes(n, "fp32", "adamw_torch", ranks, "fsdp_shard_grad_op")
+        == weights + (grads + state) // ranks
+    )
+    full = (weights + grads + state) // ranks
+    assert static_bytes(n, "fp32", "adamw_torch", ranks, "zero3") == full
+    assert static_bytes(n, "fp32", "adamw_torch", ranks, "fsdp_full_shard") == full
+    # One process shards nothing.
+    assert static_bytes(n, "fp32", "adamw_torch", 1, "zero3") == weights + grads + state

@@ -129,8 +129,9 @@ def test_unknown_knob_is_a_key_error():
 def test_args_knobs_land_on_real_training_arguments_fields(name):
     for value in legal_values(name):
         args, model = trial_kwargs({name: value})
-        # Only group_by_length=false sets nothing: it leaves the sampler to the base config.
-        assert args or (name, value) == ("group_by_length", False), (name, value)
+        # Only group_by_length=false and data_parallel=ddp set nothing: they leave the sampler and
+        # the ranks' wrapper to the base config (the Trainer's own DDP).
+        assert args or (name, value) in (("group_by_length", False), ("data_parallel", "ddp")), (name, value)
         assert set(args) <= TRAINING_ARGS_FIELDS, (name, value)
         assert model == {}
 
@@ -141,6 +142,18 @@ def test_graded_checkpointing_and_length_grouping_land_where_transformers_reads_
     }
     assert trial_kwargs({"group_by_length": True})[0] == {"train_sampling_strategy": "group_by_length"}
     assert trial_kwargs({"group_by_length": False})[0] == {}
+
+
+def test_each_data_parallel_strategy_lands_in_the_fields_transformers_reads():
+    assert trial_kwargs({"data_parallel": "ddp"})[0] == {}
+    full = trial_kwargs({"data_parallel": "fsdp_full_shard"})[0]
+    grad_op = trial_kwargs({"data_parallel": "fsdp_shard_grad_op"})[0]
+    assert full == {"fsdp": True, "fsdp_config": {"version": 2, "reshard_after_forward": True}}
+    assert grad_op == {"fsdp": True, "fsdp_config": {"version": 2, "reshard_after_forward": False}}
+    for stage in (1, 2, 3):
+        ds = trial_kwargs({"data_parallel": f"zero{stage}"})[0]["deepspeed"]
+        assert ds["zero_optimization"] == {"stage": stage}
+        assert ds["train_micro_batch_size_per_gpu"] == "auto"  # the batch stays TrainingArguments'
 
 
 def test_padding_free_lands_in_neither_dict_but_in_data_choices():
@@ -175,6 +188,7 @@ def test_catalogue_keys_match_knob_names():
         "checkpoint_every_n_layers",
         "padding_free",
         "group_by_length",
+        "data_parallel",
     }
 
 
