@@ -23,7 +23,16 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "ddp_knobs.json"
 SECTION = HERE / "sections" / "ddp_knobs.md"
-FIXED = {"per_device_train_batch_size": 8, "precision": "fp32"}
+# What the Trainer and torch run with when TrainingArguments leaves the DDP settings unset (as
+# `TrainingArguments()` does): unused-parameter search on (checkpointing is off), 25 MiB buckets.
+FIXED = {
+    "per_device_train_batch_size": 8,
+    "precision": "fp32",
+    "ddp_find_unused_parameters": True,
+    "ddp_bucket_cap_mb": 25,
+    "ddp_static_graph": False,
+    "ddp_broadcast_buffers": True,
+}
 CONFIGS: dict[str, dict[str, Any]] = {
     "default": {},
     "ddp_find_unused_parameters=false": {"ddp_find_unused_parameters": False},

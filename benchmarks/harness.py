@@ -195,8 +195,10 @@ def enqueued_rounds(
 ) -> dict[str, Any]:
     """Measure each named configuration once per round as a real trial of ``autotune search``
     (worker processes, the default measurement, no screening, baseline or finalists), the
-    configurations of round r in an order rotated by r, each round its own study. Returns the
-    per-round rows and, per configuration, its rounds' tokens/s and their median."""
+    configurations of round r in an order rotated by r, each round its own study. Each
+    configuration gives every knob of the space (an enqueued trial's missing knobs would be
+    sampled). Returns the per-round rows and, per configuration, its rounds' tokens/s and their
+    median."""
     import statistics
 
     import yaml
@@ -206,6 +208,10 @@ def enqueued_rounds(
     space = folder / "space.yaml"
     space.write_text(yaml.safe_dump({"knobs": {k: list(v) for k, v in space_knobs.items()}}))
     names = list(configs)
+    for name, config in configs.items():
+        if set(config) != set(space_knobs):
+            knobs = ", ".join(sorted(space_knobs))
+            raise ValueError(f"configuration {name!r} must give every knob of the space: {knobs}")
     per_round: list[dict[str, dict[str, Any]]] = []
     for index in range(rounds):
         order = names[index % len(names) :] + names[: index % len(names)]
@@ -221,7 +227,7 @@ def enqueued_rounds(
         )
         rows: dict[str, dict[str, Any]] = {}
         for trial in result.trials:
-            name = next(n for n, c in configs.items() if all(trial.params.get(k) == v for k, v in c.items()))
+            name = next(n for n, c in configs.items() if trial.params == dict(c))
             rows[name] = {
                 "state": trial.state,
                 "reason": trial.reason,
