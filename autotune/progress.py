@@ -110,3 +110,34 @@ def format_rate(x: float | None) -> str:
     if x is None:
         return "-"
     return f"{x / 1000:.1f}k" if x >= 1000 else f"{x:.1f}"
+
+
+# The names of a search's time phases and stages (`autotune.driver.accounting`), as shown.
+PHASE_NAMES = {
+    "setup_s": "set-up",
+    "compile_s": "compile",
+    "warmup_s": "warm-up",
+    "window_s": "measured windows",
+    "screening_s": "screened out",
+    "between_s": "between trials",
+}
+STAGE_NAMES = {"baseline_s": "baseline", "search_s": "search", "finalists_s": "finalists"}
+
+
+def describe_time_breakdown(breakdown: dict[str, Any] | None) -> str | None:
+    """A study's ``time_breakdown`` (`autotune.driver.accounting`) in one line: the wall time, the
+    share spent in measured windows, the phases and the stages. None without one."""
+    if not breakdown or not breakdown.get("wall_s"):
+        return None
+    slots = int(breakdown.get("slots", 1))
+    over = f" x {slots} slots" if slots > 1 else ""
+
+    def listed(part: str, names: dict[str, str]) -> str:
+        return ", ".join(f"{names.get(k, k)} {s:.1f} s" for k, s in (breakdown.get(part) or {}).items())
+
+    phases, stages = listed("phases", PHASE_NAMES), listed("stages", STAGE_NAMES)
+    text = (
+        f"search time: {float(breakdown['wall_s']):.1f} s{over}, "
+        f"{100 * float(breakdown.get('measured_share') or 0.0):.0f}% of it measured ({phases})"
+    )
+    return text + (f"; stages: {stages}" if stages else "")

@@ -135,48 +135,12 @@ def run(
             reporter=clock,
         )
         cost = clock.breakdown()
+        time_breakdown = result.study.user_attrs.get("time_breakdown")
         if result.best is None:
             raise RuntimeError(f"{model}: the search found no feasible configuration")
         winner = dict(result.best.params)
         best_trial_index = _trials_to_best(result)
-        with Bench(model, space) as bench:
-            defaults = bench.baseline()
-            auto_params, halvings = auto_find_batch_size(bench, defaults, AUTO_FIND_START)
-            contenders: dict[str, tuple[dict[str, Any], bool]] = {
-                "defaults": (defaults, True),
-                "auto_find_batch_size": (auto_params, True),
-                "autotune": (winner, False),
-            }
-            if space == SPACE and grid_path(model).exists():
-                table = load_table(model)
-                best_key = table.best(None)
-                contenders["grid_best"] = (table.configs[best_key].params, False)
-            samples: dict[str, list[float]] = {name: [] for name in contenders}
-            growth: dict[str, list[int]] = {name: [] for name in contenders}
-            peaks: dict[str, list[int]] = {name: [] for name in contenders}
-            for _ in range(rounds):
-                for name, (params, verbatim) in contenders.items():
-                    measured = bench.measure(params, verbatim=verbatim)
-                    if measured.tokens_per_s is not None:
-                        samples[name].append(measured.tokens_per_s)
-                    if measured.peak_memory_bytes:
-                        peaks[name].append(measured.peak_memory_bytes)
-                        if measured.rss_start_bytes:
-                            growth[name].append(measured.peak_memory_bytes - measured.rss_start_bytes)
-    rows = {}
-    reference = statistics.median(samples["defaults"])
-    for name, (params, _) in contenders.items():
-        values = samples[name]
-        rows[name] = {
-            "params": params,
-            "median_tokens_per_s": statistics.median(values) if values else None,
-            "min_tokens_per_s": min(values) if values else None,
-            "max_tokens_per_s": max(values) if values else None,
-            "samples": values,
-            "over_defaults": statistics.median(values) / reference if values else None,
-            "peak_memory_bytes": statistics.median(peaks[name]) if peaks[name] else None,
-            "trial_memory_growth_bytes": statistics.median(growth[name]) if growth[name] else None,
-        }
+        halvings, rows = compare(model, space, winner, rounds)
     return {
         "model": model,
         "trials": trials,
@@ -187,9 +151,69 @@ def run(
         "verdict": result.verdict,
         "speedup_reported": result.speedup_over_baseline,
         "cost": cost,
+        # the study's own accounting (what `autotune show` prints): finalists' windows count as measured
+        "time_breakdown": time_breakdown,
         "trial_times": clock.trials,
         "contenders": rows,
     }
+
+
+def compare(
+    model: str, space: str, winner: dict[str, Any], rounds: int
+) -> tuple[int, dict[str, dict[str, Any]]]:
+    """The defaults, `auto_find_batch_size`, the search's `winner` (and the grid's best where the
+    space has a measured grid) in `rounds` interleaved rounds. The winner is measured as its
+    values (verbatim): a batch the ladder added is not among the space file's listed sizes.
+    Returns how many halvings auto_find_batch_size took, and a row per contender.
+
+    Raises:
+        RuntimeError: a contender that never measured (its reason named).
+    """
+    with Bench(model, space) as bench:
+        defaults = bench.baseline()
+        auto_params, halvings = auto_find_batch_size(bench, defaults, AUTO_FIND_START)
+        contenders: dict[str, tuple[dict[str, Any], bool]] = {
+            "defaults": (defaults, True),
+            "auto_find_batch_size": (auto_params, True),
+            "autotune": (winner, True),
+        }
+        if space == SPACE and grid_path(model).exists():
+            table = load_table(model)
+            best_key = table.best(None)
+            contenders["grid_best"] = (table.configs[best_key].params, False)
+        samples: dict[str, list[float]] = {name: [] for name in contenders}
+        growth: dict[str, list[int]] = {name: [] for name in contenders}
+        peaks: dict[str, list[int]] = {name: [] for name in contenders}
+        failures: dict[str, str] = {}
+        for _ in range(rounds):
+            for name, (params, verbatim) in contenders.items():
+                measured = bench.measure(params, verbatim=verbatim)
+                if measured.tokens_per_s is not None:
+                    samples[name].append(measured.tokens_per_s)
+                else:
+                    failures[name] = f"{measured.reason}: {measured.message}"
+                if measured.peak_memory_bytes:
+                    peaks[name].append(measured.peak_memory_bytes)
+                    if measured.rss_start_bytes:
+                        growth[name].append(measured.peak_memory_bytes - measured.rss_start_bytes)
+    never = {name: why for name, why in failures.items() if not samples[name]}
+    if never:
+        raise RuntimeError(f"{model}: contenders never measured: {never}")
+    rows = {}
+    reference = statistics.median(samples["defaults"])
+    for name, (params, _) in contenders.items():
+        values = samples[name]
+        rows[name] = {
+            "params": params,
+            "median_tokens_per_s": statistics.median(values),
+            "min_tokens_per_s": min(values),
+            "max_tokens_per_s": max(values),
+            "samples": values,
+            "over_defaults": statistics.median(values) / reference,
+            "peak_memory_bytes": statistics.median(peaks[name]) if peaks[name] else None,
+            "trial_memory_growth_bytes": statistics.median(growth[name]) if growth[name] else None,
+        }
+    return halvings, rows
 
 
 def _trials_to_best(result: Any) -> int | None:

@@ -55,6 +55,7 @@ def write_results(results: Path, out: Path) -> Path:
         _isolation(_load(results, "isolation"), claims),
         _screening(_load(results, "screening"), claims),
         _setup_cost(_load(results, "setup_cost"), claims),
+        _ladder_quality(_load(results, "ladder_quality"), claims),
     ]
     parts.append("## Where autotune wins and where it does not\n")
     parts.extend(f"- {claim}" for claim in claims)
@@ -187,12 +188,29 @@ def _replay_claim(label: str, rows: dict[str, Any], cap: int) -> str:
     )
 
 
+def _superseded(quality: dict[str, Any]) -> list[str]:
+    """A warning on results measured against the old baseline (``adamw_torch``, where
+    `TrainingArguments()` picks ``adamw_torch_fused`` with torch 2.13 and transformers 5.23)."""
+    presets = quality.get("presets") or {}
+    runs = presets.values() if isinstance(presets, dict) else presets  # by model (bench.py) or a list
+    defaults = [((run.get("contenders") or {}).get("defaults") or {}).get("params") or {} for run in runs]
+    if not any(d.get("optim") == "adamw_torch" for d in defaults):
+        return []
+    return [
+        "**Superseded.** These runs measured their `defaults` with `adamw_torch`, which is not what "
+        "`TrainingArguments()` gives with torch 2.13 and transformers 5.23 (`adamw_torch_fused`), "
+        "before screening, the compile cache and the batch ladder: see *End to end with the batch "
+        "ladder* below for the same comparison against the real defaults.\n"
+    ]
+
+
 def _quality(data: dict[str, Any] | None, claims: list[str]) -> str:
     if data is None:
         return ""
     lines = [
         "## 2. Quality of the answer, end to end\n",
         _machine(data),
+        *_superseded(data),
         "Command: `python benchmarks/bench.py --only quality`.\n",
         "A real search over `benchmarks/space.yaml` with a fixed trial budget, then, in the same "
         "process, every contender measured again in interleaved rounds (A B C D A B C D ...). "
@@ -231,7 +249,8 @@ def _quality(data: dict[str, Any] | None, claims: list[str]) -> str:
         text += f" after {run['cost']['trained_trials']} trials."
         if auto and auto > ours:
             text += " auto_find_batch_size's larger batch is FASTER here: the space's batch sizes stop at 32."
-        claims.append(text)
+        if not _superseded(data):  # a claim against the old baseline is not one to make
+            claims.append(text)
     return "\n".join(lines)
 
 
@@ -241,6 +260,7 @@ def _cost(data: dict[str, Any] | None, quality: dict[str, Any] | None) -> str:
     lines = [
         "## 3. Cost of the search itself\n",
         _machine(data),
+        *(_superseded(quality) if quality is not None else []),
         "Command: `python benchmarks/bench.py --only quality,cost` (the breakdown is of item 2's "
         "searches).\n",
     ]
@@ -602,6 +622,11 @@ def _screening(data: dict[str, Any] | None, claims: list[str]) -> str:
     if data is None:
         return ""
     bf16 = "native bf16" if data["machine"].get("native_bf16") else "no native bf16: bf16 is emulated"
+    if data.get("simulated_slow_bf16"):
+        bf16 += (
+            ", so the benchmark slowed bf16 steps itself (`benchmarks/slow_bf16.py`: a sleep after each "
+            "forward of nine times the step it belongs to), as bf16 runs on a CPU without it"
+        )
     runs = data["runs"]
     lines = [
         "## 6. Screening: a space where some configurations are far slower\n",
@@ -682,3 +707,82 @@ def _setup_cost(data: dict[str, Any] | None, claims: list[str]) -> str:
             f"{setup:.1f} s, {100 * share:.0f}% of its trial."
         )
     return "\n".join(lines) + "\n"
+
+
+def _ladder_quality(data: dict[str, Any] | None, claims: list[str]) -> str:
+    """`benchmarks/ladder_quality.py`: end to end against the real defaults and
+    `auto_find_batch_size`, over the space whose batches go on while they fit; where the time went."""
+    if data is None:
+        return ""
+    m = data["machine"]
+    lines = [
+        "## End to end with the batch ladder\n",
+        f"`python benchmarks/ladder_quality.py`, {m['date']}, commit {m['commit']}: {m['cpu']}, "
+        f"{m['cores']} threads, torch {m['torch']}.{_searched_at(data)} The benchmark space with its "
+        "batch list ending in "
+        "`fits`; a real 10-trial search per preset, then the defaults, `auto_find_batch_size` (from 64) "
+        "and the pick in 3 interleaved rounds (medians, with the rounds' range).\n",
+        "| preset | defaults | auto_find_batch_size | autotune's pick | pick vs defaults | "
+        "pick vs auto_find |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in data["presets"]:
+        c = row["contenders"]
+
+        def cell(name: str, c: dict[str, Any] = c) -> str:
+            r = c[name]
+            return (
+                f"{r['median_tokens_per_s'] / 1000:.1f}k ({r['min_tokens_per_s'] / 1000:.1f}-"
+                f"{r['max_tokens_per_s'] / 1000:.1f}k)"
+            )
+
+        pick = c["autotune"]["median_tokens_per_s"]
+        vs_auto = pick / c["auto_find_batch_size"]["median_tokens_per_s"]
+        batch = c["autotune"]["params"].get("per_device_train_batch_size")
+        auto_batch = c["auto_find_batch_size"]["params"].get("per_device_train_batch_size")
+        claims.append(
+            f"End to end over the batch ladder, {row['model']}: autotune's pick (bs {batch}) runs at "
+            f"{c['autotune']['over_defaults']:.2f}x `TrainingArguments()`'s defaults and {vs_auto:.2f}x "
+            f"auto_find_batch_size (bs {auto_batch}), medians of 3 interleaved rounds."
+        )
+        lines.append(
+            f"| {row['model']} | {cell('defaults')} | {cell('auto_find_batch_size')} "
+            f"(bs {auto_batch}) | {cell('autotune')} (bs {batch}) | {c['autotune']['over_defaults']:.2f}x | "
+            f"{vs_auto:.2f}x |"
+        )
+    lines += [
+        "",
+        "Where each search's time went (the study's `time_breakdown`, as `autotune show` prints it: "
+        "phases summed over the measured jobs, finalists' re-measurements included; *measured* is "
+        "the share of the search's wall time spent in measured windows):\n",
+        "| preset | search wall | set-up | compile | warm-up | windows | screened out | between | "
+        "finalists stage | measured |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in data["presets"]:
+        tb = row.get("time_breakdown") or {}
+        ph, st = tb.get("phases") or {}, tb.get("stages") or {}
+        if not ph:
+            continue
+        lines.append(
+            f"| {row['model']} | {tb['wall_s']:.0f} s | {ph['setup_s']:.1f} s | {ph['compile_s']:.1f} s | "
+            f"{ph['warmup_s']:.1f} s | {ph['window_s']:.1f} s | {ph['screening_s']:.1f} s | "
+            f"{ph['between_s']:.1f} s | {st.get('finalists_s', 0):.0f} s | "
+            f"{100 * tb['measured_share']:.0f}% |"
+        )
+        claims.append(
+            f"Search cost, {row['model']} (10 trials, batch ladder space): {tb['wall_s']:.0f} s, "
+            f"{100 * tb['measured_share']:.0f}% of it in measured windows."
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _searched_at(data: dict[str, Any]) -> str:
+    """When the searches ran, where their picks were compared again later (``--contenders-only``)."""
+    searched = data.get("search_machine")
+    if not searched:
+        return ""
+    return (
+        f" The searches ran on {searched['date']} at commit {searched['commit']}; their picks, the "
+        "defaults and auto_find_batch_size were measured again then (`--contenders-only`)."
+    )

@@ -14,7 +14,11 @@ def export_command(
     storage: StorageOpt = None,
     format: Annotated[
         str,
-        typer.Option("--format", "-f", help="json, yaml, flags, accelerate or python."),
+        typer.Option(
+            "--format",
+            "-f",
+            help="json, yaml, flags, accelerate, python, or deepspeed (the ds_config of a ZeRO trial).",
+        ),
     ] = "json",
     output: Annotated[
         str | None,

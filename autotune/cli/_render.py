@@ -11,9 +11,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from autotune.progress import (
+    PHASE_NAMES,
+    STAGE_NAMES,
     Reporter,
     TrialSummary,
     describe_params,
+    describe_time_breakdown,
     format_bytes,
     format_rate,
     format_value,
@@ -37,7 +40,7 @@ def trial_line(t: TrialSummary) -> str:
         return f"{head}  [dim]skipped: {t.message}[/]"
     if "duplicate_of" in t.attrs:
         return f"{head}  [dim]{t.message}[/]"
-    if t.reason in (outcomes.OOM_PREDICTED, outcomes.OVER_ESTIMATE):
+    if t.reason in (outcomes.OOM_PREDICTED, outcomes.OVER_ESTIMATE, outcomes.UNUSED_PARAMETERS_KNOWN):
         return f"{head}  [yellow]not run[/] [dim]{t.reason}: {t.message}[/]"
     if t.state == "COMPLETE" or t.reason == outcomes.OVER_MEMORY_CAP:
         ci = f" ±{100 * t.rel_ci_halfwidth:.1f}%" if t.rel_ci_halfwidth is not None else ""
@@ -45,9 +48,17 @@ def trial_line(t: TrialSummary) -> str:
         return (
             f"{head}  [bold]{format_rate(t.tokens_per_s)} tok/s[/]{ci}  "
             f"{format_rate(t.samples_per_s)} samples/s  "
-            f"peak {format_bytes(t.peak_memory_bytes)}{_estimate_text(t)}  {verdict}"
+            f"peak {format_bytes(t.peak_memory_bytes)}{_estimate_text(t)}{_compile_text(t)}  {verdict}"
         )
     return f"{head}  [yellow]{t.state.lower()}[/] [dim]{t.reason}: {t.message}[/]"
+
+
+def _compile_text(t: TrialSummary) -> str:
+    """How long a compiled trial compiled, and whether the study's compile cache served it."""
+    cache = t.attrs.get("compile_cache")
+    if cache is None:
+        return ""
+    return f"  compile {float(t.attrs.get('compile_s') or 0.0):.1f} s (cache {cache})"
 
 
 def _estimate_text(t: TrialSummary) -> str:
@@ -112,17 +123,6 @@ def trials_table(trials: list[TrialSummary], title: str, limit: int | None = 10)
     return table
 
 
-_PHASE_NAMES = {
-    "setup_s": "set-up",
-    "compile_s": "compile",
-    "warmup_s": "warm-up",
-    "window_s": "measured windows",
-    "screening_s": "screened out",
-    "between_s": "between trials",
-}
-_STAGE_NAMES = {"baseline_s": "baseline", "search_s": "search", "finalists_s": "finalists"}
-
-
 def time_breakdown_table(breakdown: dict[str, Any]) -> Table:
     """A study's ``time_breakdown`` (`autotune.driver.accounting`): seconds and share per phase,
     then the wall-clock seconds of each stage."""
@@ -138,9 +138,9 @@ def time_breakdown_table(breakdown: dict[str, Any]) -> Table:
     total_s = wall_s * slots
     for key, seconds in (breakdown.get("phases") or {}).items():
         percent = f"{100 * seconds / total_s:.0f}%" if total_s > 0 else "-"
-        table.add_row(_PHASE_NAMES.get(key, key), f"{seconds:.1f}", percent)
+        table.add_row(PHASE_NAMES.get(key, key), f"{seconds:.1f}", percent)
     for key, seconds in (breakdown.get("stages") or {}).items():
-        table.add_row(f"[dim]stage: {_STAGE_NAMES.get(key, key)}[/dim]", f"[dim]{seconds:.1f}[/dim]", "")
+        table.add_row(f"[dim]stage: {STAGE_NAMES.get(key, key)}[/dim]", f"[dim]{seconds:.1f}[/dim]", "")
     return table
 
 
@@ -299,6 +299,9 @@ class RichReporter(Reporter):
                     soft_wrap=True,
                 )
         self._print_run(result, best)
+        spent = describe_time_breakdown(result.study.user_attrs.get("time_breakdown"))
+        if spent:
+            self.console.print(spent, highlight=False, markup=False, soft_wrap=True)
         changes = study_changes(result.study.user_attrs, best.params, best.attrs.get("training_args"))
         if changes:
             self.console.print(

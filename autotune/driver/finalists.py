@@ -74,17 +74,21 @@ def remeasure_finalists(measure: Measure, plan: Plan, study: optuna.Study, repor
     # With the user's run length, finalists are compared on its predicted time, not on tokens/s.
     tokens = study_run_tokens(study.user_attrs)
     rounds = plan.config.finalist_rounds
-    # With the baseline among them, rounds go on (up to twice as many) until the leader's speedup
-    # over it is decided: its interval wholly above or below the gain worth a change.
-    max_rounds = 2 * rounds if BASELINE in contestants else rounds
+    # Rounds go on (up to twice as many) while the answer is not decided: the leader's speedup over
+    # the baseline (its interval wholly above or below the gain worth a change), or its lead over
+    # the runner-up (their paired interval excludes 1). Those extra rounds race only the
+    # contestants of the open question; the others keep the rounds they have.
+    max_rounds = 2 * rounds
     named = ", ".join("the baseline" if n == BASELINE else str(n) for n in contestants)
     reporter.on_note(f"re-measuring trials {named} in {rounds} interleaved rounds")
     by_round: dict[int, dict[int, float]] = {number: {} for number in contestants}
     throughput: dict[int, list[float]] = {number: [] for number in contestants}
+    measured_now = list(contestants)
     round_number = 0
     while round_number < max_rounds:
         round_number += 1
-        for number, (params, verbatim) in contestants.items():
+        for number in measured_now:
+            params, verbatim = contestants[number]
             try:
                 measured = measure(params, number, verbatim=verbatim)
             except Exception as exc:  # a finalist that fails now is reported, not fatal
@@ -96,10 +100,11 @@ def remeasure_finalists(measure: Measure, plan: Plan, study: optuna.Study, repor
             throughput[number].append(measured["tokens_per_s"])
             reporter.on_remeasure(number, round_number, measured["tokens_per_s"], None)
         if round_number >= rounds:
-            undecided = from_rank_zero(_undecided(by_round) if is_rank_zero() else None)
-            if undecided is None or round_number == max_rounds:
+            pending = from_rank_zero(_undecided(by_round) if is_rank_zero() else None)
+            if pending is None or round_number == max_rounds:
                 break
-            reporter.on_note(f"after {round_number} rounds {undecided}: one more round")
+            measured_now, why = pending
+            reporter.on_note(f"after {round_number} rounds {why}: one more round of those")
     ranked = rank_finalists({number: list(values.values()) for number, values in by_round.items()})
     trials_ranked = [f for f in ranked if f.number != BASELINE]
     if not trials_ranked or not is_rank_zero():
@@ -124,22 +129,32 @@ def remeasure_finalists(measure: Measure, plan: Plan, study: optuna.Study, repor
             answer["speedup"] = speedup.to_dict()
             if not speedup.beats_baseline:
                 text += f"; nothing beat the defaults measurably (speedup {speedup.describe()}): keep them"
-    study.set_user_attr("finalists", [f.to_dict() for f in ranked])
+    # each with the rounds it was measured in (extra rounds race only some of them)
+    study.set_user_attr("finalists", [{**f.to_dict(), "rounds": list(by_round[f.number])} for f in ranked])
     study.set_user_attr("winner", {**answer, "verdict": text})
 
 
-def _undecided(by_round: dict[int, dict[int, float]]) -> str | None:
-    """Why another round is worth it: the leading trial's speedup over the baseline is not decided
-    yet (see `Speedup.decided`); None when it is, or cannot be (too few measurements)."""
-    medians = {
-        number: statistics.median(values.values())
-        for number, values in by_round.items()
-        if number != BASELINE and values
-    }
-    if not medians or not by_round.get(BASELINE):
+def _undecided(by_round: dict[int, dict[int, float]]) -> tuple[list[int], str] | None:
+    """Who the next round measures, and why: the leader (by median) and the baseline while the
+    leader's speedup over it is not decided (`Speedup.decided`); the leader and the runner-up while
+    their order is not (the paired interval of their ratio holds 1). None when neither question is
+    open, or cannot be settled yet (fewer than two paired rounds)."""
+    ranked = [f.number for f in rank_finalists({n: list(v.values()) for n, v in by_round.items()})]
+    trials = [number for number in ranked if number != BASELINE]
+    if not trials:
         return None
-    leader = max(medians, key=lambda number: medians[number])
-    speedup = paired_speedup(by_round[leader], by_round[BASELINE])
-    if speedup is None or speedup.rounds < 2 or speedup.decided:
+    leader, racing, reasons = trials[0], [], []
+    speedup = paired_speedup(by_round[leader], by_round.get(BASELINE, {}))
+    if speedup is not None and speedup.rounds >= 2 and not speedup.decided:
+        racing.append(BASELINE)
+        reasons.append(
+            f"the speedup of trial {leader} over the baseline is not decided ({speedup.describe()})"
+        )
+    if len(trials) > 1:
+        lead = paired_speedup(by_round[leader], by_round[trials[1]])
+        if lead is not None and lead.rounds >= 2 and lead.low <= 1 <= lead.high:
+            racing.append(trials[1])
+            reasons.append(f"trial {leader}'s lead over trial {trials[1]} is not decided ({lead.describe()})")
+    if not racing:
         return None
-    return f"the speedup of trial {leader} over the baseline is not decided ({speedup.describe()})"
+    return [leader, *racing], "; ".join(reasons)

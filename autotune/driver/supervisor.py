@@ -26,7 +26,7 @@ from autotune.executors.base import Ended, Executor
 from autotune.measure.ranks import from_rank_zero, is_rank_zero
 from autotune.plan.resolved import Plan
 from autotune.progress import Reporter, TrialSummary
-from autotune.study.outcomes import TrialOutcome, fail_running_trial
+from autotune.study.outcomes import STORE_LOST, TrialOutcome, fail_running_trial
 from autotune.study.owner import OWNER_ATTR, this_process
 from autotune.study.store import fail_interrupted_trials, measured_count, running_trials, trials_of_job
 from autotune.trial.job import Job, JobFailed, Measured, TrialDone
@@ -139,6 +139,7 @@ class Supervisor:
                     return dict(ended.result.values)
                 failed = ended.result
                 assert isinstance(failed, JobFailed)
+                _raise_if_store_lost(failed)
                 raise MeasureFailed(failed.reason, failed.message)
 
     # -- the search -----------------------------------------------------------------------------
@@ -232,6 +233,7 @@ class Supervisor:
             return
         if not isinstance(result, JobFailed):
             return
+        _raise_if_store_lost(result)
         ran = trials_of_job(self.study, ended.job.job_id)
         trials = [t for t in ran if t.state == optuna.trial.TrialState.RUNNING]
         if ran and not trials:  # the job recorded its own trial before it ended (a DDP rank 0)
@@ -265,3 +267,11 @@ class Supervisor:
             self.reporter.on_note(
                 f"trial(s) {', '.join(map(str, interrupted))} were interrupted: marked failed"
             )
+
+
+def _raise_if_store_lost(failed: JobFailed) -> None:
+    """A job that lost the store past its retry bound ends the search as the supervisor's own
+    store call would: the bound is the user's, whichever process reached it first; starting the
+    next job would only wait out the outage again."""
+    if failed.reason == STORE_LOST:
+        raise StoreError(failed.message)

@@ -16,8 +16,8 @@ from autotune.executors.base import Ended, Executor
 from autotune.measure.memory import frozen_heap
 from autotune.plan.resolved import Plan
 from autotune.progress import Reporter
-from autotune.trial.compile_cache import shared_compile_cache
-from autotune.trial.entry import run_on, study_compile_cache
+from autotune.trial.compile_cache import shared_compile_cache, study_compile_cache
+from autotune.trial.entry import run_on
 from autotune.trial.job import Job
 from autotune.trial.trainer import AutotuneTrainer, build_trainer
 

@@ -108,6 +108,23 @@ class MemoryEstimator:
             self._activations[key] = self._measure(attention, precision, checkpointing)
         return self._activations[key]
 
+    def known_activations(self) -> dict[str, float]:
+        """The per-sample activation bytes measured so far, by kind (``device|attention|precision
+        class|checkpointing``): what a study keeps so that its later processes, fresh workers each,
+        do not probe a kind again (for a 0.5B model a probe builds a second model and runs a forward
+        and backward)."""
+        return {
+            "|".join((self.device, attention, precision, str(checkpointing))): value
+            for (attention, precision, checkpointing), value in self._activations.items()
+        }
+
+    def learn_activations(self, known: Mapping[str, float]) -> None:
+        """Take the measurements of `known_activations` from another process of this device kind."""
+        for kind, value in known.items():
+            device, attention, precision, checkpointing = kind.split("|")
+            if device == self.device:
+                self._activations.setdefault((attention, precision, int(checkpointing)), float(value))
+
     def probe(self, values: Mapping[str, Any]) -> int:
         """The peak of one configuration measured, not estimated: a real forward and backward at
         its batch size (activations and gradients as they are), plus its weights' and optimizer

@@ -276,6 +276,7 @@ CATALOGUE: dict[str, Knob] = {
             "DDP walks the autograd graph every step for parameters without gradients (Trainer: on "
             "unless checkpointing); off is faster, and fails for a model that really has unused ones",
             ranks_only=True,
+            requires=("data_parallel", ("ddp",)),
         ),
         Knob(
             "ddp_bucket_cap_mb",
@@ -283,6 +284,7 @@ CATALOGUE: dict[str, Knob] = {
             "int",
             "DDP gradient bucket size in MiB (torch: 25): larger buckets, fewer all-reduces, less overlap",
             ranks_only=True,
+            requires=("data_parallel", ("ddp",)),
         ),
         Knob(
             "ddp_static_graph",
@@ -290,6 +292,7 @@ CATALOGUE: dict[str, Knob] = {
             "bool",
             "DDP assumes the same graph every step: caches its bucketing, skips the unused-parameter search",
             ranks_only=True,
+            requires=("data_parallel", ("ddp",)),
         ),
         Knob(
             "ddp_broadcast_buffers",
@@ -297,6 +300,7 @@ CATALOGUE: dict[str, Knob] = {
             "bool",
             "DDP copies rank 0's buffers to every rank before each forward (torch: on)",
             ranks_only=True,
+            requires=("data_parallel", ("ddp",)),
         ),
     )
 }

@@ -153,8 +153,15 @@ class SearchSpace:
         return int(base_knobs()["per_device_train_batch_size"])
 
     def _applies(self, name: str, values: Mapping[str, Value]) -> bool:
+        """Whether knob `name` exists in a trial with `values`: its required knob's value there, or
+        (not searched) the value the space holds it at, or its default."""
         requires = CATALOGUE[name].requires
-        return requires is None or values.get(requires[0]) in requires[1]
+        if requires is None:
+            return True
+        other, needed = requires
+        if other in self.knobs:
+            return values.get(other) in needed
+        return self.fixed.get(other, base_knobs().get(other)) in needed
 
     def _check_resolved(self) -> None:
         if self.rules:
@@ -274,7 +281,7 @@ class SearchSpace:
         # A knob whose condition can no longer hold (a compile mode once inductor is gone) goes too.
         for name in list(knobs):
             requires = CATALOGUE[name].requires
-            if requires is not None and not set(knobs.get(requires[0], ())) & set(requires[1]):
+            if requires is not None and not set(_possible(requires[0], knobs, self.fixed)) & set(requires[1]):
                 dropped.append(f"{name}: only applies with {requires[0]} in {list(requires[1])}")
                 del knobs[name]
         for name, value in self.fixed.items():
@@ -474,13 +481,27 @@ def _parse_rule(source: str, key: str, rule: dict[Any, Any]) -> SizeRule:
     return SizeRule(low, high, None if multiple == "auto" else multiple)
 
 
+def _possible(
+    name: str, knobs: Mapping[str, tuple[Value, ...]], fixed: Mapping[str, Value] | None = None
+) -> tuple[Value, ...]:
+    """The values knob `name` can take in a space: its candidates when searched, else the value it
+    is held at, else its default (`base_knobs`: a knob left out is left at the Trainer's)."""
+    if name in knobs:
+        return tuple(knobs[name])
+    fixed = fixed or {}
+    if name in fixed:
+        return (fixed[name],)
+    default = base_knobs().get(name)
+    return () if default is None else (default,)
+
+
 def _check_requirements(source: str, knobs: Mapping[str, tuple[Value, ...]]) -> None:
     for key in knobs:
         requires = CATALOGUE[key].requires
         if requires is None:
             continue
         other, needed = requires
-        if not set(knobs.get(other, ())) & set(needed):
+        if not set(_possible(other, knobs)) & set(needed):
             raise SpaceError(
                 f"{source}: knobs.{key} only applies when {other} is one of {', '.join(map(str, needed))}",
                 f"add {needed[0]} to knobs.{other}, or drop knobs.{key}",

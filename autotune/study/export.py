@@ -22,7 +22,7 @@ from typing import Any
 import optuna
 
 from autotune.errors import UsageError
-from autotune.progress import TrialSummary, format_bytes
+from autotune.progress import TrialSummary, describe_time_breakdown, format_bytes
 from autotune.space.defaults import training_args_defaults
 from autotune.study.objective import run_lines, score, study_run_tokens
 from autotune.study.outcomes import OVER_MEMORY_CAP
@@ -37,7 +37,7 @@ from autotune.study.store import (
     winner_speedup,
 )
 
-FORMATS = ("json", "yaml", "flags", "accelerate", "python")
+FORMATS = ("json", "yaml", "flags", "accelerate", "python", "deepspeed")
 
 # Always exported, even at their TrainingArguments default: the batch split defines the run.
 _ALWAYS = ("per_device_train_batch_size", "gradient_accumulation_steps", "optim")
@@ -189,6 +189,8 @@ def export_config(study: optuna.Study, trial: TrialSummary) -> dict[str, Any]:
         ],
         # loss delta vs the baseline at equal tokens; predicted run time and cost, or compile payoff
         **trial_run_facts(study, trial),
+        # what the search that found it cost (`autotune.driver.accounting`)
+        "search_time": study.user_attrs.get("time_breakdown"),
     }
     config: dict[str, Any] = {
         "training_args": training_args,
@@ -267,6 +269,9 @@ def expected_lines(config: dict[str, Any]) -> list[str]:
             "nothing beat the defaults measurably: keeping them is as fast (this is the best measured)"
         )
     lines += run_lines(exp)
+    spent = describe_time_breakdown(exp.get("search_time"))
+    if spent:
+        lines.append(spent)
     changes = exp.get("semantic_changes") or []
     if changes:
         lines.append("changes the training math, compared with the baseline:")
@@ -355,7 +360,7 @@ def notes(config: dict[str, Any], fmt: str) -> list[str]:
     """What format `fmt` cannot hold itself, for the CLI to print on stderr: for flags, the expected
     numbers, the changes to the training math and the model-load kwargs. The other formats carry
     them (as data or as comments): nothing."""
-    if fmt != "flags":
+    if fmt not in ("flags", "deepspeed"):  # the files that hold nothing but their settings
         return []
     lines = expected_lines(config)
     model_kwargs = config["model_kwargs"]
@@ -481,6 +486,25 @@ def to_python(config: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def to_deepspeed(config: dict[str, Any]) -> str:
+    """The DeepSpeed config (``ds_config.json``) of a trial that trained with ZeRO: what
+    ``TrainingArguments(deepspeed="ds_config.json")``, ``--deepspeed ds_config.json`` and accelerate's
+    ``deepspeed_config_file`` take. Its batch sizes and clipping are ``"auto"``: the Trainer fills them
+    from its own arguments.
+
+    Raises:
+        UsageError: the trial trained without DeepSpeed.
+    """
+    deepspeed = config["training_args"].get("deepspeed")
+    if not isinstance(deepspeed, dict):
+        raise UsageError(
+            f"trial {config['expected'].get('trial')} trained without DeepSpeed (data_parallel is not "
+            "zero1-3): there is no ds_config to export",
+            "export --format accelerate or json for its launch settings",
+        )
+    return json.dumps(deepspeed, indent=2) + "\n"
+
+
 def _py(value: Any) -> str:
     """A Python literal for `value` (strings in double quotes, as the rest of the snippet)."""
     return json.dumps(value) if isinstance(value, str) else repr(value)
@@ -492,6 +516,7 @@ RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "flags": to_flags,
     "accelerate": to_accelerate,
     "python": to_python,
+    "deepspeed": to_deepspeed,
 }
 
 
@@ -499,9 +524,9 @@ def render(config: dict[str, Any], fmt: str) -> str:
     """`config` in format `fmt` (one of `FORMATS`).
 
     Raises:
-        UsageError: an unknown format.
+        UsageError: an unknown format, or one the trial has nothing for (`to_deepspeed`).
     """
-    try:
-        return RENDERERS[fmt](config)
-    except KeyError:
-        raise UsageError(f"unknown export format {fmt!r}", f"use one of {', '.join(FORMATS)}") from None
+    renderer = RENDERERS.get(fmt)
+    if renderer is None:
+        raise UsageError(f"unknown export format {fmt!r}", f"use one of {', '.join(FORMATS)}")
+    return renderer(config)

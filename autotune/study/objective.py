@@ -53,13 +53,20 @@ def compile_s(attrs: Mapping[str, Any]) -> float:
     return max(float(attrs.get("compile_s") or 0.0), float(attrs.get("warmup_excess_s") or 0.0))
 
 
+def run_compile_s(attrs: Mapping[str, Any]) -> float:
+    """What a user's run pays to compile a trial's configuration: cold, since their run has no
+    cache. The cold figure the study's compile cache recorded (``compile_cold_s``) when the cache
+    served the trial warm, else the trial's own (`compile_s`)."""
+    return max(compile_s(attrs), float(attrs.get("compile_cold_s") or 0.0))
+
+
 def predicted_run_s(attrs: Mapping[str, Any], tokens: float) -> float | None:
     """The predicted wall time of a run of `tokens` tokens with a trial's configuration: set-up +
     compilation + tokens / steady-state throughput. None without a throughput."""
     rate = attrs.get("tokens_per_s")
     if not rate:
         return None
-    return float(attrs.get("setup_s") or 0.0) + compile_s(attrs) + tokens / float(rate)
+    return float(attrs.get("setup_s") or 0.0) + run_compile_s(attrs) + tokens / float(rate)
 
 
 def score(attrs: Mapping[str, Any], tokens: float | None) -> float | None:
@@ -81,8 +88,8 @@ def payoff_tokens(compiled: Mapping[str, Any], uncompiled: Mapping[str, Any]) ->
     rate_c, rate_u = compiled.get("tokens_per_s"), uncompiled.get("tokens_per_s")
     if not rate_c or not rate_u or float(rate_c) <= float(rate_u):
         return None
-    fixed_c = float(compiled.get("setup_s") or 0.0) + compile_s(compiled)
-    fixed_u = float(uncompiled.get("setup_s") or 0.0) + compile_s(uncompiled)
+    fixed_c = float(compiled.get("setup_s") or 0.0) + run_compile_s(compiled)
+    fixed_u = float(uncompiled.get("setup_s") or 0.0) + run_compile_s(uncompiled)
     extra_s = fixed_c - fixed_u
     if extra_s <= 0:
         return 0.0

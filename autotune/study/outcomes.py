@@ -34,15 +34,28 @@ KILLED = "killed"  # a signal from outside (most often the kernel's OOM killer)
 CRASHED = "crashed"  # a non-zero exit or a fatal signal
 HUNG = "hung"  # the watchdog ended it
 INTERRUPTED = "interrupted"  # its process stopped and nobody knows why: tried again
+# A job (not a trial) whose process lost the store past its retry bound: its supervisor stops too.
+STORE_LOST = "store_lost"
 # Trials that needed no training: they cost nothing and do not spend the budget.
 UNAVAILABLE = "unavailable"
 DUPLICATE = "duplicate"
 DUPLICATE_RUNNING = "duplicate_running"  # another worker is training the same parameters now
 OOM_PREDICTED = "oom_predicted"
 OVER_ESTIMATE = "over_estimate"
+# DDP without find_unused_parameters on a model that already failed that way (`UNUSED_PARAMETERS`)
+UNUSED_PARAMETERS_KNOWN = "unused_parameters_known"
 NOT_TRAINED_YET = "not_trained"  # a pre-check's base reason
 
-NOT_TRAINED = (UNAVAILABLE, DUPLICATE, DUPLICATE_RUNNING, OOM_PREDICTED, OVER_ESTIMATE)
+NOT_TRAINED = (
+    UNAVAILABLE,
+    DUPLICATE,
+    DUPLICATE_RUNNING,
+    OOM_PREDICTED,
+    OVER_ESTIMATE,
+    UNUSED_PARAMETERS_KNOWN,
+)
+# Reasons that mean "this configuration cannot run here (with this model)".
+CANNOT_RUN = (UNAVAILABLE, UNUSED_PARAMETERS, UNUSED_PARAMETERS_KNOWN)
 # Reasons that mean "this configuration does not fit in memory".
 OUT_OF_MEMORY = (OOM, OVER_MEMORY_CAP, OOM_PREDICTED, OVER_ESTIMATE)
 
@@ -61,7 +74,7 @@ def constraint_values(reason: str | None, peak_bytes: int | None, cap_bytes: int
     if reason in OUT_OF_MEMORY:
         memory = max(memory, 1.0)
     return {
-        "runs_here": 1.0 if reason == UNAVAILABLE else 0.0,
+        "runs_here": 1.0 if reason in CANNOT_RUN else 0.0,
         "finite_loss": 1.0 if reason == NAN_LOSS else 0.0,
         "memory": memory,
         "loss_parity": 1.0 if reason == LOSS_DIVERGED else 0.0,

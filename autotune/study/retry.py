@@ -176,17 +176,22 @@ def retry_transient(
                     _outages.begin()
                 waited = clock() - start
                 if waited + delay > retry_s:
-                    raise StoreError(
-                        f"store {store} unreachable for {waited:.0f} s ({_first_line(exc, password)})",
-                        f"check that the database is up, or allow longer outages with --store-retry-s "
-                        f"or {STORE_RETRY_ENV}",
-                    ) from exc
+                    raise unreachable(store, waited, exc, password) from exc
                 sleep(delay * random.uniform(0.5, 1.0))
                 delay = min(2 * delay, MAX_DELAY_S)
                 attempt += 1
     finally:
         if failing:
             _outages.end()
+
+
+def unreachable(store: str, waited_s: float, exc: BaseException, password: str | None) -> StoreError:
+    """The one error of a store that stayed unreachable past its retry bound (`store`: the URL as
+    shown, `exc`: the last transient error)."""
+    return StoreError(
+        f"store {store} unreachable for {waited_s:.0f} s ({_first_line(exc, password)})",
+        f"check that the database is up, or allow longer outages with --store-retry-s or {STORE_RETRY_ENV}",
+    )
 
 
 def _first_line(exc: BaseException, password: str | None) -> str:

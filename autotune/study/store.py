@@ -27,7 +27,7 @@ from autotune.progress import TrialSummary
 from autotune.study.objective import compiles, run_facts, score, study_run_tokens
 from autotune.study.outcomes import INTERRUPTED, NOT_TRAINED, TrialOutcome, fail_running_trial
 from autotune.study.owner import OWNER_ATTR, Owner, is_dead_here
-from autotune.study.retry import RetryingRDBStorage, is_transient, store_retry_s
+from autotune.study.retry import RetryingRDBStorage, is_transient, store_retry_s, unreachable
 from autotune.study.urls import display_url, engine_url, password_of, sqlite_file
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
@@ -81,6 +81,8 @@ def open_storage(
             f"cannot open {shown}: no database driver ({_first_line(cause, url)})",
             "install the drivers: pip install 'autotune[postgres,mysql]'",
         ) from None
+    except StoreError:
+        raise  # an existing store that stayed unreachable past the bound: already one line
     except Exception as exc:
         raise StoreError(
             f"cannot open storage {shown}: {_first_line(exc, url)}",
@@ -89,8 +91,12 @@ def open_storage(
 
 
 # How a process that lost the race to create a fresh store's schema sees it (SQLite, PostgreSQL,
-# MySQL): the tables or the schema's version row appeared under it. Opening again then finds them.
-_SCHEMA_RACE = re.compile(r"already exists|UNIQUE constraint|duplicate key|Duplicate entry", re.IGNORECASE)
+# MySQL): the tables or the schema's version row appeared under it, or (SQLite) another process held
+# the file's lock beyond what the busy handler waits for (SQLite answers a lock upgrade that could
+# deadlock at once). Opening again then finds them.
+_SCHEMA_RACE = re.compile(
+    r"already exists|UNIQUE constraint|duplicate key|Duplicate entry|database is locked", re.IGNORECASE
+)
 _OPEN_ATTEMPTS = 8
 
 
@@ -99,7 +105,8 @@ def _create_storage(target: str, existing: bool, retry_s: float, shown: str) -> 
     # A store known to exist (`existing`: a worker of a supervisor that opened it) that drops its
     # connections for a while (a restart, an outage) is waited for, within the same bound as every
     # other store call. A first open fails at once: an unreachable URL is most often a wrong one.
-    deadline = time.monotonic() + (retry_s if existing else 0.0)
+    started = time.monotonic()
+    deadline = started + (retry_s if existing else 0.0)
     attempt = 0
     while True:
         try:
@@ -123,7 +130,9 @@ def _create_storage(target: str, existing: bool, retry_s: float, shown: str) -> 
             if _SCHEMA_RACE.search(said) and attempt < _OPEN_ATTEMPTS:
                 time.sleep(random.uniform(0.05, 0.2) * attempt)  # let the winner finish its schema
             elif is_transient(exc) and time.monotonic() < deadline:
-                time.sleep(min(2.0, 0.1 * 2**attempt))
+                time.sleep(min(2.0, 0.1 * 2**attempt, max(0.0, deadline - time.monotonic())))
+            elif existing and is_transient(exc):
+                raise unreachable(shown, time.monotonic() - started, exc, password_of(target)) from exc
             else:
                 raise
 
@@ -144,11 +153,19 @@ def _prepare_sqlite(database: Path) -> None:
 
     if database.parent and not database.parent.exists():
         return  # SQLite's own error names the missing folder
-    connection = sqlite3.connect(database, timeout=SQLITE_BUSY_TIMEOUT_S)
-    try:
-        connection.execute("PRAGMA journal_mode=WAL")
-    finally:
-        connection.close()
+    for attempt in range(1, _OPEN_ATTEMPTS + 1):
+        connection = sqlite3.connect(database, timeout=SQLITE_BUSY_TIMEOUT_S)
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            # Switching the journal needs the file alone: another process opening it at the same
+            # moment makes SQLite answer "locked" at once, whatever the busy timeout.
+            if "locked" not in str(exc) or attempt == _OPEN_ATTEMPTS:
+                raise
+            time.sleep(random.uniform(0.05, 0.2) * attempt)
+        finally:
+            connection.close()
 
 
 SQLITE_BUSY_TIMEOUT_S = 60

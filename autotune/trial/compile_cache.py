@@ -16,13 +16,18 @@ anything compiles; `CompileMeter` reads dynamo's own timers and inductor's cache
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from autotune.study.urls import sqlite_file
+
+if TYPE_CHECKING:
+    from autotune.plan.resolved import Plan
 
 CompileCache = Literal["hit", "miss", "partial"]
 
@@ -43,6 +48,11 @@ def compile_cache_folder(storage_url: str, study_name: str, chosen: str | None =
     cache_home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     safe_name = re.sub(r"[^A-Za-z0-9_.-]", "_", study_name) or "study"
     return Path(cache_home, "autotune", "compile-cache", safe_name).absolute()
+
+
+def study_compile_cache(plan: Plan) -> Path:
+    """The compile cache folder every process of the plan's study shares (`compile_cache_folder`)."""
+    return compile_cache_folder(plan.config.storage_url, plan.study_name, plan.config.compile_cache)
 
 
 @contextlib.contextmanager
@@ -131,3 +141,44 @@ def _lookups() -> tuple[int, int]:
         return sum(int(counters[group][name]) for group, name in keys)
 
     return total(_HITS), total(_MISSES)
+
+
+# What each configuration cost to compile cold, kept in the cache folder beside the compiled code.
+_COLD_FILE = "cold-compile.json"
+
+
+def compile_key(identity: Mapping[str, Any]) -> str:
+    """A configuration's key among the cold figures: the workload and knob values it compiled."""
+    text = json.dumps(identity, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def cold_compile_s(folder: Path, key: str, seconds: float, cache: CompileCache | None) -> float | None:
+    """The seconds configuration `key` takes to compile without a cache. A trial that compiled cold
+    (`cache` ``miss``) records its `seconds` in `folder` and returns them; one the cache served
+    (``hit``/``partial``) returns what the cold trial recorded, or None when none did (a cache
+    filled by something else). A user's run compiles cold: its predicted time takes this figure,
+    not the warm trial's. Concurrent writers may lose each other's entries, never corrupt the file
+    (written whole, then renamed)."""
+    if cache is None:
+        return None
+    path = folder / _COLD_FILE
+    known = _read_json(path)
+    if cache != "miss":
+        value = known.get(key)
+        return float(value) if isinstance(value, int | float) else None
+    known[key] = float(seconds)
+    with contextlib.suppress(OSError):
+        folder.mkdir(parents=True, exist_ok=True)
+        scratch = path.with_name(f".{_COLD_FILE}.{os.getpid()}")
+        scratch.write_text(json.dumps(known, indent=1), encoding="utf-8")
+        scratch.replace(path)
+    return float(seconds)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}

@@ -21,7 +21,6 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import optuna
@@ -37,7 +36,7 @@ from autotune.study.owner import OWNER_ATTR
 from autotune.study.retry import RetryingRDBStorage
 from autotune.study.sampler import search_sampler
 from autotune.study.store import distinct_params, measured_count, running_trials, was_trained
-from autotune.trial.compile_cache import compile_cache_folder, shared_compile_cache
+from autotune.trial.compile_cache import shared_compile_cache, study_compile_cache
 from autotune.trial.errors import failure_reason, one_line
 from autotune.trial.job import Event, Job, JobFailed, JobResult, Measured, TrialDone
 from autotune.trial.trainer import AutotuneTrainer, build_trainer
@@ -133,11 +132,6 @@ def run_job(job: Job, reporter: Reporter, scratch_in: str | None = None) -> JobR
             trainer = build_trainer(plan, scratch, reporter, job.callbacks, job.debug)
             with frozen_heap():
                 return run_on(trainer, plan, study, job, started_s)
-
-
-def study_compile_cache(plan: Plan) -> Path:
-    """The compile cache folder every process of the plan's study shares (`compile_cache_folder`)."""
-    return compile_cache_folder(plan.config.storage_url, plan.study_name, plan.config.compile_cache)
 
 
 def run_on(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from optuna.trial import FrozenTrial
 
+from autotune.errors import AutotuneError, StoreError
 from autotune.measure.callback import ScreenedOut, TrialTimeout
 from autotune.measure.estimate import SAFETY_MARGIN
 from autotune.study import outcomes
@@ -81,6 +82,19 @@ class PredictedOOM(NotTrained):
         self.number = number
 
 
+class UnusedParametersKnown(NotTrained):
+    """DDP without its search for unused parameters, on a model that already failed that way."""
+
+    reason = outcomes.UNUSED_PARAMETERS_KNOWN
+
+    def __init__(self, number: int) -> None:
+        super().__init__(
+            f"the model has parameters without gradients (trial {number} failed without "
+            "ddp_find_unused_parameters): it must stay on"
+        )
+        self.number = number
+
+
 # Ends of a trial that every rank of a DDP trial reaches together (agreed pre-checks, the agreed
 # timeout, a loss gathered from all ranks): the group goes on with the next trial.
 AGREED_ENDS = (NotTrained, TrialTimeout, NonFiniteLoss, ScreenedOut)
@@ -91,6 +105,8 @@ def failure_reason(exc: BaseException) -> str:
     text = str(exc)
     if isinstance(exc, NotTrained):
         return exc.reason
+    if isinstance(exc, StoreError):
+        return outcomes.STORE_LOST
     if isinstance(exc, torch.OutOfMemoryError | MemoryError) or "out of memory" in text.lower():
         return outcomes.OOM
     if "DefaultCPUAllocator: can't allocate memory" in text:
@@ -114,7 +130,10 @@ def failure_reason(exc: BaseException) -> str:
 
 
 def one_line(exc: BaseException) -> str:
-    """An exception as one short line: its type and the first line that says something."""
+    """An exception as one short line: its type and the first line that says something (an
+    `AutotuneError`: its own one line, message and hint, which a supervisor may show as is)."""
+    if isinstance(exc, AutotuneError):
+        return str(exc)
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     text = lines[0] if lines else ""
     if text.endswith(":") and len(lines) > 1:  # "backend='inductor' raised:" says nothing alone

@@ -22,6 +22,8 @@ from autotune.study.outcomes import (
     OOM_PREDICTED,
     OUT_OF_MEMORY,
     OVER_ESTIMATE,
+    UNUSED_PARAMETERS,
+    UNUSED_PARAMETERS_KNOWN,
 )
 from autotune.study.store import reason_of
 
@@ -86,6 +88,19 @@ def find_dominating_oom(params: Mapping[str, Any], past: Iterable[PastTrial]) ->
     return None
 
 
+def find_unused_parameters_failure(params: Mapping[str, Any], past: Iterable[PastTrial]) -> PastTrial | None:
+    """A trial that failed because the model has parameters without gradients while DDP did not
+    search for them, when `params` does not search for them either under the same graph setting
+    (``ddp_static_graph`` lets DDP handle them itself, so it decides separately)."""
+    if params.get("ddp_find_unused_parameters") is not False:
+        return None
+    for trial in past:
+        same_graph = trial.params.get("ddp_static_graph") == params.get("ddp_static_graph")
+        if trial.reason == UNUSED_PARAMETERS and same_graph:
+            return trial
+    return None
+
+
 def precheck(
     params: Mapping[str, Any],
     past: Sequence[PastTrial],
@@ -95,7 +110,9 @@ def precheck(
 ) -> tuple[str, PastTrial | None] | None:
     """Why a trial needs no training, cheapest check first: ``("duplicate", trial)`` (reuse its
     result), ``("duplicate_running", trial)`` (another process is training these parameters now),
-    ``("oom_predicted", trial)`` (it needs at least the memory of that trial, which did not fit),
+    ``("unused_parameters_known", trial)`` (DDP without the unused-parameter search, on a model
+    that failed that way in that trial), ``("oom_predicted", trial)`` (it needs at least the memory
+    of that trial, which did not fit),
     ``("over_estimate", None)`` (its memory estimate is clearly over the cap, `clearly_over`), or
     None: train it. `estimate_bytes` is called only when the cheaper checks pass.
 
@@ -107,6 +124,9 @@ def precheck(
     twin = next((t for t in running if dict(t.params) == dict(params)), None)
     if twin is not None:
         return DUPLICATE_RUNNING, twin
+    unused = find_unused_parameters_failure(params, past)
+    if unused is not None:
+        return UNUSED_PARAMETERS_KNOWN, unused
     dominating = find_dominating_oom(params, past)
     if dominating is not None:
         return OOM_PREDICTED, dominating

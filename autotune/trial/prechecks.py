@@ -1,6 +1,7 @@
 """The pre-checks of a trial, before anything is built: a combination that cannot run here, the
-same parameters as a finished trial (its result is reused) or a running one, a configuration that
-needs at least the memory of one that ran out of it, or an estimate clearly over the cap. Each ends
+same parameters as a finished trial (its result is reused) or a running one, DDP without its search
+for unused parameters on a model that failed that way, a configuration that needs at least the
+memory of one that ran out of it, or an estimate clearly over the cap. Each ends
 the trial with a `NotTrained` exception that says why."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from autotune.measure.ranks import from_rank_zero, is_rank_zero
 from autotune.plan.resolved import Plan
 from autotune.space import precision_of
 from autotune.space.availability import combination_unavailable
-from autotune.study.outcomes import DUPLICATE, DUPLICATE_RUNNING, OOM_PREDICTED
+from autotune.study.outcomes import DUPLICATE, DUPLICATE_RUNNING, OOM_PREDICTED, UNUSED_PARAMETERS_KNOWN
 from autotune.study.store import FINISHED
 from autotune.trial.errors import (
     NotTrained,
@@ -25,6 +26,7 @@ from autotune.trial.errors import (
     RunningTwin,
     SkippedOnRankZero,
     Unavailable,
+    UnusedParametersKnown,
 )
 from autotune.trial.feasibility import as_past, precheck
 
@@ -86,6 +88,8 @@ def precheck_trial(
         raise PredictedOOM(past.number)
     if reason == DUPLICATE_RUNNING and past is not None:
         raise RunningTwin(past.number)
+    if reason == UNUSED_PARAMETERS_KNOWN and past is not None:
+        raise UnusedParametersKnown(past.number)
     made_estimate = made[-1] if made else None
     assert made_estimate is not None and cap is not None  # an estimate over the cap needs both
     raise OverEstimate(made_estimate.total_bytes, cap)

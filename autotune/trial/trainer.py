@@ -44,7 +44,7 @@ from autotune.plan.resolved import Plan, base_training_args, trial_world_size
 from autotune.progress import Reporter, TrialSummary
 from autotune.space import SearchSpace, precision_of
 from autotune.space.knobs import Value, data_choices, trial_kwargs
-from autotune.study.objective import loss_delta, loss_diverged, run_tokens, score
+from autotune.study.objective import compile_s, loss_delta, loss_diverged, run_tokens, score
 from autotune.study.outcomes import (
     LOSS_DIVERGED,
     OVER_MEMORY_CAP,
@@ -54,7 +54,7 @@ from autotune.study.outcomes import (
     record_outcome,
 )
 from autotune.study.owner import OWNER_ATTR, this_process
-from autotune.trial.compile_cache import CompileMeter
+from autotune.trial.compile_cache import CompileMeter, cold_compile_s, compile_key, study_compile_cache
 from autotune.trial.errors import (
     AGREED_ENDS,
     NonFiniteLoss,
@@ -65,6 +65,7 @@ from autotune.trial.errors import (
     failure_reason,
     one_line,
 )
+from autotune.trial.padding import padding_free_comparison
 from autotune.trial.prechecks import agreed_precheck, precheck_trial
 from autotune.workloads.user import UserWorkload
 
@@ -192,8 +193,16 @@ class AutotuneTrainer(Trainer):
         return batches, items
 
     def _agreed_precheck(self, trial: Any, values: dict[str, Value]) -> None:
+        study = getattr(trial, "study", None) if isinstance(trial, optuna.Trial) else None
+
         def estimate() -> MemoryEstimate | None:
+            # The study keeps what earlier processes' probes measured: a kind is probed once a study.
+            stored = dict(study.user_attrs.get(ACTIVATION_PROBES) or {}) if study is not None else {}
+            self.estimator.learn_activations(stored)
             self._estimate = self._estimate_memory(values)
+            known = self.estimator.known_activations()
+            if study is not None and known.keys() - stored.keys():
+                study.set_user_attr(ACTIVATION_PROBES, {**stored, **known})
             return self._estimate
 
         agreed_precheck(lambda: precheck_trial(trial, values, self.plan, self.base_args, estimate))
@@ -294,6 +303,13 @@ class AutotuneTrainer(Trainer):
             message = _diverged_message(delta, self.plan.config.loss_tolerance)
             self._finish(trial, TrialOutcome("PRUNED", LOSS_DIVERGED, message, attrs=attrs))
             raise optuna.TrialPruned(message)
+        # Padding-free against the same configuration padded: the gain, or why there was none.
+        compared = (
+            padding_free_comparison(trial, self.trial_values, attrs["tokens_per_s"])
+            if is_rank_zero()
+            else None
+        )
+        attrs.update(from_rank_zero(compared) or {})
         config = self.plan.config
         self.objective: float | None = score(
             attrs, run_tokens(config.train_tokens, config.train_steps, baseline)
@@ -318,6 +334,9 @@ class AutotuneTrainer(Trainer):
             self._compiled_before = self._compiled_before or bool(self.args.torch_compile)
         attrs = {**self.measurement.result(), **compiling.read()}
         attrs["train_loss"] = output.training_loss
+        cold = self._cold_compile_s(attrs)
+        if cold is not None:
+            attrs["compile_cold_s"] = cold
         ddp = _ddp_settings(self.model_wrapped)
         if ddp is not None:
             attrs["ddp"] = ddp
@@ -339,6 +358,21 @@ class AutotuneTrainer(Trainer):
         if not all(math.isfinite(loss) for loss in losses):
             raise NonFiniteLoss(f"training loss became {next(x for x in losses if not math.isfinite(x))}")
         return attrs
+
+    def _cold_compile_s(self, attrs: dict[str, Any]) -> float | None:
+        """What this configuration took to compile cold (`compile_cache.cold_compile_s`): this
+        trial's own one-off seconds when it compiled cold, the cold trial's when the cache served it."""
+        if not is_rank_zero() or attrs.get("compile_cache") is None:
+            return None
+        identity = {
+            "model": self.workload.name,
+            "task": self.workload.task,
+            "seq_len": self.workload.seq_len,
+            "world_size": trial_world_size(self.plan.config),
+            "values": self.trial_values,
+        }
+        folder = study_compile_cache(self.plan)
+        return cold_compile_s(folder, compile_key(identity), compile_s(attrs), attrs["compile_cache"])
 
     def _screen_reference(self, trial: Any) -> float | None:
         """The best tokens/s of the study so far (its completed trials and its baseline), which a
@@ -541,6 +575,10 @@ def _ddp_settings(model: Any) -> dict[str, Any] | None:
 
 # The knobs the memory estimate reads besides the batch (`MemoryEstimator.estimate`).
 _MEMORY_KNOBS = ("precision", "optim", "attn_implementation", "activation_checkpointing")
+
+
+# The study's per-sample activation bytes by kind (`MemoryEstimator.known_activations`).
+ACTIVATION_PROBES = "activation_probes"
 
 
 def _study_baseline(trial: Any) -> dict[str, Any]:

@@ -11,6 +11,10 @@ import pytest
 
 import autotune
 from autotune.cli import main
+from autotune.progress import describe_time_breakdown
+from autotune.study.export import expected_lines, export_config
+from autotune.study.objective import compile_s, run_compile_s
+from autotune.study.store import best_trial
 from tests.helpers import FAST_RUN, write_space
 
 pytestmark = pytest.mark.timeout(600)
@@ -44,6 +48,10 @@ def test_a_second_search_hits_the_cache_of_a_configuration_already_measured(tmp_
     assert warm.state == optuna.trial.TrialState.COMPLETE, warm.user_attrs.get("message")
     assert warm.user_attrs["compile_cache"] == "hit"
     assert warm.user_attrs["compile_s"] > 0  # dynamo still traces: only compiled code is cached
+    # A user's run compiles cold: the warm trial carries the cold trial's figure for predictions.
+    assert cold.user_attrs["compile_cold_s"] == pytest.approx(compile_s(cold.user_attrs))
+    assert warm.user_attrs["compile_cold_s"] == pytest.approx(cold.user_attrs["compile_cold_s"])
+    assert run_compile_s(warm.user_attrs) == pytest.approx(cold.user_attrs["compile_cold_s"])
 
 
 def test_the_search_stores_its_time_breakdown_and_show_prints_it(
@@ -63,6 +71,8 @@ def test_the_search_stores_its_time_breakdown_and_show_prints_it(
     for trial in study.trials:
         assert trial.user_attrs["setup_s"] > 0
         assert trial.user_attrs["compile_s"] == 0.0 and trial.user_attrs["compile_cache"] is None
+    # The first worker's probe of the memory estimate is kept for the next ones (one kind here).
+    assert list(study.user_attrs["activation_probes"]) == ["cpu|sdpa|fp32|0"]
     breakdown = study.user_attrs["time_breakdown"]
     phases = breakdown["phases"]
     assert set(phases) == {"setup_s", "compile_s", "warmup_s", "window_s", "screening_s", "between_s"}
@@ -76,6 +86,10 @@ def test_the_search_stores_its_time_breakdown_and_show_prints_it(
     stages = breakdown["stages"]
     assert all(stages[name] > 0 for name in ("baseline_s", "search_s", "finalists_s"))
     assert math.fsum(stages.values()) <= breakdown["wall_s"]
+    # The export carries it, and says it in the lines the yaml/accelerate/python formats begin with.
+    config = export_config(study, best_trial(study))
+    assert config["expected"]["search_time"] == breakdown
+    assert describe_time_breakdown(breakdown) in expected_lines(config)
 
     with pytest.raises(SystemExit) as exit_info:
         main(["show", "time", "--storage", storage])

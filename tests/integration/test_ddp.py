@@ -89,12 +89,17 @@ def test_unused_parameters_without_their_search_are_a_recorded_reason(tmp_path: 
     result = _ddp_search(
         tmp_path,
         "unused.db",
-        [without, {**without, "ddp_find_unused_parameters": True}],
+        [without, {**without, "ddp_bucket_cap_mb": 1}, {**without, "ddp_find_unused_parameters": True}],
         callbacks=[SkipLastBlock()],
+        trials=2,  # the second trial is known to fail and costs no training
     )
-    failed, searched = sorted(result.study.trials, key=lambda t: t.number)[:2]
+    failed, known, searched = sorted(result.study.trials, key=lambda t: t.number)[:3]
     assert failed.params == without and failed.state != optuna.trial.TrialState.COMPLETE
     assert failed.user_attrs["reason"] == "unused_parameters", failed.user_attrs.get("message")
+    # Learned: another trial without the search is not trained on this model.
+    assert known.user_attrs["reason"] == "unused_parameters_known"
+    assert known.user_attrs["trained"] is False
+    assert f"trial {failed.number} failed without ddp_find_unused_parameters" in known.user_attrs["message"]
     # The search went on: the same model with the search for unused parameters on trains.
     assert searched.state == optuna.trial.TrialState.COMPLETE
     assert searched.user_attrs["ddp"]["find_unused_parameters"] is True

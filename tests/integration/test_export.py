@@ -12,8 +12,11 @@ import pytest
 import yaml
 from transformers import HfArgumentParser, Trainer, TrainingArguments
 
+from autotune.errors import UsageError
 from autotune.study.export import (
     export_config,
+    notes,
+    render,
     select_trial,
     to_accelerate,
     to_flags,
@@ -176,3 +179,50 @@ def test_exported_json_trains(study: optuna.Study, tmp_path: Path) -> None:
     output = Trainer(model=model, args=args, train_dataset=workload.dataset(0)).train()
     assert output.global_step == 2
     assert model.config._attn_implementation == "sdpa"
+
+
+@pytest.mark.parametrize(
+    ("strategy", "kind"),
+    [
+        ("zero1", "DEEPSPEED"),
+        ("zero2", "DEEPSPEED"),
+        ("zero3", "DEEPSPEED"),
+        ("fsdp_full_shard", "FSDP"),
+        ("fsdp_shard_grad_op", "FSDP"),
+        ("ddp", "MULTI_GPU"),
+    ],
+)
+def test_a_sharded_winner_exports_the_accelerate_config_of_its_strategy(
+    tmp_path: Path, strategy: str, kind: str
+) -> None:
+    from accelerate.commands.config.config_args import load_config_from_file
+    from accelerate.utils import DistributedType
+
+    from autotune.space.knobs import trial_kwargs
+
+    args, _ = trial_kwargs({"data_parallel": strategy, "per_device_train_batch_size": 8, "precision": "bf16"})
+    config = {
+        "training_args": args,
+        "model_kwargs": {},
+        "expected": {"world_size": 4, "device": "cuda", "trial": 7, "study": "s", "model": "m"},
+    }
+    path = tmp_path / "accelerate.yaml"
+    path.write_text(to_accelerate(config))
+    loaded = load_config_from_file(str(path))
+    assert loaded.distributed_type == DistributedType[kind]
+    assert loaded.num_processes == 4 and loaded.mixed_precision == "bf16"
+    if kind == "DEEPSPEED":
+        stage = int(strategy.removeprefix("zero"))
+        assert loaded.deepspeed_config["zero_stage"] == stage
+        assert loaded.deepspeed_config["zero3_init_flag"] is (stage == 3)
+        # The ds_config the Trainer takes as it is: the stage, batch sizes left to the Trainer.
+        ds_config = json.loads(render(config, "deepspeed"))
+        assert ds_config["zero_optimization"] == {"stage": stage}
+        assert ds_config["train_micro_batch_size_per_gpu"] == "auto"
+        assert notes(config, "deepspeed") == notes(config, "flags")  # the expectation, on stderr
+    elif kind == "FSDP":
+        assert loaded.fsdp_config["fsdp_version"] == 2
+        assert loaded.fsdp_config["fsdp_reshard_after_forward"] is (strategy == "fsdp_full_shard")
+    if kind != "DEEPSPEED":
+        with pytest.raises(UsageError, match="trial 7 trained without DeepSpeed"):
+            render(config, "deepspeed")

@@ -138,6 +138,19 @@ def test_padding_free_trains_the_same_real_tokens_as_the_padded_run(searched: An
         assert attrs["window_tokens"] == sum(seen[number]["real"][first : first + steps])
 
 
+def test_padding_free_reports_its_gain_over_the_padded_run_or_says_why_not(searched: Any) -> None:
+    _, result = searched
+    padded, flat = _trial(result, 0).attrs, _trial(result, 1).attrs
+    compared = flat["padding_free_vs_padded"]
+    assert compared["twin"] == 0 and compared["twin_padding_fraction"] == padded["padding_fraction"]
+    assert compared["ratio"] == pytest.approx(flat["tokens_per_s"] / padded["tokens_per_s"])
+    if compared["ratio"] > 1:
+        assert "padding_free_note" not in flat
+    else:
+        assert flat["padding_free_note"].startswith(f"padding-free ran at {compared['ratio']:.2f}x")
+    assert "padding_free_vs_padded" not in padded  # padded trials have nothing to compare
+
+
 def test_length_grouping_reorders_the_data_and_counts_the_tokens_it_trained(searched: Any) -> None:
     seen, result = searched
     plain, grouped = seen[0], seen[2]

@@ -26,6 +26,19 @@ def _states(storage: str, name: str) -> list[optuna.trial.TrialState]:
         return []
 
 
+def _default_interrupt_signals() -> None:
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, signal.SIG_DFL)
+
+
+def _ignores(pid: int, number: signal.Signals) -> bool:
+    """Whether process `pid` ignores signal `number` (its SigIgn mask in /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) >> (number - 1) & 1)
+    return False
+
+
 def _interrupt_mid_trial(tmp_path: Path, number: signal.Signals, *extra: str) -> tuple[int, str, str]:
     """Start `autotune search` with its temporary folder under `tmp_path`, send it `number` while
     a trial runs, check that nothing is left behind; its exit code, output and storage URL."""
@@ -40,7 +53,11 @@ def _interrupt_mid_trial(tmp_path: Path, number: signal.Signals, *extra: str) ->
     args += ["--no-baseline", "--warmup-steps", "1", "--max-steps", "100000", "--max-seconds", "60"]
     args += ["--target-ci", "0.000001", *extra]
     log = open(tmp_path / "search.log", "w+")  # noqa: SIM115
-    proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
+    # As a shell starts it: SIGINT and SIGTERM at their defaults, whatever this test process inherited
+    # or an earlier test left (an ignored signal is inherited across exec, and autotune respects it).
+    proc = subprocess.Popen(
+        args, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_default_interrupt_signals
+    )
     try:
         wait_for(
             lambda: optuna.trial.TrialState.RUNNING in _states(storage, "sig") or proc.poll() is not None,
@@ -50,6 +67,7 @@ def _interrupt_mid_trial(tmp_path: Path, number: signal.Signals, *extra: str) ->
         assert proc.poll() is None, (tmp_path / "search.log").read_text()
         started = descendants(proc.pid)  # workers, torchrun and its ranks, the forkserver
         assert started
+        assert not _ignores(proc.pid, number), f"the search ignores {number.name}"
         proc.send_signal(number)
         code = proc.wait(timeout=90)
     finally:

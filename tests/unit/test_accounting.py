@@ -7,6 +7,7 @@ import math
 import pytest
 
 from autotune.driver.accounting import PHASES, breakdown, job_phases
+from autotune.progress import PHASE_NAMES, describe_time_breakdown
 
 
 def test_compile_is_counted_out_of_the_warm_up() -> None:
@@ -42,3 +43,15 @@ def test_phases_sum_to_the_slots_wall_time() -> None:
 def test_between_trials_is_never_negative() -> None:
     result = breakdown(1.0, 1, [job_phases({"window_s": 1.0000001})], {})
     assert result["phases"]["between_s"] == 0.0
+
+
+def test_the_breakdown_in_one_line_names_every_phase_and_stage() -> None:
+    jobs = [job_phases({"setup_s": 1.0, "warmup_s": 2.0, "compile_s": 0.5, "window_s": 3.0})] * 2
+    line = describe_time_breakdown(breakdown(10.0, 2, jobs, {"search_s": 9.0}))
+    assert line is not None
+    assert line.startswith("search time: 10.0 s x 2 slots, 30% of it measured (")
+    for name in PHASE_NAMES.values():
+        assert name in line
+    assert "measured windows 6.0 s" in line and "between trials 8.0 s" in line
+    assert "; stages: baseline 0.0 s, search 9.0 s, finalists 0.0 s" in line
+    assert describe_time_breakdown(None) is None and describe_time_breakdown({}) is None

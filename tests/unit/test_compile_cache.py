@@ -56,3 +56,30 @@ def test_the_environment_points_inductor_and_triton_there_and_is_restored(
 )
 def test_cache_verdict(hits: int, misses: int, verdict: str | None) -> None:
     assert cache_verdict(hits, misses) == verdict
+
+
+def test_the_cold_figure_is_kept_by_the_cold_trial_and_read_by_warm_ones(tmp_path: Path) -> None:
+    from autotune.trial.compile_cache import cold_compile_s, compile_key
+
+    key = compile_key({"model": "tiny-gpt2", "values": {"torch_compile": "inductor", "bs": 8}})
+    assert key == compile_key({"values": {"bs": 8, "torch_compile": "inductor"}, "model": "tiny-gpt2"})
+    assert key != compile_key({"model": "tiny-gpt2", "values": {"torch_compile": "inductor", "bs": 16}})
+    assert cold_compile_s(tmp_path, key, 1.5, "hit") is None  # nothing recorded yet
+    assert cold_compile_s(tmp_path, key, 30.0, "miss") == 30.0
+    assert cold_compile_s(tmp_path, key, 2.0, "hit") == 30.0
+    assert cold_compile_s(tmp_path, key, 9.0, "partial") == 30.0
+    assert cold_compile_s(tmp_path, key, 2.0, None) is None  # nothing compiled
+    other = compile_key({"model": "tiny-llama"})
+    assert cold_compile_s(tmp_path, other, 12.0, "miss") == 12.0
+    assert cold_compile_s(tmp_path, key, 2.0, "hit") == 30.0  # both kept
+    (tmp_path / "cold-compile.json").write_text("not json")
+    assert cold_compile_s(tmp_path, key, 2.0, "hit") is None  # a broken file costs the figure only
+
+
+def test_a_run_is_predicted_with_the_cold_compile() -> None:
+    from autotune.study.objective import predicted_run_s, run_compile_s
+
+    warm = {"tokens_per_s": 1000.0, "setup_s": 1.0, "compile_s": 2.0, "compile_cold_s": 30.0}
+    assert run_compile_s(warm) == 30.0
+    assert predicted_run_s(warm, 10_000) == 1.0 + 30.0 + 10.0
+    assert run_compile_s({"compile_s": 2.0, "warmup_excess_s": 3.0}) == 3.0

@@ -80,3 +80,37 @@ def test_sharding_divides_what_each_strategy_shards_over_the_ranks():
     assert static_bytes(n, "fp32", "adamw_torch", ranks, "fsdp_full_shard") == full
     # One process shards nothing.
     assert static_bytes(n, "fp32", "adamw_torch", 1, "zero3") == weights + grads + state
+
+
+def test_a_study_keeps_the_probes_so_a_fresh_process_does_not_probe_a_kind_again() -> None:
+    from typing import Any
+
+    from autotune.measure.estimator import MemoryEstimator
+
+    class Probing(MemoryEstimator):
+        def __init__(self, device: str) -> None:
+            super().__init__(workload=None, device=device)  # type: ignore[arg-type]  # never built here
+            self.probed: list[tuple[str, str, int]] = []
+
+        def _measure(self, attention: str, precision: str, checkpointing: int, size: int = 2) -> float:
+            self.probed.append((attention, precision, checkpointing))
+            return 1000.0 * (1 + len(self.probed))
+
+    first = Probing("cpu")
+    first.activation_bytes_per_sample("sdpa", "bf16", 0)
+    first.activation_bytes_per_sample("eager", "fp32", 2)
+    stored: dict[str, Any] = first.known_activations()
+    assert stored == {"cpu|sdpa|half|0": 2000.0, "cpu|eager|fp32|2": 3000.0}
+
+    fresh = Probing("cpu")
+    fresh.learn_activations(stored)
+    assert fresh.activation_bytes_per_sample("sdpa", "fp16", 0) == 2000.0  # fp16 is bf16's class
+    assert fresh.activation_bytes_per_sample("eager", "fp32", 2) == 3000.0
+    assert fresh.probed == []
+    fresh.activation_bytes_per_sample("sdpa", "fp32", 0)  # a new kind is probed
+    assert fresh.probed == [("sdpa", "fp32", 0)]
+    # Another device's figures are not this one's.
+    gpu = Probing("cuda")
+    gpu.learn_activations(stored)
+    gpu.activation_bytes_per_sample("sdpa", "bf16", 0)
+    assert gpu.probed == [("sdpa", "bf16", 0)]

@@ -53,3 +53,35 @@ def test_without_a_cap_the_estimate_is_still_made_for_the_record() -> None:
     estimate = _Estimate(10**12)
     assert precheck(_params(8), [], estimate, cap_bytes=None) is None
     assert estimate.calls == 1
+
+
+def _ddp(bs: int, find_unused: bool | None, static: bool = False) -> dict[str, object]:
+    params: dict[str, object] = {**_params(bs), "ddp_static_graph": static}
+    if find_unused is not None:
+        params["ddp_find_unused_parameters"] = find_unused
+    return params
+
+
+def test_a_model_with_unused_parameters_keeps_their_search_on() -> None:
+    failed = PastTrial(4, _ddp(8, False), "unused_parameters")
+    estimate = _Estimate(None)
+    # Any other trial without the search, under the same graph setting, would fail the same way.
+    skip = precheck(_ddp(16, False), [failed], estimate, cap_bytes=None)
+    assert skip == ("unused_parameters_known", failed)
+    assert estimate.calls == 0
+    # With the search on, or left to the Trainer, or with a static graph (DDP handles them then), it runs.
+    for params in (_ddp(16, True), _ddp(16, None), _ddp(16, False, static=True)):
+        assert precheck(params, [failed], _Estimate(None), cap_bytes=None) is None
+    # Another failure is no evidence of unused parameters.
+    assert (
+        precheck(_ddp(16, False), [PastTrial(4, _ddp(8, False), "nan_loss")], _Estimate(None), None) is None
+    )
+
+
+def test_unused_parameters_are_a_configuration_that_cannot_run_for_the_sampler() -> None:
+    from autotune.study.outcomes import NOT_TRAINED, constraint_values
+
+    for reason in ("unused_parameters", "unused_parameters_known", "unavailable"):
+        assert constraint_values(reason, None, None)["runs_here"] == 1.0
+    assert constraint_values("oom", None, None)["runs_here"] == 0.0
+    assert "unused_parameters_known" in NOT_TRAINED and "unused_parameters" not in NOT_TRAINED

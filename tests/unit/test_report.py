@@ -400,3 +400,26 @@ def test_trial_table_shows_mfu_only_where_it_is_known(study: optuna.Study) -> No
     cells = re.findall(r"<td class='[a-z]*'>(.*?)</td>", rows[6])
     assert cells[3:6] == ["40.0k", "2.5%", "42.4%"]
     assert re.findall(r"<td class='[a-z]*'>(.*?)</td>", rows[0])[5] == "-"  # a trial without MFU
+
+
+def test_header_shows_the_finalists_rounds_and_the_search_time(study: optuna.Study) -> None:
+    study.set_user_attr(
+        "finalists",
+        [
+            {"number": 0, "tokens_per_s": [31e3, 32e3, 30e3, 31e3], "median": 31e3, "spread": 0.03},
+            {"number": -1, "tokens_per_s": [25e3, 26e3, 24e3], "median": 25e3, "spread": 0.04},
+        ],
+    )
+    study.set_user_attr(
+        "time_breakdown",
+        {
+            "wall_s": 50.0,
+            "slots": 1,
+            "phases": {"setup_s": 5.0, "window_s": 40.0, "between_s": 5.0},
+            "measured_share": 0.8,
+            "stages": {"search_s": 30.0, "finalists_s": 20.0},
+        },
+    )
+    html = build_report(study)
+    assert "#0 31.0k tok/s ±3.0% over 4 rounds, baseline 25.0k tok/s ±4.0% over 3 rounds" in html
+    assert "<dt>search time</dt><dd>50.0 s, 80% of it measured (set-up 5.0 s" in html

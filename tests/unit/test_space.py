@@ -331,3 +331,40 @@ def test_grid_needs_resolved_size_rules(tmp_path):
         32,
         64,
     ]
+
+
+def test_ddp_knobs_vary_only_where_the_ranks_run_ddp(tmp_path):
+    path = write(
+        tmp_path,
+        "knobs:\n  data_parallel: [ddp, zero2, fsdp_full_shard]\n  ddp_bucket_cap_mb: [25, 100]\n"
+        "  ddp_static_graph: [false, true]\n",
+    )
+    grid = load_space(path).grid()
+    # ddp x 2 buckets x 2 graphs, and each sharded strategy once, without DDP's settings.
+    assert len(grid) == 4 + 2
+    assert all(("ddp_bucket_cap_mb" in p) == (p["data_parallel"] == "ddp") for p in grid)
+    assert {"data_parallel": "zero2"} in grid
+    for point in grid:
+        assert load_space(path).suggest(optuna.trial.FixedTrial(point)) == point
+
+
+def test_ddp_knobs_without_a_strategy_knob_apply_to_the_default_ddp(tmp_path):
+    grid = load_space(write(tmp_path, "knobs:\n  ddp_static_graph: [false, true]\n")).grid()
+    assert grid == [{"ddp_static_graph": False}, {"ddp_static_graph": True}]
+
+
+def test_ddp_knobs_with_only_sharded_strategies_are_a_space_error(tmp_path):
+    path = write(tmp_path, "knobs:\n  data_parallel: [zero2, zero3]\n  ddp_static_graph: [false, true]\n")
+    with pytest.raises(
+        SpaceError, match=r"knobs\.ddp_static_graph only applies when data_parallel is one of ddp"
+    ):
+        load_space(path)
+
+
+def test_a_strategy_left_out_here_takes_the_ddp_knobs_with_it_only_when_ddp_goes(tmp_path):
+    space = load_space(
+        write(tmp_path, "knobs:\n  data_parallel: [ddp, zero2]\n  ddp_static_graph: [false, true]\n")
+    )
+    kept, dropped = space.without(lambda name, value: "not here" if value == "ddp" else None)
+    assert "ddp_static_graph" not in kept.knobs
+    assert any(d.startswith("ddp_static_graph: only applies with data_parallel in ['ddp']") for d in dropped)

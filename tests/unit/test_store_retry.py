@@ -231,6 +231,23 @@ def test_only_a_store_known_to_exist_is_waited_for_at_open(
         assert len(calls) == 1
 
 
+def test_an_existing_store_unreachable_past_the_bound_at_open_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite:///{tmp_path / 'open.db'}"
+    open_storage(url)
+
+    def refused(self: RetryingRDBStorage, *args: Any, **kwargs: Any) -> None:
+        raise _operational("could not connect to server: Connection refused")
+
+    monkeypatch.setattr(RetryingRDBStorage, "__init__", refused)
+    # The same one line as a store call past its bound, naming the flag that allows longer outages
+    # (not "check the URL": a worker's store is known to exist).
+    with pytest.raises(StoreError, match=r"unreachable for \d+ s .*Connection refused") as raised:
+        open_storage(url, existing=True, retry_s=0.3)
+    assert "--store-retry-s" in str(raised.value) and "check the URL" not in str(raised.value)
+
+
 def test_a_finished_state_that_landed_is_success(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     study = optuna.create_study(storage=_sqlite(tmp_path), study_name="s")
     trial = study.ask()

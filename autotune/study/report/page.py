@@ -15,6 +15,7 @@ import optuna
 from autotune.progress import (
     TrialSummary,
     describe_params,
+    describe_time_breakdown,
     format_bytes,
     format_rate,
     format_value,
@@ -147,8 +148,12 @@ def _header(study: optuna.Study, data: ReportData) -> str:
         for f in finalists:
             spread = f" ±{100 * f['spread']:.1f}%" if f.get("spread") is not None else ""
             who = "baseline" if f.get("number", 0) < 0 else f"#{f.get('number')}"
-            parts.append(f"{who} {format_rate(f.get('median'))} tok/s{spread}")
+            rounds = len(f.get("tokens_per_s") or [])  # extra rounds race only some of them
+            parts.append(f"{who} {format_rate(f.get('median'))} tok/s{spread} over {rounds} rounds")
         rows.append(("finalists (median of re-measurements)", ", ".join(parts)))
+    spent = describe_time_breakdown(attrs.get("time_breakdown"))
+    if spent:
+        rows.append(("search time", spent.removeprefix("search time: ")))
     body = "\n".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in rows)
     return f"<h1>autotune report: {html.escape(data.study_name)}</h1>\n<dl class='header'>\n{body}\n</dl>"
 

@@ -1,0 +1,123 @@
+"""What the study's shared compile cache saves: a compiled configuration cold, then again warm.
+
+    python benchmarks/compile_cache.py [--rounds 2]   # about 10 minutes on 2 CPU cores
+
+Per preset, one configuration (`torch_compile: inductor`, batch 8, the preset's sequence length)
+is measured by one real trial in a fresh worker, three times on one fresh store: study ``cold``
+(an empty cache folder next to the store), then studies ``warm-1`` and ``warm-2`` (other studies of
+the same store: the same cache, as the finalists, a resume or another worker see it). Each trial
+records what autotune itself records: ``compile_s`` (dynamo's own timer: tracing, AOTAutograd and
+inductor, cache loads included), ``compile_cache`` (hit / miss / partial from inductor's and
+AOTAutograd's counters), ``warmup_excess_s`` (warm-up beyond steady-state steps) and ``setup_s``.
+Rounds repeat the whole sequence on a new store. Torch's own default (inductor's caches in
+``/tmp/torchinductor_$USER``) is the same mechanism in a per-host temp folder: the warm rows are what
+it saves a fresh worker on one host while that folder survives; the study's folder makes it last
+with the store and reach every process of the study.
+Results go to ``benchmarks/results/compile_cache.json`` and ``benchmarks/sections/compile_cache.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results" / "compile_cache.json"
+SECTION = HERE / "sections" / "compile_cache.md"
+SPACE = "description: one compiled configuration\nknobs:\n  torch_compile: [inductor]\n"
+SPACE += "  per_device_train_batch_size: [8]\n"
+STUDIES = ("cold", "warm-1", "warm-2")
+KEYS = ("compile_s", "compile_cache", "warmup_excess_s", "setup_s", "warmup_s", "window_s", "tokens_per_s")
+
+
+def one_round(model: str, folder: Path) -> dict[str, dict[str, Any]]:
+    import autotune
+
+    space = folder / "space.yaml"
+    space.write_text(SPACE)
+    storage = f"sqlite:///{folder / 'store.db'}"
+    out = {}
+    for study in STUDIES:
+        autotune.search(
+            model=model, space=str(space), trials=1, storage=storage, study=study,
+            finalists=0, measure_baseline=False,
+        )  # fmt: skip
+        trial = optuna.load_study(study_name=study, storage=storage).trials[0]
+        if trial.state != optuna.trial.TrialState.COMPLETE:
+            raise RuntimeError(f"{model} {study}: {trial.user_attrs.get('message')}")
+        out[study] = {key: trial.user_attrs.get(key) for key in KEYS}
+        print(json.dumps({"model": model, "study": study, **out[study]}), flush=True)
+    return out
+
+
+def section(data: dict[str, Any]) -> str:
+    m = data["machine"]
+    lines = [
+        "## Compile cache: a compiled configuration cold, then warm\n",
+        f"`python benchmarks/compile_cache.py`, {m['date']}, commit {m['commit']}: {m['cpu']}, "
+        f"{m['cores']} threads, torch {m['torch']}. One configuration (`torch_compile=inductor`, "
+        "batch 8, the preset's sequence length) measured by one trial in a fresh worker: first on an "
+        "empty cache (`cold`), then twice more by other studies of the same store (`warm`: the "
+        f"study's cache next to the store, as finalists, resumes and other workers see it); "
+        f"{data['rounds']} rounds, each on a new store. Medians, with the rounds' range. "
+        "*compile* is dynamo's own timer (tracing, AOTAutograd, inductor, cache loads); *warm-up "
+        "excess* is the warm-up's time beyond steady-state steps, what a run pays once.\n",
+        "| preset | cache | compile | warm-up excess | set-up | cache verdicts |",
+        "|---|---|---|---|---|---|",
+    ]
+    for model, rounds in data["presets"].items():
+        for label, studies in (("cold", ["cold"]), ("warm", ["warm-1", "warm-2"])):
+            rows = [r[s] for r in rounds for s in studies]
+
+            def cell(key: str, rows: list[dict[str, Any]] = rows) -> str:
+                values = [float(r[key] or 0.0) for r in rows]
+                return f"{statistics.median(values):.1f} s ({min(values):.1f}-{max(values):.1f})"
+
+            verdicts = ", ".join(sorted({str(r["compile_cache"]) for r in rows}))
+            lines.append(
+                f"| {model} | {label} | {cell('compile_s')} | {cell('warmup_excess_s')} | "
+                f"{cell('setup_s')} | {verdicts} |"
+            )
+    lines.append("")
+    for model, rounds in data["presets"].items():
+        cold = statistics.median(float(r["cold"]["compile_s"]) for r in rounds)
+        warm = statistics.median(float(r[s]["compile_s"]) for r in rounds for s in STUDIES[1:])
+        lines.append(
+            f"- {model}: a warm worker compiles in {warm:.1f} s instead of {cold:.1f} s "
+            f"({warm / cold:.2f}x); what remains is dynamo's tracing, which torch does not cache."
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    sys.path.insert(0, str(HERE))
+    from harness import machine
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--model", action="append", default=None)
+    args = parser.parse_args()
+    models = args.model or ["tiny-gpt2", "tiny-llama", "tiny-bert"]
+    presets: dict[str, list[dict[str, Any]]] = {model: [] for model in models}
+    with tempfile.TemporaryDirectory(prefix="bench-compile-cache-") as temp:
+        for round_number in range(args.rounds):
+            for model in models:
+                folder = Path(temp) / f"{model}-{round_number}"
+                folder.mkdir()
+                presets[model].append(one_round(model, folder))
+    data = {"machine": machine(), "rounds": args.rounds, "presets": presets}
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    SECTION.write_text(section(data))
+    print(SECTION.read_text())
+
+
+if __name__ == "__main__":
+    main()
