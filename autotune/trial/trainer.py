@@ -110,6 +110,9 @@ class AutotuneTrainer(Trainer):
         self.owner = this_process()
         self.job_id: str | None = None  # the worker job (set by workers): how a supervisor finds the trial
         model_init: Callable[..., Any] = self._build_model
+        # Trainer builds a model in __init__ and each trial builds its own: the first only has to
+        # be of the right class and config (see `Workload.build_placeholder`).
+        self._placeholder_wanted = True
         super().__init__(
             model_init=model_init,
             args=TrainingArguments(**self.base_args),
@@ -117,6 +120,7 @@ class AutotuneTrainer(Trainer):
             data_collator=self.workload.collator(),
             callbacks=[measurement, *callbacks],
         )
+        self._placeholder_wanted = False
         # Samples of a user's dataset differ in length: count each window's real tokens.
         measurement.count_tokens = self.workload.tokens_in
         # With tqdm off, Trainer prints its metrics dict; the reporter shows trials instead.
@@ -264,7 +268,16 @@ class AutotuneTrainer(Trainer):
         AcceleratorState._reset_state(reset_partial_state=False)
 
     def _build_model(self, trial: Any) -> torch.nn.Module:
+        if self._placeholder_wanted:
+            placeholder = self.workload.build_placeholder(self.trial_model_kwargs)
+            if placeholder is not None:
+                return placeholder
         return self.workload.build_model(self.trial_model_kwargs)
+
+    def _move_model_to_device(self, model: Any, device: Any) -> None:
+        if any(parameter.is_meta for parameter in model.parameters()):
+            return  # the placeholder of __init__: it has no storage to move, and is never trained
+        super()._move_model_to_device(model, device)
 
     # -- running a trial ----------------------------------------------------------------------
 

@@ -70,6 +70,9 @@ class UserWorkload(Workload):
             model.config.use_cache = False
         return model
 
+    def build_placeholder(self, model_kwargs: dict[str, Any]) -> torch.nn.Module | None:
+        return None  # the user's model_init or model may not build on the meta device
+
     def dataset(self, seed: int) -> torch.utils.data.Dataset:
         return Cycled(self.train_dataset)
 

@@ -93,6 +93,17 @@ class Workload:
             model.config.use_cache = False
         return model
 
+    def build_placeholder(self, model_kwargs: dict[str, Any]) -> torch.nn.Module | None:
+        """A model of the trial's class and config with no storage (on the meta device), for what a
+        `Trainer` reads of its model before a trial builds its own (the class, the config, the
+        forward's signature): a worker builds its model once, not twice (for a 0.5B model a full
+        build, random initialisation or weights read from disk, is seconds). None where no such
+        model can be made (a user's own model)."""
+        auto = self._auto_class()
+        remote = {"trust_remote_code": True} if self.trust_remote_code else {}
+        with quiet_loading(), torch.device("meta"):
+            return auto.from_config(self.config, **remote, **model_kwargs)
+
     def build_probe_model(self, model_kwargs: dict[str, Any]) -> torch.nn.Module:
         """A model of the trial's shape for a memory probe, whose weights' values do not matter:
         built without the random initialisation (for a model of 0.5B parameters that is most of
@@ -104,6 +115,9 @@ class Workload:
 
         with no_init_weights():
             model = self.build_model(model_kwargs)
+        # no_init_weights skips transformers' whole `init_weights`, tying included: untied, the
+        # probe would hold (and compute gradients of) a second embedding matrix the trial does not.
+        model.tie_weights()
         with torch.no_grad():
             for parameter in model.parameters():
                 parameter.zero_()

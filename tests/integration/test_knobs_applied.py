@@ -206,3 +206,52 @@ def test_values_survive_the_trip_through_a_fixed_trial(tmp_path_factory: pytest.
         assert seen["fused"] is (params["optim"] == "adamw_torch_fused")
         assert seen["attn_implementation"] == params["attn_implementation"]
         assert seen["checkpointing"] is params["activation_checkpointing"]
+
+
+def test_each_trial_builds_its_model_once(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Trainer's own model (made in its __init__, before any trial) is a placeholder without
+    storage; the full builds are the trials' own, one each (the memory probe's, and the estimate's
+    count of parameters on the meta device, are counted apart)."""
+    from autotune.workloads.workload import Workload
+
+    built: list[str] = []
+    real_build, real_probe, real_placeholder = (
+        Workload.build_model,
+        Workload.build_probe_model,
+        Workload.build_placeholder,
+    )
+    probing: list[bool] = []
+
+    def build_model(self: Workload, kwargs: dict[str, Any]) -> Any:
+        model = real_build(self, kwargs)
+        meta = next(model.parameters()).is_meta  # the estimate counting parameters: no storage
+        built.append("probe" if probing else "meta" if meta else "full")
+        return model
+
+    def build_probe_model(self: Workload, kwargs: dict[str, Any]) -> Any:
+        probing.append(True)
+        try:
+            return real_probe(self, kwargs)
+        finally:
+            probing.pop()
+
+    def build_placeholder(self: Workload, kwargs: dict[str, Any]) -> Any:
+        built.append("placeholder")
+        return real_placeholder(self, kwargs)
+
+    monkeypatch.setattr(Workload, "build_model", build_model)
+    monkeypatch.setattr(Workload, "build_probe_model", build_probe_model)
+    monkeypatch.setattr(Workload, "build_placeholder", build_placeholder)
+    space = write_space(tmp_path, {"per_device_train_batch_size": [2, 4]})
+    result = autotune.search(
+        model="tiny-gpt2",
+        space=space,
+        trials=2,
+        storage=f"sqlite:///{tmp_path / 'once.db'}",
+        seq_len=32,
+        **IN_PROCESS,
+    )
+    trained = [t for t in result.trials if t.state == "COMPLETE" and not t.message]  # not reused
+    assert len(trained) == 2
+    assert built.count("full") == len(trained), built
+    assert built.count("placeholder") >= 1 and built.index("placeholder") < built.index("full"), built
