@@ -117,7 +117,9 @@ class Workload:
             model = self.build_model(model_kwargs)
         # no_init_weights skips transformers' whole `init_weights`, tying included: untied, the
         # probe would hold (and compute gradients of) a second embedding matrix the trial does not.
-        model.tie_weights()
+        tie: Any = getattr(model, "tie_weights", None)
+        if callable(tie):
+            tie()
         with torch.no_grad():
             for parameter in model.parameters():
                 parameter.zero_()
