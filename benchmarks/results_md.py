@@ -681,6 +681,9 @@ def _setup_cost(data: dict[str, Any] | None, claims: list[str]) -> str:
     """Item 7 (`benchmarks/setup_cost.py`): a fresh worker's set-up for a ~0.5B model."""
     if data is None:
         return ""
+    previous = data.get("previous") or {}
+    before = {bool(c["pretrained"]): c for c in previous.get("cases", [])}
+    before_header = f" set-up before (commit {previous['commit']}) |" if before else ""
     lines = [
         "## 7. Set-up of a fresh worker for a 0.5B model\n",
         _machine(data),
@@ -689,8 +692,8 @@ def _setup_cost(data: dict[str, Any] | None, claims: list[str]) -> str:
         "the trial records as `setup_s`: from the worker taking the job to its first optimizer step "
         "(loading the study, the Trainer, the memory estimate's probe, the model).\n",
         "| model | parameters | set-up | first step | warm-up | window | set-up share of the trial "
-        "| search wall |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| search wall |{before_header}",
+        "|---|---|---|---|---|---|---|---|" + ("---|" if before_header else ""),
     ]
     for case in data["cases"]:
         setup, warmup, window = (float(case.get(k) or 0.0) for k in ("setup_s", "warmup_s", "window_s"))
@@ -700,6 +703,7 @@ def _setup_cost(data: dict[str, Any] | None, claims: list[str]) -> str:
         lines.append(
             f"| {label} | {case['params'] / 1e6:.0f}M | {setup:.1f} s | {first:.1f} s "
             f"| {warmup:.1f} s | {window:.1f} s | {100 * share:.0f}% | {case['wall_s']:.0f} s |"
+            + (f" {float(before[case['pretrained']]['setup_s']):.1f} s |" if case["pretrained"] in before else "")
         )
         claims_label = "pretrained" if case["pretrained"] else "random-init"
         claims.append(

@@ -72,6 +72,21 @@ def one_case(folder: Path, pretrained: bool) -> dict[str, Any]:
     return {"pretrained": pretrained, "wall_s": wall_s, **{k: attrs.get(k) for k in keys}}
 
 
+def previous_run(path: Path, now: dict[str, Any]) -> dict[str, Any] | None:
+    """The set-up figures of the run stored at `path`, when it was taken on another commit of this
+    kind of machine (same CPU and core count), to show before and after side by side."""
+    if not path.exists():
+        return None
+    old = json.loads(path.read_text())
+    machine = old.get("machine") or {}
+    if machine.get("commit") == now.get("commit"):
+        return old.get("previous")  # a re-run of the same commit keeps what it was compared with
+    if (machine.get("cpu"), machine.get("cores")) != (now.get("cpu"), now.get("cores")):
+        return None
+    cases = [{k: c.get(k) for k in ("pretrained", "setup_s", "wall_s")} for c in old.get("cases", [])]
+    return {"commit": machine.get("commit"), "date": machine.get("date"), "cases": cases}
+
+
 def main() -> None:
     sys.path.insert(0, str(HERE))
     from harness import machine
@@ -86,9 +101,9 @@ def main() -> None:
             print(json.dumps(case), flush=True)
             cases.append(case)
     RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(
-        json.dumps({"machine": machine(), "shape": SHAPE, "args": ARGS, "cases": cases}, indent=1)
-    )
+    result = {"machine": machine(), "shape": SHAPE, "args": ARGS, "cases": cases}
+    result["previous"] = previous_run(RESULTS, result["machine"])
+    RESULTS.write_text(json.dumps(result, indent=1))
     from results_md import write_results
 
     print(f"wrote {write_results(RESULTS.parent, HERE / 'RESULTS.md')}")
