@@ -700,10 +700,11 @@ def _setup_cost(data: dict[str, Any] | None, claims: list[str]) -> str:
         share = setup / (setup + warmup + window) if setup + warmup + window else 0.0
         label = "`--pretrained` (safetensors)" if case["pretrained"] else "random init"
         first = float(case.get("first_step_s") or 0)
+        earlier = before.get(bool(case["pretrained"]))
         lines.append(
             f"| {label} | {case['params'] / 1e6:.0f}M | {setup:.1f} s | {first:.1f} s "
             f"| {warmup:.1f} s | {window:.1f} s | {100 * share:.0f}% | {case['wall_s']:.0f} s |"
-            + (f" {float(before[case['pretrained']]['setup_s']):.1f} s |" if case["pretrained"] in before else "")
+            + (f" {float(earlier['setup_s']):.1f} s |" if earlier else "")
         )
         claims_label = "pretrained" if case["pretrained"] else "random-init"
         claims.append(
