@@ -106,6 +106,36 @@ class Table:
     def optimum(self, cap: int | None) -> float:
         return self.configs[self.best(cap)].true_tokens_per_s or 0.0
 
+    def noise(self, cap: int | None, within: float = 0.03) -> dict[str, float]:
+        """How well the table itself knows each configuration: the spread of one window (relative
+        standard deviation, robust to a disturbed repeat, over the configurations measured more than
+        once), the standard
+        error of a configuration's figure from its repeats, and how many feasible configurations
+        cannot be told apart (95%) from the band within `within` of the optimum: those a
+        strategy's "within 3%" may land on or miss by the table's noise alone."""
+        # Robust to a disturbed repeat: the median of the configurations' own relative standard
+        # deviations, scaled by the median of a chi distribution (a pooled variance is dominated by
+        # the few configurations with one disturbed window).
+        deviations, repeats = [], []
+        for config in self.configs.values():
+            if len(config.samples) > 1:
+                deviations.append(statistics.stdev(config.samples) / statistics.fmean(config.samples))
+                repeats.append(len(config.samples))
+        freedom = statistics.median(repeats) - 1 if repeats else 1
+        chi_median = 0.6745 if freedom == 1 else (1 - 2 / (9 * freedom)) ** 1.5  # Wilson-Hilferty
+        spread = statistics.median(deviations) / chi_median if deviations else 0.0
+        n = statistics.median(repeats) if repeats else 1
+        error = spread / math.sqrt(n)
+        band = (1 - within) * self.optimum(cap)
+        # the difference of two figures, each known to `error`, at 95%
+        reach = 1 + 1.96 * error * math.sqrt(2)
+        plausible = sum(
+            1
+            for key, config in self.configs.items()
+            if self.feasible(key, cap) and (config.true_tokens_per_s or 0.0) * reach >= band
+        )
+        return {"window_spread": spread, "repeats": n, "figure_error": error, "plausible_within": plausible}
+
     def cap_excluding(self, share: float) -> int:
         """The cap (one of the measured peaks) that puts the share of configurations that ran over it
         closest to `share`."""

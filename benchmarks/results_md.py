@@ -118,7 +118,7 @@ def _replay(data: dict[str, Any] | None, claims: list[str]) -> str:
                 f"### {model}, {cap_text} ({case['infeasible']} of {workload['configs']} configurations "
                 f"infeasible)\n\nOptimum: {_k(case['optimum_tokens_per_s'])} tok/s with "
                 f"`{case['optimum_config']}`; configurations within 3% of it: "
-                f"{case['within_3pct_configs']}.\n"
+                f"{case['within_3pct_configs']}.{_table_noise(model, case['cap_bytes'])}\n"
             )
             lines.append(
                 "| strategy | trials to within 3%: median | p90 | never | trials to within 10%: median "
@@ -146,6 +146,26 @@ def _replay(data: dict[str, Any] | None, claims: list[str]) -> str:
         "model on its Hugging Face examples.\n"
     )
     return "\n".join(lines)
+
+
+def _table_noise(model: str, cap_bytes: int | None) -> str:
+    """What the grid's own repeats say about the 3% goal (computed from the committed table)."""
+    from replay import load_table
+
+    try:
+        noise = load_table(model).noise(cap_bytes)
+    except (OSError, SystemExit):
+        return ""
+    return (
+        f" The table's own noise: one window of a configuration spreads by "
+        f"{100 * noise['window_spread']:.1f}% (relative standard deviation, robust to a disturbed "
+        f"repeat), so a "
+        f"configuration's figure, from its {noise['repeats']:g} repeats, is known to about "
+        f"±{100 * noise['figure_error']:.1f}% (standard error), more than the 3% band; "
+        f"{noise['plausible_within']} configurations cannot be told apart from that band at 95%. "
+        f'Which of them is "within 3%" is the table\'s noise: trials to within 3% are not a measure '
+        f"of the strategy here, and the goal of at most 12 cannot be judged on this table."
+    )
 
 
 def _replay_claim(label: str, rows: dict[str, Any], cap: int) -> str:

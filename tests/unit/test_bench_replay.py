@@ -4,6 +4,7 @@ on a synthetic table whose optimum, memory and failures are known."""
 from __future__ import annotations
 
 import csv
+import math
 import sys
 from pathlib import Path
 
@@ -211,3 +212,27 @@ def test_finalists_re_measurement_undoes_a_lucky_window(table: replay.Table) -> 
     assert curve == [table.configs[best].true_tokens_per_s] * 2
     scored = replay.score(table, None, replay.Replay(observed=observed), finalists_seed=0)
     assert scored["trials_to_within"] == 1 and scored["trials_to_within_loose"] == 1
+
+
+def test_the_tables_own_noise_says_how_many_configurations_the_3pct_band_cannot_separate() -> None:
+    def config(key: str, samples: list[float]) -> replay.Config:
+        return replay.Config(key, {}, samples, 1, 1, None)
+
+    # Every configuration measured twice, 10% apart: a relative sd of 0.1 / sqrt(2) per pair, 0.105
+    # once scaled to sigma (median of a chi distribution with one degree of freedom: 0.6745).
+    pairs = {"best": 100.0, "close": 95.0, "mid": 85.0, "far": 50.0}
+    configs = {k: config(k, [m * 0.95, m * 1.05]) for k, m in pairs.items()}
+    configs["broken"] = config("broken", [])
+    table = replay.Table("t", configs, 0)
+    noise = table.noise(cap=None)
+    assert noise["repeats"] == 2
+    assert noise["window_spread"] == pytest.approx(0.1 / math.sqrt(2) / 0.6745, rel=1e-3)
+    error = noise["window_spread"] / math.sqrt(2)
+    assert noise["figure_error"] == pytest.approx(error)
+    # 97 is the band's edge; a figure within 1.96 * error * sqrt(2) of it (about 29% here) counts.
+    reach = 1 + 1.96 * error * math.sqrt(2)
+    expected = sum(1 for m in pairs.values() if m * reach >= 97.0)
+    assert noise["plausible_within"] == expected == 3  # best, close, mid; not far, not the failed one
+    # With a quieter table, the same figures separate: only the configurations truly in the band.
+    quiet = {k: config(k, [m * 0.999, m * 1.001]) for k, m in pairs.items()}
+    assert replay.Table("t", quiet, 0).noise(cap=None)["plausible_within"] == 1
