@@ -13,7 +13,7 @@ from typing import Any
 import optuna
 
 from autotune.measure.ranks import distributed, from_rank_zero, is_rank_zero
-from autotune.measure.stats import paired_speedup, rank_finalists, verdict
+from autotune.measure.stats import MIN_GAIN, paired_speedup, rank_finalists, verdict
 from autotune.plan.resolved import Plan, baseline_values
 from autotune.progress import Reporter, describe_params
 from autotune.study.objective import score, study_run_tokens
@@ -76,8 +76,9 @@ def remeasure_finalists(measure: Measure, plan: Plan, study: optuna.Study, repor
     rounds = plan.config.finalist_rounds
     # Rounds go on (up to twice as many) while the answer is not decided: the leader's speedup over
     # the baseline (its interval wholly above or below the gain worth a change), or its lead over
-    # the runner-up (their paired interval excludes 1). Those extra rounds race only the
-    # contestants of the open question; the others keep the rounds they have.
+    # the runner-up (their paired interval excludes 1), and while the rounds left could decide it.
+    # Those extra rounds race only the contestants of the open question; the others keep the
+    # rounds they have.
     max_rounds = 2 * rounds
     named = ", ".join("the baseline" if n == BASELINE else str(n) for n in contestants)
     reporter.on_note(f"re-measuring trials {named} in {rounds} interleaved rounds")
@@ -100,7 +101,7 @@ def remeasure_finalists(measure: Measure, plan: Plan, study: optuna.Study, repor
             throughput[number].append(measured["tokens_per_s"])
             reporter.on_remeasure(number, round_number, measured["tokens_per_s"], None)
         if round_number >= rounds:
-            pending = from_rank_zero(_undecided(by_round) if is_rank_zero() else None)
+            pending = from_rank_zero(_undecided(by_round, max_rounds) if is_rank_zero() else None)
             if pending is None or round_number == max_rounds:
                 break
             measured_now, why = pending
@@ -134,25 +135,36 @@ def remeasure_finalists(measure: Measure, plan: Plan, study: optuna.Study, repor
     study.set_user_attr("winner", {**answer, "verdict": text})
 
 
-def _undecided(by_round: dict[int, dict[int, float]]) -> tuple[list[int], str] | None:
+def _undecided(by_round: dict[int, dict[int, float]], max_rounds: int) -> tuple[list[int], str] | None:
     """Who the next round measures, and why: the leader (by median) and the baseline while the
     leader's speedup over it is not decided (`Speedup.decided`); the leader and the runner-up while
-    their order is not (the paired interval of their ratio holds 1). None when neither question is
-    open, or cannot be settled yet (fewer than two paired rounds)."""
+    their order is not (the paired interval of their ratio holds 1). Either only while
+    `max_rounds` rounds could decide it (`Speedup.could_decide`). None when neither question is
+    open and decidable, or cannot be judged yet (fewer than two paired rounds)."""
     ranked = [f.number for f in rank_finalists({n: list(v.values()) for n, v in by_round.items()})]
     trials = [number for number in ranked if number != BASELINE]
     if not trials:
         return None
     leader, racing, reasons = trials[0], [], []
     speedup = paired_speedup(by_round[leader], by_round.get(BASELINE, {}))
-    if speedup is not None and speedup.rounds >= 2 and not speedup.decided:
+    if (
+        speedup is not None
+        and speedup.rounds >= 2
+        and not speedup.decided
+        and speedup.could_decide(max_rounds, 1 + MIN_GAIN)
+    ):
         racing.append(BASELINE)
         reasons.append(
             f"the speedup of trial {leader} over the baseline is not decided ({speedup.describe()})"
         )
     if len(trials) > 1:
         lead = paired_speedup(by_round[leader], by_round[trials[1]])
-        if lead is not None and lead.rounds >= 2 and lead.low <= 1 <= lead.high:
+        if (
+            lead is not None
+            and lead.rounds >= 2
+            and lead.low <= 1 <= lead.high
+            and lead.could_decide(max_rounds, 1.0)
+        ):
             racing.append(trials[1])
             reasons.append(f"trial {leader}'s lead over trial {trials[1]} is not decided ({lead.describe()})")
     if not racing:

@@ -179,6 +179,19 @@ class Speedup:
         """The interval lies wholly on one side of 1 + MIN_GAIN: more rounds would not change the answer."""
         return self.low > 1 + MIN_GAIN or self.high < 1 + MIN_GAIN
 
+    def could_decide(self, rounds: int, threshold: float) -> bool:
+        """Whether `rounds` paired rounds in all could put the interval wholly on one side of
+        `threshold`, were the ratio and the rounds' spread to stay as measured (the half-width
+        shrinks with the t quantile and the square root of the rounds). A race that could not end
+        so is not run on: a ratio measured at the threshold (two configurations alike, or a
+        leader no faster than the baseline) would spend every extra round to stay undecided."""
+        if self.rounds < 2 or rounds <= self.rounds or not math.isfinite(self.high):
+            return False
+        half_now = math.log(self.high / self.ratio)
+        spread = half_now * math.sqrt(self.rounds) / t95(self.rounds - 1)
+        half_then = t95(rounds - 1) * spread / math.sqrt(rounds)
+        return abs(math.log(self.ratio / threshold)) > half_then
+
     def describe(self) -> str:
         return f"{self.ratio:.2f}x (95% interval {self.low:.2f}-{self.high:.2f}x over {self.rounds} rounds)"
 

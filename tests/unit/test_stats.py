@@ -215,3 +215,22 @@ def test_paired_speedup_uses_only_rounds_both_were_measured_in() -> None:
     one = paired_speedup({1: 110.0, 2: 999.0}, {1: 100.0})
     assert one is not None and one.rounds == 1 and one.ratio == pytest.approx(1.1)
     assert one.low == 0.0 and math.isinf(one.high) and not one.decided
+
+
+def test_could_decide_projects_the_interval_to_more_rounds() -> None:
+    from autotune.measure.stats import paired_speedup, t95
+
+    logs = [0.17, 0.07, 0.12]  # mean 0.12, standard deviation 0.05
+    speedup = paired_speedup(
+        {r: 100 * math.exp(x) for r, x in enumerate(logs)}, dict.fromkeys(range(3), 100.0)
+    )
+    assert speedup is not None and speedup.rounds == 3
+    # at 6 rounds the half-width would be t95(5) * 0.05 / sqrt(6) = 0.0525 (now 0.124)
+    half_then = t95(5) * 0.05 / math.sqrt(6)
+    assert half_then == pytest.approx(0.0525, abs=1e-3)
+    assert speedup.could_decide(6, 1.0)  # 0.12 from 1 in logs: more than 0.0525
+    assert speedup.could_decide(6, math.exp(0.12 - 0.06))  # 0.06 away: still decidable
+    assert not speedup.could_decide(6, math.exp(0.12 - 0.05))  # 0.05 away: not
+    assert not speedup.could_decide(3, 1.0)  # no rounds left
+    one_round = paired_speedup({0: 120.0}, {0: 100.0})
+    assert one_round is not None and not one_round.could_decide(6, 1.0)  # no spread known yet
