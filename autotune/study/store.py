@@ -27,7 +27,7 @@ from autotune.progress import TrialSummary
 from autotune.study.objective import compiles, run_facts, score, study_run_tokens
 from autotune.study.outcomes import INTERRUPTED, NOT_TRAINED, TrialOutcome, fail_running_trial
 from autotune.study.owner import OWNER_ATTR, Owner, is_dead_here
-from autotune.study.retry import RetryingRDBStorage, is_transient, store_retry_s, unreachable
+from autotune.study.retry import RetryingRDBStorage, retry_transient, store_retry_s
 from autotune.study.urls import display_url, engine_url, password_of, sqlite_file
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
@@ -101,14 +101,27 @@ _OPEN_ATTEMPTS = 8
 
 
 def _create_storage(target: str, existing: bool, retry_s: float, shown: str) -> optuna.storages.RDBStorage:
-    interval = heartbeat_interval_s()
     # A store known to exist (`existing`: a worker of a supervisor that opened it) that drops its
-    # connections for a while (a restart, an outage) is waited for, within the same bound as every
-    # other store call. A first open fails at once: an unreachable URL is most often a wrong one.
-    started = time.monotonic()
-    deadline = started + (retry_s if existing else 0.0)
-    attempt = 0
-    while True:
+    # connections for a while (a restart, an outage) is waited for as every other store call is
+    # (`retry_transient`: the same bound and backoff, the outage not counted against a job, and past
+    # the bound the same one error). A first open fails at once: an unreachable URL is most often a
+    # wrong one.
+    if existing:
+        return retry_transient(
+            lambda _attempt: _open_past_schema_race(target, True, retry_s, shown),
+            retry_s,
+            shown,
+            password_of(target),
+        )
+    return _open_past_schema_race(target, False, retry_s, shown)
+
+
+def _open_past_schema_race(
+    target: str, existing: bool, retry_s: float, shown: str
+) -> optuna.storages.RDBStorage:
+    """Open the storage, trying again while another process is creating its schema."""
+    interval = heartbeat_interval_s()
+    for attempt in range(1, _OPEN_ATTEMPTS + 1):
         try:
             with warnings.catch_warnings():  # heartbeats are "experimental" in optuna 5, and what we need
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -125,16 +138,10 @@ def _create_storage(target: str, existing: bool, retry_s: float, shown: str) -> 
         except (sqlalchemy.exc.DBAPIError, optuna.exceptions.StorageInternalError) as exc:
             # optuna wraps a failed commit (the schema's version row written twice, say) in its
             # own error: the driver's message is the cause's.
-            said = f"{exc} {exc.__cause__ or ''}"
-            attempt += 1
-            if _SCHEMA_RACE.search(said) and attempt < _OPEN_ATTEMPTS:
-                time.sleep(random.uniform(0.05, 0.2) * attempt)  # let the winner finish its schema
-            elif is_transient(exc) and time.monotonic() < deadline:
-                time.sleep(min(2.0, 0.1 * 2**attempt, max(0.0, deadline - time.monotonic())))
-            elif existing and is_transient(exc):
-                raise unreachable(shown, time.monotonic() - started, exc, password_of(target)) from exc
-            else:
+            if not _SCHEMA_RACE.search(f"{exc} {exc.__cause__ or ''}") or attempt == _OPEN_ATTEMPTS:
                 raise
+            time.sleep(random.uniform(0.05, 0.2) * attempt)  # let the winner finish its schema
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def _first_line(exc: BaseException, url: str) -> str:
