@@ -56,8 +56,10 @@ class MemoryEstimator:
     @property
     def n_params(self) -> int:
         if self._n_params is None:
-            with torch.device("meta"):
-                model = self.workload.build_model({})
+            model = self.workload.build_placeholder({})  # no storage, nothing read from disk
+            if model is None:  # a user's own model
+                with torch.device("meta"):
+                    model = self.workload.build_model({})
             self._n_params = sum(p.numel() for p in model.parameters())
         return self._n_params
 
