@@ -1,6 +1,6 @@
 """What screening saves on a space where some configurations are far slower than the best.
 
-    python benchmarks/screening.py [--repeats 2]     # 3-4 minutes per repeat on 2 CPU cores (Intel Xeon, 2026-11-24)
+    python benchmarks/screening.py [--repeats 2]     # 3-4 minutes per repeat on 2 CPU cores (Xeon)
 
 The space crosses fp32 with bf16: on a CPU without native bf16 (AVX2 only) bf16 autocast runs
 several times slower than fp32, so half the space is configurations that cannot win, as in the
