@@ -43,6 +43,7 @@ from autotune.logs import quiet_libraries
 from autotune.measure.memory import release_device_memory
 from autotune.plan.build import plan_for
 from autotune.progress import Reporter
+from autotune.space.defaults import training_arguments
 from autotune.study.semantics import SemanticChange, study_changes
 from autotune.workloads.tasks import Task
 from autotune.workloads.user import UserWorkload, dump
@@ -349,7 +350,7 @@ def given_training_args(args: TrainingArguments) -> dict[str, Any]:
 def _answer(result: SearchResult, user_kwargs: dict[str, Any]) -> TuneResult:
     best = result.best_config()
     if result.best is None:
-        return TuneResult(TrainingArguments(**user_kwargs), {}, [], result)
-    tuned = TrainingArguments(**{**user_kwargs, **best["training_args"]})
+        return TuneResult(training_arguments(**user_kwargs), {}, [], result)
+    tuned = training_arguments(**{**user_kwargs, **best["training_args"]})
     changes = study_changes(result.study.user_attrs, result.best.params, best["training_args"])
     return TuneResult(tuned, best["model_kwargs"], changes, result)

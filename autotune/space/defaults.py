@@ -23,6 +23,25 @@ from autotune.errors import UsageError
 from autotune.space.knobs import CATALOGUE, DDP_KNOBS, Value, precision_of
 
 
+def training_arguments(**kwargs: Any) -> Any:
+    """`TrainingArguments(**kwargs)`, with its TF32 switch applied even in a process that built
+    others before it.
+
+    transformers' ``enable_tf32`` (which ``__post_init__`` calls for ``tf32`` and for compile) is
+    ``lru_cache``d: once called with a value, a later call with that value does nothing, even after
+    another call switched TF32 the other way. In a process that runs several trials (``--isolation
+    none``, finalists, `tune(trainer)`) an fp32 trial after a tf32 one then trained with TF32
+    matmuls (seen on an H100). Forgetting the cache first makes every build switch as it says.
+    """
+    from transformers import TrainingArguments
+    from transformers.utils import import_utils
+
+    forget = getattr(getattr(import_utils, "enable_tf32", None), "cache_clear", None)
+    if forget is not None:
+        forget()
+    return TrainingArguments(**kwargs)
+
+
 def knob_defaults(base_args: Mapping[str, Any] | None = None, *, sdpa: bool, cuda: bool) -> dict[str, Value]:
     """The knob values of a run without autotune on this machine.
 
@@ -39,11 +58,13 @@ def knob_defaults(base_args: Mapping[str, Any] | None = None, *, sdpa: bool, cud
     Raises:
         UsageError: the installed `TrainingArguments` refuses the base config on this machine.
     """
-    from transformers import TrainingArguments
-
-    with tempfile.TemporaryDirectory(prefix="autotune-defaults-") as output_dir, _tf32_restored():
+    with (
+        tempfile.TemporaryDirectory(prefix="autotune-defaults-") as output_dir,
+        _tf32_restored(),
+        _no_device_selected(),
+    ):
         try:
-            args = TrainingArguments(**{**(base_args or {}), "output_dir": output_dir, "use_cpu": not cuda})
+            args = training_arguments(**{**(base_args or {}), "output_dir": output_dir, "use_cpu": not cuda})
         except (TypeError, ValueError) as exc:
             raise UsageError(
                 f"the base config is not valid TrainingArguments on this machine: {exc}", "change --base-args"
@@ -140,6 +161,22 @@ def _field_defaults() -> dict[str, Any]:
             continue
         defaults[f.name] = getattr(value, "value", value)
     return defaults
+
+
+@contextlib.contextmanager
+def _no_device_selected() -> Iterator[None]:
+    """Building `TrainingArguments` on a GPU machine selects ``cuda:0`` (``torch.cuda.set_device``),
+    which creates the device's CUDA context: 518 MiB of an H100 that the search's own process, which
+    trains nothing, then held for the whole search, beside the workers that train. Reading the
+    defaults needs no device: the selection is skipped while they are built."""
+    import torch
+
+    select = torch.cuda.set_device
+    torch.cuda.set_device = lambda device: None
+    try:
+        yield
+    finally:
+        torch.cuda.set_device = select
 
 
 @contextlib.contextmanager

@@ -30,7 +30,7 @@ import torch
 from accelerate.state import AcceleratorState
 from accelerate.utils.memory import release_memory
 from optuna.trial import FrozenTrial
-from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers import Trainer, TrainerCallback
 from transformers.trainer_callback import PrinterCallback
 from transformers.trainer_utils import HPSearchBackend
 
@@ -43,6 +43,7 @@ from autotune.measure.ranks import distributed, from_rank_zero, gather, is_rank_
 from autotune.plan.resolved import Plan, base_training_args, trial_world_size
 from autotune.progress import Reporter, TrialSummary
 from autotune.space import SearchSpace, precision_of
+from autotune.space.defaults import training_arguments
 from autotune.space.knobs import Value, data_choices, trial_kwargs
 from autotune.study.objective import compile_s, loss_delta, loss_diverged, run_tokens, score
 from autotune.study.outcomes import (
@@ -115,7 +116,7 @@ class AutotuneTrainer(Trainer):
         self._placeholder_wanted = True
         super().__init__(
             model_init=model_init,
-            args=TrainingArguments(**self.base_args),
+            args=training_arguments(**self.base_args),
             train_dataset=self.workload.dataset(int(self.base_args.get("seed", 0))),
             data_collator=self.workload.collator(),
             callbacks=[measurement, *callbacks],
@@ -259,7 +260,7 @@ class AutotuneTrainer(Trainer):
         return rungs, {**probed, "values": frugal[probed["batch"]], "limit_bytes": limit}
 
     def _rebuild_args(self, kwargs: dict[str, Any]) -> None:
-        fresh = TrainingArguments(**kwargs)
+        fresh = training_arguments(**kwargs)
         # In place: Trainer.train() holds a local reference to self.args across the trial.
         vars(self.args).clear()
         vars(self.args).update(vars(fresh))

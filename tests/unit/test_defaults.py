@@ -124,3 +124,40 @@ def test_knobs_of_inverts_trial_kwargs(values: dict[str, Any]) -> None:
     args, _ = trial_kwargs(values)
     derived = knobs_of({**training_args_defaults(), **args})
     assert {k: derived[k] for k in values} == values
+
+
+def test_every_build_switches_tf32_as_it_says(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """transformers caches its TF32 switch: in one process, tf32=False, then True, then False left
+    TF32 on for the last (an fp32 trial after a tf32 one, seen on an H100). Here the GPU check is
+    faked so the switch runs on a CPU build of torch, whose flag is the same global."""
+    import torch
+    import transformers.training_args as training_args_module
+
+    from autotune.space.defaults import training_arguments
+
+    monkeypatch.setattr(training_args_module, "is_torch_tf32_available", lambda: True)
+    saved = torch.backends.fp32_precision
+    try:
+        seen = []
+        for tf32 in (False, True, False, True):
+            training_arguments(output_dir=str(tmp_path), use_cpu=True, tf32=tf32)
+            seen.append(torch.backends.fp32_precision)
+    finally:
+        torch.backends.fp32_precision = saved
+    assert seen == ["ieee", "tf32", "ieee", "tf32"]
+
+
+def test_reading_the_defaults_selects_no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU machine `TrainingArguments` selects cuda:0, which creates a CUDA context: the
+    search's own process held 518 MiB of an H100 for the whole search that way. The GPU is faked
+    (a CPU build of torch takes the same branch of transformers with these three answers)."""
+    import torch
+
+    selected: list[Any] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_device", selected.append)
+    defaults = knob_defaults(None, sdpa=True, cuda=True)
+    assert selected == []
+    assert torch.cuda.set_device == selected.append  # put back afterwards
+    assert defaults["dataloader_pin_memory"] is True  # still read as a GPU run reads it
