@@ -37,7 +37,7 @@ from transformers.trainer_utils import HPSearchBackend
 from autotune.measure.callback import ScreenedOut, ThroughputCallback
 from autotune.measure.estimate import SAFETY_MARGIN, MemoryEstimate, fitting_rungs, relative_error
 from autotune.measure.estimator import MemoryEstimator
-from autotune.measure.flops import flops_per_token, mfu, model_shape
+from autotune.measure.flops import flops_per_token, matmul_precision, mfu, model_shape
 from autotune.measure.memory import release_device_memory
 from autotune.measure.ranks import distributed, from_rank_zero, gather, is_rank_zero
 from autotune.plan.resolved import Plan, base_training_args, trial_world_size
@@ -533,10 +533,13 @@ class AutotuneTrainer(Trainer):
             return {}
         hardware = self.plan.hardware
         precision = str(self.trial_values.get("precision", precision_of(self.base_args)))
-        device = hardware.name if hardware.cuda else ""
+        if not hardware.cuda:
+            return {"model_flops_per_token": per_token, "mfu": None}
+        applied = matmul_precision(precision, torch.get_float32_matmul_precision())
         return {
             "model_flops_per_token": per_token,
-            "mfu": mfu(tokens_per_s, per_token, device, precision, devices=int(self.args.world_size)),
+            "matmul_precision": applied,
+            "mfu": mfu(tokens_per_s, per_token, hardware.name, applied, devices=int(self.args.world_size)),
         }
 
     def _estimate_attrs(self, peak_bytes: int | None) -> dict[str, Any]:

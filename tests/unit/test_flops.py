@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from transformers import GPT2Config, LlamaConfig
 
-from autotune.measure.flops import flops_per_token, mfu, model_shape, peak_flops
+from autotune.measure.flops import flops_per_token, matmul_precision, mfu, model_shape, peak_flops
 
 
 def test_flops_per_token_is_6n_plus_the_attention_term() -> None:
@@ -70,3 +70,24 @@ def test_trial_table_shows_mfu_only_when_known() -> None:
     assert "MFU" not in render({"mfu": None})
     shown = render({"mfu": 0.4123})
     assert "MFU" in shown and "41.2%" in shown
+
+
+@pytest.mark.parametrize(
+    ("precision", "float32_matmul", "applied"),
+    [
+        ("fp32", "highest", "fp32"),
+        ("fp32", "high", "tf32"),  # a compiled fp32 run on CUDA: accelerate switched TF32 on
+        ("fp32", "medium", "tf32"),
+        ("tf32", "high", "tf32"),
+        ("bf16", "high", "bf16"),
+        ("bf16+tf32", "high", "bf16+tf32"),
+    ],
+)
+def test_mfu_holds_fp32_trials_that_ran_tf32_to_the_tf32_peak(
+    precision: str, float32_matmul: str, applied: str
+) -> None:
+    assert matmul_precision(precision, float32_matmul) == applied
+    # The H100's fp32 trial at 94.7k tok/s of GPT-2 124M (seq 1024) is 122% of the fp32 peak: TF32.
+    per_token = flops_per_token(124_439_808, 12, 768, 1024)
+    share = mfu(94_744.0, per_token, "NVIDIA H100 80GB HBM3", matmul_precision("fp32", "high"))
+    assert share is not None and share < 0.2
