@@ -70,7 +70,8 @@ def write_results(results: Path, out: Path) -> Path:
         parts.append(gpu.read_text())
     else:
         parts.append(
-            "## GPU\n\nNot measured yet: no GPU was available where these benchmarks ran. On a CUDA "
+            "## GPU\n\nItem 2 on a GPU has not run yet (the first GPU run, in its own section above, "
+            "had 30 minutes of device time for everything). On a CUDA "
             "machine, `python benchmarks/gpu.py` runs item 2 with `gpt2-124m` (sequence length 1024) "
             "and `llama-1b` (defaults against autotune's pick: tokens/s, MFU, peak memory, trials and "
             "wall time to the best) and writes `benchmarks/GPU.md`, which the next `make bench` "
