@@ -56,6 +56,7 @@ def write_results(results: Path, out: Path) -> Path:
         _screening(_load(results, "screening"), claims),
         _setup_cost(_load(results, "setup_cost"), claims),
         _ladder_quality(_load(results, "ladder_quality"), claims),
+        _fresh_contenders(_load(results, "fresh_contenders"), claims),
     ]
     parts.append("## Where autotune wins and where it does not\n")
     parts.extend(f"- {claim}" for claim in claims)
@@ -818,6 +819,57 @@ def _ladder_quality(data: dict[str, Any] | None, claims: list[str]) -> str:
             f"Search cost, {row['model']} (10 trials, batch ladder space): {tb['wall_s']:.0f} s, "
             f"{100 * tb['measured_share']:.0f}% of it in measured windows."
         )
+    return "\n".join(lines) + "\n"
+
+
+def _fresh_contenders(data: dict[str, Any] | None, claims: list[str]) -> str:
+    """`benchmarks/fresh_contenders.py`: the ladder benchmark's contenders, each trained in a fresh
+    process by a plain `Trainer`, as a user re-measures them."""
+    if data is None:
+        return ""
+    m, lm = data["machine"], data["ladder_machine"]
+    lines = [
+        "## End to end as a user re-measures it: fresh plain-Trainer processes\n",
+        f"`python benchmarks/fresh_contenders.py --rounds {data['rounds']} --seconds {data['seconds']:.0f}`, "
+        f"{m['date']}, commit {m['commit']}: {m['cpu']}, {m['cores']} threads, torch {m['torch']}. The "
+        f"contenders of the batch-ladder table (searched on {lm['date']}, {lm['cpu']}), each trained in "
+        "its own fresh process by a plain transformers `Trainer` (`benchmarks/user_run.py`: no autotune "
+        f"code in the loop) for a steady window of {data['seconds']:.0f} s after its warm-up, the order "
+        "rotated each round. Medians of the rounds; the pick's speedup is the geometric mean of the "
+        "per-round ratios with its 95% t interval.\n",
+        "| preset | defaults | auto_find_batch_size | autotune's pick | pick vs defaults | "
+        "pick vs auto_find |",
+        "|---|---|---|---|---|---|",
+    ]
+
+    def interval(s: dict[str, Any] | None) -> str:
+        if s is None:
+            return "-"
+        return f"{s['ratio']:.2f}x ({s['low']:.2f}-{s['high']:.2f}x)"
+
+    for row in data["presets"]:
+        c = row["contenders"]
+        batch = {name: c[name]["params"].get("per_device_train_batch_size") for name in c}
+        lines.append(
+            f"| {row['model']} | {_k(c['defaults']['median_tokens_per_s'])} (bs {batch['defaults']}) | "
+            f"{_k(c['auto_find_batch_size']['median_tokens_per_s'])} (bs {batch['auto_find_batch_size']}) | "
+            f"{_k(c['autotune']['median_tokens_per_s'])} (bs {batch['autotune']}) | "
+            f"{interval(row['pick_over_defaults'])} | {interval(row['pick_over_auto_find_batch_size'])} |"
+        )
+        for other, label in (("defaults", "the defaults"), ("auto_find_batch_size", "auto_find_batch_size")):
+            s = row[f"pick_over_{other}"]
+            if s is not None:
+                verdict = (
+                    "faster"
+                    if s["low"] > 1
+                    else "slower"
+                    if s["high"] < 1
+                    else "not separated (the interval spans 1)"
+                )
+                claims.append(
+                    f"As a user re-measures it (fresh plain-Trainer processes), {row['model']}: the pick "
+                    f"against {label}: {interval(s)}, {verdict}."
+                )
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,117 @@
+"""End to end as a user re-measures it: each contender of the batch-ladder benchmark trained in a
+fresh process by a plain transformers `Trainer` (`user_run.py`), in interleaved rounds.
+
+    python benchmarks/fresh_contenders.py                 # the presets of results/ladder_quality.json
+    python benchmarks/fresh_contenders.py --rounds 5 --seconds 30
+
+`ladder_quality.py` measures its contenders in one long-lived benchmark process with the search's own
+trainer; the search measures in fresh workers; the two disagreed on one machine. A user's run is
+neither: it is a fresh process running `Trainer.train()` for a long time. This benchmark takes the
+contenders `ladder_quality.py` stored (the defaults, `auto_find_batch_size`'s batch and the search's
+pick), runs each in its own fresh process per round (the order rotated each round) for a steady
+window of `--seconds` after its warm-up, and states the pick's speedup over each of the others as
+the geometric mean of the per-round ratios with a 95% t interval (`autotune.measure.stats`).
+Writes ``results/fresh_contenders.json``; RESULTS.md shows it beside the ladder table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from harness import machine  # noqa: E402
+
+from autotune.measure.stats import paired_speedup  # noqa: E402
+
+LADDER = HERE / "results" / "ladder_quality.json"
+RESULTS = HERE / "results" / "fresh_contenders.json"
+CONTENDERS = ("defaults", "auto_find_batch_size", "autotune")
+
+
+def user_run(model: str, params: dict[str, Any], seconds: float, timeout_s: float) -> dict[str, Any]:
+    """One fresh process training `params`; its JSON line, or the reason it gave none."""
+    spec = json.dumps({"model": model, "params": params, "seconds": seconds})
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, str(HERE / "user_run.py"), spec]
+    # Its own session: a run past the bound is ended with everything it started (compile workers).
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
+    ) as child:
+        try:
+            stdout, stderr = child.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.communicate()
+            return {"tokens_per_s": None, "error": f"no answer in {timeout_s:.0f} s"}
+    lines = stdout.strip().splitlines()
+    if child.returncode != 0 or not lines:
+        tail = (stderr.strip().splitlines() or ["no output"])[-1]
+        return {"tokens_per_s": None, "error": f"exit {child.returncode}: {tail[:200]}"}
+    return json.loads(lines[-1])
+
+
+def measure_preset(row: dict[str, Any], rounds: int, seconds: float, timeout_s: float) -> dict[str, Any]:
+    model = row["model"]
+    params = {name: dict(row["contenders"][name]["params"]) for name in CONTENDERS}
+    runs: dict[str, dict[int, dict[str, Any]]] = {name: {} for name in CONTENDERS}
+    for r in range(rounds):
+        order = CONTENDERS[r % len(CONTENDERS) :] + CONTENDERS[: r % len(CONTENDERS)]
+        for name in order:
+            got = user_run(model, params[name], seconds, timeout_s)
+            runs[name][r] = got
+            rate = got.get("tokens_per_s")
+            shown = f"{rate / 1000:.1f}k tok/s" if rate else got.get("error")
+            print(f"[fresh] {model} round {r + 1}: {name} {shown}", flush=True)
+    rates = {
+        name: {r: got["tokens_per_s"] for r, got in runs[name].items() if got.get("tokens_per_s")}
+        for name in runs
+    }
+    out: dict[str, Any] = {"model": model, "contenders": {}}
+    for name in CONTENDERS:
+        values = list(rates[name].values())
+        out["contenders"][name] = {
+            "params": params[name],
+            "tokens_per_s": [runs[name][r].get("tokens_per_s") for r in sorted(runs[name])],
+            "median_tokens_per_s": statistics.median(values) if values else None,
+            "runs": [runs[name][r] for r in sorted(runs[name])],
+        }
+    for other in ("defaults", "auto_find_batch_size"):
+        speedup = paired_speedup(rates["autotune"], rates[other])
+        out[f"pick_over_{other}"] = None if speedup is None else speedup.to_dict()
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", action="append", help="presets (default: every one stored)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=20.0, help="steady window per run")
+    parser.add_argument("--timeout", type=float, default=600.0, help="bound on one run's process")
+    args = parser.parse_args()
+    ladder = json.loads(LADDER.read_text())
+    presets = [p for p in ladder["presets"] if not args.model or p["model"] in args.model]
+    results = {
+        "machine": machine(),
+        "ladder_machine": ladder["machine"],
+        "rounds": args.rounds,
+        "seconds": args.seconds,
+        "presets": [measure_preset(p, args.rounds, args.seconds, args.timeout) for p in presets],
+    }
+    RESULTS.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    from results_md import write_results
+
+    print(f"wrote {write_results(RESULTS.parent, HERE / 'RESULTS.md')}")
+
+
+if __name__ == "__main__":
+    main()
