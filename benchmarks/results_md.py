@@ -794,8 +794,9 @@ def _ladder_quality(data: dict[str, Any] | None, claims: list[str]) -> str:
         "search's trials and finalists each in a fresh worker; *the search's own answer* is what the "
         "search told its user from its paired rounds against its baseline. Where the two disagree, "
         "the conditions rank configurations differently on that machine (a long-lived process that "
-        "has run other configurations is not a fresh one), and this table does not say which a "
-        "user's long run resembles.",
+        "has run other configurations is not a fresh one). Which one a user's long run resembles is "
+        "measured in the next section: each contender trained in its own fresh process by a plain "
+        "`Trainer`, as a user re-measures it.",
         "",
         "Where each search's time went (the study's `time_breakdown`, as `autotune show` prints it: "
         "phases summed over the measured jobs, finalists' re-measurements included; *measured* is "
