@@ -29,17 +29,15 @@ _PEAK_TFLOPS: tuple[tuple[str, dict[str, float]], ...] = (
 _MATMUL_FORMAT = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16", "bf16+tf32": "bf16"}
 
 
-def matmul_precision(precision: str, float32_matmul: str) -> str:
+def matmul_precision(precision: str, tf32_matmuls: bool) -> str:
     """The precision knob value whose peak a trial's matrix multiplications are held to.
 
-    `float32_matmul` is what ``torch.get_float32_matmul_precision()`` read during the trial: on CUDA,
-    accelerate turns TF32 matmuls on for every compiled run without mixed precision (its
-    ``AcceleratorState``), so a compiled "fp32" trial multiplies in TF32, as the user's own run with
-    that configuration does (seen on an H100: 81 fp32 TFLOPS, above the fp32 peak of 67).
+    `tf32_matmuls`: whether float32 matmuls ran as TF32 during the trial. On CUDA, accelerate turns
+    TF32 on for every compiled run without mixed precision (its ``AcceleratorState``), so a compiled
+    "fp32" trial multiplies in TF32, as the user's own run with that configuration does (seen on an
+    H100: 81 fp32 TFLOPS, above the fp32 peak of 67).
     """
-    if precision == "fp32" and float32_matmul != "highest":
-        return "tf32"
-    return precision
+    return "tf32" if precision == "fp32" and tf32_matmuls else precision
 
 
 def flops_per_token(n_params: int, n_layers: int, hidden: int, seq_len: int) -> float:

@@ -42,6 +42,24 @@ def training_arguments(**kwargs: Any) -> Any:
     return TrainingArguments(**kwargs)
 
 
+def tf32_matmuls() -> bool:
+    """Whether float32 matrix multiplications on CUDA run as TF32 now.
+
+    Read through torch's per-backend setting (torch >= 2.9), which both APIs write: transformers
+    sets the new one (``torch.backends.fp32_precision``), accelerate the legacy ``allow_tf32`` for a
+    compiled run. ``torch.get_float32_matmul_precision()`` raises a RuntimeError once the new API
+    has set TF32, and the legacy flag once the two were mixed, as they are in such trials.
+    """
+    import torch
+
+    matmul: Any = torch.backends.cuda.matmul
+    if not hasattr(matmul, "fp32_precision"):  # torch < 2.9: the legacy flag is the only one
+        return bool(matmul.allow_tf32)
+    own = matmul.fp32_precision
+    backends: Any = torch.backends
+    return (own if own != "none" else backends.fp32_precision) == "tf32"
+
+
 def knob_defaults(base_args: Mapping[str, Any] | None = None, *, sdpa: bool, cuda: bool) -> dict[str, Value]:
     """The knob values of a run without autotune on this machine.
 

@@ -43,7 +43,7 @@ from autotune.measure.ranks import distributed, from_rank_zero, gather, is_rank_
 from autotune.plan.resolved import Plan, base_training_args, trial_world_size
 from autotune.progress import Reporter, TrialSummary
 from autotune.space import SearchSpace, precision_of
-from autotune.space.defaults import training_arguments
+from autotune.space.defaults import tf32_matmuls, training_arguments
 from autotune.space.knobs import Value, data_choices, trial_kwargs
 from autotune.study.objective import compile_s, loss_delta, loss_diverged, run_tokens, score
 from autotune.study.outcomes import (
@@ -535,7 +535,7 @@ class AutotuneTrainer(Trainer):
         precision = str(self.trial_values.get("precision", precision_of(self.base_args)))
         if not hardware.cuda:
             return {"model_flops_per_token": per_token, "mfu": None}
-        applied = matmul_precision(precision, torch.get_float32_matmul_precision())
+        applied = matmul_precision(precision, tf32_matmuls())
         return {
             "model_flops_per_token": per_token,
             "matmul_precision": applied,

@@ -15,19 +15,10 @@ import torch
 from transformers import TrainerCallback
 
 import autotune
+from autotune.space.defaults import tf32_matmuls
 from tests.helpers import FAST, IN_PROCESS, KnobProbe, write_space
 
 pytestmark = pytest.mark.gpu
-
-
-def tf32_matmuls() -> bool:
-    """Whether float32 matmuls run as TF32 on CUDA. torch >= 2.9 has a new API (which transformers
-    sets); reading the legacy ``allow_tf32`` after the new one was set raises a RuntimeError."""
-    matmul: Any = torch.backends.cuda.matmul
-    if hasattr(matmul, "fp32_precision"):
-        own = matmul.fp32_precision
-        return (own if own != "none" else torch.backends.fp32_precision) == "tf32"  # type: ignore[attr-defined]
-    return bool(matmul.allow_tf32)
 
 
 class CudaProbe(TrainerCallback):

@@ -161,3 +161,30 @@ def test_reading_the_defaults_selects_no_gpu(monkeypatch: pytest.MonkeyPatch) ->
     assert selected == []
     assert torch.cuda.set_device == selected.append  # put back afterwards
     assert defaults["dataloader_pin_memory"] is True  # still read as a GPU run reads it
+
+
+def test_tf32_is_read_as_a_trial_sets_it_through_either_api() -> None:
+    """transformers sets TF32 through torch's new API, accelerate (compiled fp32 runs) through the
+    legacy flag. `torch.get_float32_matmul_precision()` raises once the new API set TF32 on;
+    `tf32_matmuls` reads every state."""
+    import torch
+
+    from autotune.space.defaults import tf32_matmuls
+
+    matmul: Any = torch.backends.cuda.matmul
+    backends: Any = torch.backends
+    saved = (backends.fp32_precision, matmul.fp32_precision)
+    seen = []
+    try:
+        seen.append(tf32_matmuls())  # torch's default
+        backends.fp32_precision = "tf32"  # TrainingArguments(tf32=True)
+        seen.append(tf32_matmuls())
+        with pytest.raises(RuntimeError):  # what the trial read before: it failed every tf32 trial
+            torch.get_float32_matmul_precision()
+        backends.fp32_precision = "ieee"  # TrainingArguments(tf32=False)
+        seen.append(tf32_matmuls())
+        matmul.allow_tf32 = True  # accelerate, for a compiled run without mixed precision
+        seen.append(tf32_matmuls())
+    finally:
+        backends.fp32_precision, matmul.fp32_precision = saved
+    assert seen == [False, True, False, True]

@@ -73,21 +73,59 @@ def test_trial_table_shows_mfu_only_when_known() -> None:
 
 
 @pytest.mark.parametrize(
-    ("precision", "float32_matmul", "applied"),
+    ("precision", "tf32", "applied"),
     [
-        ("fp32", "highest", "fp32"),
-        ("fp32", "high", "tf32"),  # a compiled fp32 run on CUDA: accelerate switched TF32 on
-        ("fp32", "medium", "tf32"),
-        ("tf32", "high", "tf32"),
-        ("bf16", "high", "bf16"),
-        ("bf16+tf32", "high", "bf16+tf32"),
+        ("fp32", False, "fp32"),
+        ("fp32", True, "tf32"),  # a compiled fp32 run on CUDA: accelerate switched TF32 on
+        ("tf32", True, "tf32"),
+        ("bf16", True, "bf16"),
+        ("bf16+tf32", True, "bf16+tf32"),
     ],
 )
 def test_mfu_holds_fp32_trials_that_ran_tf32_to_the_tf32_peak(
-    precision: str, float32_matmul: str, applied: str
+    precision: str, tf32: bool, applied: str
 ) -> None:
-    assert matmul_precision(precision, float32_matmul) == applied
+    assert matmul_precision(precision, tf32) == applied
     # The H100's fp32 trial at 94.7k tok/s of GPT-2 124M (seq 1024) is 122% of the fp32 peak: TF32.
     per_token = flops_per_token(124_439_808, 12, 768, 1024)
-    share = mfu(94_744.0, per_token, "NVIDIA H100 80GB HBM3", matmul_precision("fp32", "high"))
+    share = mfu(94_744.0, per_token, "NVIDIA H100 80GB HBM3", matmul_precision("fp32", True))
     assert share is not None and share < 0.2
+
+
+def test_a_cuda_trials_mfu_reads_tf32_as_transformers_and_accelerate_set_it() -> None:
+    """The trial's own MFU path, on a faked CUDA machine: after transformers switched TF32 through
+    torch's new API (every tf32 trial), reading it must not raise, and a compiled fp32 trial that
+    accelerate switched to TF32 is held to the TF32 peak."""
+    from types import SimpleNamespace
+    from typing import Any
+
+    import torch
+
+    from autotune.trial.trainer import AutotuneTrainer
+
+    def trainer(precision: str) -> Any:
+        return SimpleNamespace(
+            workload=SimpleNamespace(config=GPT2Config(n_layer=12, n_embd=768), seq_len=1024),
+            estimator=SimpleNamespace(n_params=124_439_808),
+            plan=SimpleNamespace(hardware=SimpleNamespace(cuda=True, name="NVIDIA H100 80GB HBM3")),
+            trial_values={"precision": precision},
+            base_args={},
+            args=SimpleNamespace(world_size=1),
+        )
+
+    matmul: Any = torch.backends.cuda.matmul
+    backends: Any = torch.backends
+    saved = (backends.fp32_precision, matmul.fp32_precision)
+    try:
+        backends.fp32_precision = "tf32"  # a tf32 trial's TrainingArguments
+        tf32 = AutotuneTrainer._mfu_attrs(trainer("tf32"), 100_000.0)
+        backends.fp32_precision = "ieee"  # an fp32 trial's, then accelerate for its compile
+        matmul.allow_tf32 = True
+        compiled_fp32 = AutotuneTrainer._mfu_attrs(trainer("fp32"), 94_744.0)
+        matmul.allow_tf32 = False
+        eager_fp32 = AutotuneTrainer._mfu_attrs(trainer("fp32"), 44_069.0)
+    finally:
+        backends.fp32_precision, matmul.fp32_precision = saved
+    assert tf32["matmul_precision"] == "tf32"
+    assert compiled_fp32["matmul_precision"] == "tf32" and compiled_fp32["mfu"] < 0.2
+    assert eager_fp32["matmul_precision"] == "fp32" and 0.5 < eager_fp32["mfu"] < 0.6  # 56.6% on the H100
