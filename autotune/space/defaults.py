@@ -17,13 +17,16 @@ import dataclasses
 import functools
 import tempfile
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.errors import UsageError
 from autotune.space.knobs import CATALOGUE, DDP_KNOBS, Value, precision_of
 
+if TYPE_CHECKING:
+    from transformers import TrainingArguments
 
-def training_arguments(**kwargs: Any) -> Any:
+
+def training_arguments(**kwargs: Any) -> TrainingArguments:
     """`TrainingArguments(**kwargs)`, with its TF32 switch applied even in a process that built
     others before it.
 

@@ -38,18 +38,22 @@ class CudaProbe(TrainerCallback):
         )
 
 
-def distinct(knobs: dict[str, list[Any]], trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """`trials` with a repeated configuration told apart by its accumulation steps: the search
-    answers an exact repeat from the store without training it, and these tests repeat a value on
-    purpose (does the state the earlier trial switched on go away?)."""
+def distinct(
+    knobs: dict[str, list[Any]], trials: list[dict[str, Any]]
+) -> tuple[dict[str, list[Any]], list[dict[str, Any]]]:
+    """The space and `trials` with a repeated configuration told apart by its accumulation steps:
+    the search answers an exact repeat from the store without training it, and these tests repeat a
+    value on purpose (does the state the earlier trial switched on go away?)."""
     out = [{**t, "gradient_accumulation_steps": 1 + trials[:i].count(t)} for i, t in enumerate(trials)]
-    knobs["gradient_accumulation_steps"] = sorted({t["gradient_accumulation_steps"] for t in out})
-    return out
+    return {
+        **knobs,
+        "gradient_accumulation_steps": sorted({t["gradient_accumulation_steps"] for t in out}),
+    }, out
 
 
 def run(tmp_path: Path, knobs: dict[str, list[Any]], trials: list[dict[str, Any]], model: str = "tiny-llama"):
     probe, cuda = KnobProbe(), CudaProbe()
-    trials = distinct(knobs, trials)
+    knobs, trials = distinct(knobs, trials)
     compiled: list[tuple[Any, Any]] = []
     real_compile = torch.compile
 
