@@ -38,9 +38,12 @@ RESULTS = HERE / "results" / "fresh_contenders.json"
 CONTENDERS = ("defaults", "auto_find_batch_size", "autotune")
 
 
-def user_run(model: str, params: dict[str, Any], seconds: float, timeout_s: float) -> dict[str, Any]:
-    """One fresh process training `params`; its JSON line, or the reason it gave none."""
-    spec = json.dumps({"model": model, "params": params, "seconds": seconds})
+def user_run(
+    model: str, params: dict[str, Any], seconds: float, timeout_s: float, **spec_extra: Any
+) -> dict[str, Any]:
+    """One fresh process training `params` (`spec_extra`: more of `user_run.py`'s spec); its JSON
+    line, or the reason it gave none."""
+    spec = json.dumps({"model": model, "params": params, "seconds": seconds, **spec_extra})
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
     command = [sys.executable, str(HERE / "user_run.py"), spec]
     # Its own session: a run past the bound is ended with everything it started (compile workers).

@@ -2,6 +2,9 @@
 
     python benchmarks/user_run.py '{"model": "tiny-gpt2", "params": {...}, "seconds": 20}'
 
+Optional: ``"seq_len"`` (default the model's), ``"slow_bf16"`` (a factor: bf16 steps slowed as
+`slow_bf16.SlowBf16` does, for the screening benchmark's simulated CPU without native bf16).
+
 No autotune code is in the training loop: the knob values become `TrainingArguments` kwargs and
 model-load kwargs as the export writes them (`trial_kwargs`), the model is the preset's (random
 weights) and the data its synthetic samples. The run trains until it has measured `seconds` of
@@ -31,7 +34,7 @@ def main() -> None:
     from autotune.space.knobs import trial_kwargs
     from autotune.workloads.workload import resolve_workload
 
-    workload = resolve_workload(spec["model"])
+    workload = resolve_workload(spec["model"], spec.get("seq_len"))
     args_kwargs, model_kwargs = trial_kwargs(spec["params"])
     seed = int(spec.get("seed", 0))
     warmup_steps, warmup_seconds = int(spec.get("warmup_steps", 5)), float(spec.get("warmup_seconds", 3.0))
@@ -67,6 +70,11 @@ def main() -> None:
                 control.should_training_stop = True
 
     window = Window()
+    callbacks: list[Any] = [window]
+    if spec.get("slow_bf16"):  # the screening benchmark's simulated CPU without native bf16
+        from slow_bf16 import SlowBf16
+
+        callbacks.append(SlowBf16(float(spec["slow_bf16"])))
     built = time.perf_counter()
     model = workload.build_model(model_kwargs)
     with tempfile.TemporaryDirectory(prefix="autotune-user-run-") as output_dir:
@@ -86,7 +94,7 @@ def main() -> None:
             args=args,
             train_dataset=workload.dataset(seed),
             data_collator=workload.collator(),
-            callbacks=[window],
+            callbacks=callbacks,
         )
         began = time.perf_counter()
         trainer.train()
