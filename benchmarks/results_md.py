@@ -641,20 +641,25 @@ def _summary(values: list[float]) -> dict[str, Any]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-def _screening(data: dict[str, Any] | None, claims: list[str]) -> str:
-    """Item 6 (`benchmarks/screening.py`): the same search with screening off and on."""
-    if data is None:
-        return ""
+def _bf16_note(data: dict[str, Any]) -> str:
+    """Whether the screening benchmark's CPU has native bf16, and whether bf16 was slowed."""
     bf16 = "native bf16" if data["machine"].get("native_bf16") else "no native bf16: bf16 is emulated"
     if data.get("simulated_slow_bf16"):
         bf16 += (
             ", so the benchmark slowed bf16 steps itself (`benchmarks/slow_bf16.py`: a sleep after each "
             "forward of nine times the step it belongs to), as bf16 runs on a CPU without it"
         )
+    return f"The CPU has {bf16}.\n"
+
+
+def _screening(data: dict[str, Any] | None, claims: list[str]) -> str:
+    """Item 6 (`benchmarks/screening.py`): the same search with screening off and on."""
+    if data is None:
+        return ""
     runs = data["runs"]
     lines = [
         "## 6. Screening: a space where some configurations are far slower\n",
-        _machine(data) + f"The CPU has {bf16}.\n",
+        _machine(data) + _bf16_note(data),
         "Command: `python benchmarks/screening.py` (the same 12-trial search, `"
         + " ".join(data["args"])
         + "`, baseline and finalists included, over batch 4-32 x fp32/bf16 x eager/sdpa; screening "
@@ -709,13 +714,10 @@ def _screening_heldout(data: dict[str, Any] | None, claims: list[str]) -> str:
     and its picks re-measured as a user does."""
     if data is None:
         return ""
-    bf16 = "native bf16" if data["machine"].get("native_bf16") else "no native bf16: bf16 is emulated"
-    if data.get("simulated_slow_bf16"):
-        bf16 += ", so bf16 steps were slowed tenfold (`benchmarks/slow_bf16.py`), as on a CPU without it"
     runs = data["runs"]
     lines = [
         "## 6b. Screening on the issue's held-out search\n",
-        _machine(data) + f"The CPU has {bf16}.\n",
+        _machine(data) + _bf16_note(data),
         "Command: `python benchmarks/screening.py --scenario heldout`: the search of the issue's held-out "
         f"test as its user ran it, a Qwen2-style model of {data.get('model_parameters', 0) / 1e6:.1f}M "
         "parameters from a local folder (random weights), `"
