@@ -93,10 +93,15 @@ class MeasureSettings:
             relative to its mean, is below this.
         trial_timeout_s: a trial still training after this many seconds (warm-up included) ends
             with reason ``timeout`` at its next step.
-        screen_ratio: screening: a search trial whose fastest step so far, once its minimum
-            warm-up is done, runs at less than this fraction of the best throughput the study has
-            measured (its trials and its baseline) stops there with reason ``screened_out``
-            instead of taking its full window; 0 gives every trial its full window.
+        screen_ratio: screening: a search trial whose fastest step so far, from its second step
+            on (a compiled trial: once its minimum warm-up is done), runs at less than this
+            fraction of the best throughput the study has measured (its trials and its baseline)
+            stops there with reason ``screened_out`` instead of taking its full window; 0 turns
+            screening off, the promotion line too: every trial gets its full window.
+        promote_ratio: the promotion line: a search trial's window that, after `min_steps`
+            steps, measures it clearly under this fraction of the study's best (the upper end of
+            its 95% interval is) ends there: the trial is measured, less precisely, and does not
+            earn the rest of its window; 0 gives every trial that passed screening its window.
     """
 
     warmup_steps: int = 3
@@ -107,12 +112,18 @@ class MeasureSettings:
     target_rel_ci: float = 0.03
     trial_timeout_s: float = 900.0
     screen_ratio: float = 0.5
+    promote_ratio: float = 0.8
 
     def __post_init__(self) -> None:
         if not 0 <= self.screen_ratio < 1:
             raise UsageError(
                 f"--screen-ratio must be in [0, 1), got {self.screen_ratio}",
                 "use 0.5 (stop trials under half the best throughput) or 0 (no screening)",
+            )
+        if not 0 <= self.promote_ratio < 1:
+            raise UsageError(
+                f"--promote-ratio must be in [0, 1), got {self.promote_ratio}",
+                "use 0.8 (end the windows of trials clearly under 0.8x the best) or 0 (full windows)",
             )
         if self.trial_timeout_s <= 0:
             raise UsageError(f"--trial-timeout must be positive, got {self.trial_timeout_s}")

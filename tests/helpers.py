@@ -218,6 +218,7 @@ def _applied(args: Any) -> dict[str, Any]:
         "per_device_train_batch_size": args.per_device_train_batch_size,
         "precision": "bf16" if args.bf16 else "fp32",
         "torch_compile": args.torch_compile_backend if args.torch_compile else "off",
+        "optim": getattr(args.optim, "value", args.optim),
     }
 
 

@@ -49,6 +49,7 @@ def trial_line(t: TrialSummary) -> str:
             f"{head}  [bold]{format_rate(t.tokens_per_s)} tok/s[/]{ci}  "
             f"{format_rate(t.samples_per_s)} samples/s  "
             f"peak {format_bytes(t.peak_memory_bytes)}{_estimate_text(t)}{_compile_text(t)}  {verdict}"
+            f"{_promotion_text(t)}"
         )
     return f"{head}  [yellow]{t.state.lower()}[/] [dim]{t.reason}: {t.message}[/]"
 
@@ -59,6 +60,18 @@ def _compile_text(t: TrialSummary) -> str:
     if cache is None:
         return ""
     return f"  compile {float(t.attrs.get('compile_s') or 0.0):.1f} s (cache {cache})"
+
+
+def _promotion_text(t: TrialSummary) -> str:
+    """A window that ended at the promotion line (`MeasureSettings.promote_ratio`): why it is short."""
+    behind = t.attrs.get("not_promoted")
+    if not behind:
+        return ""
+    best = format_rate(behind["reference_tokens_per_s"])
+    return (
+        f"  [dim]window ended after {behind['steps']} steps: clearly under "
+        f"{behind['promote_ratio']:g}x the best measured {best} tok/s[/]"
+    )
 
 
 def _estimate_text(t: TrialSummary) -> str:

@@ -48,6 +48,14 @@ def search_command(
             "throughput measured so far (screened_out); 0: every trial gets its full window.",
         ),
     ] = MeasureSettings.screen_ratio,
+    promote_ratio: Annotated[
+        float,
+        typer.Option(
+            "--promote-ratio",
+            help="Promotion line: end the window of a trial measured clearly under this fraction of "
+            "the best (its 95% interval's upper end, after the window's minimum steps); 0: full windows.",
+        ),
+    ] = MeasureSettings.promote_ratio,
     global_batch_size: Annotated[
         int | None,
         typer.Option(
@@ -211,6 +219,7 @@ def search_command(
         target_rel_ci=target_ci,
         trial_timeout_s=trial_timeout,
         screen_ratio=screen_ratio,
+        promote_ratio=promote_ratio,
     )
     config = RunConfig(
         model=model,

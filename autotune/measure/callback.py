@@ -21,7 +21,7 @@ from autotune.config import MeasureSettings
 from autotune.errors import AutotuneError
 from autotune.measure.memory import PeakMemoryMeter
 from autotune.measure.ranks import from_rank_zero
-from autotune.measure.stats import summarize_window, warmup_done, window_done
+from autotune.measure.stats import relative_ci_halfwidth, summarize_window, warmup_done, window_done
 from autotune.progress import Reporter
 
 
@@ -124,6 +124,8 @@ class ThroughputCallback(TrainerCallback):
         self._step_tokens: list[Any] = []
         self._step_computed: list[Any] = []
         self._world_size = 1
+        self._compiled = False
+        self.not_promoted: dict[str, float] | None = None
 
     @property
     def train_begin_s(self) -> float:
@@ -166,6 +168,7 @@ class ThroughputCallback(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._reset_trial()
         self._world_size = int(args.world_size)
+        self._compiled = bool(getattr(args, "torch_compile", False))
         self.samples_per_step = (
             args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
         )
@@ -191,6 +194,8 @@ class ThroughputCallback(TrainerCallback):
         )
         window = [*self.window_times_s, step_s]
         done = not warming and window_done(window, s.min_steps, s.max_steps, s.max_seconds, s.target_rel_ci)
+        if not warming and not done:
+            done = self._behind(window)
         screened = None if done else self._screen(step_s)
         # In a DDP group every rank must take the same decision at the same step, or the ranks
         # that go on wait in a collective for the ones that stopped: rank 0's decision stands.
@@ -215,17 +220,51 @@ class ThroughputCallback(TrainerCallback):
 
         The trial's optimistic throughput is its fastest step's, over every step since the first
         (compilation and allocator growth only make steps slower, and so does noise, mostly), with
-        each sample counted at its full length: real throughput is never higher. It is judged once
-        the minimum warm-up is done, and every step after (it only rises)."""
+        each sample counted at its full length: real throughput is never higher. It is judged from
+        the second step on (`screen_from_step`), and every step after (it only rises)."""
         reference, ratio = self.screen_against, self.settings.screen_ratio
         steps = len(self.warmup_times_s) + len(self.window_times_s) + 1
-        if not reference or ratio <= 0 or steps < max(2, self.settings.warmup_steps):
+        if not reference or ratio <= 0 or steps < self.screen_from_step:
             return None
         fastest = min(step_s, *self.warmup_times_s, *self.window_times_s)
         bound = self.samples_per_step * self.tokens_per_sample / fastest if fastest > 0 else math.inf
         if bound >= ratio * reference:
             return None
         return bound, reference, ratio, steps, math.fsum([*self.warmup_times_s, *self.window_times_s, step_s])
+
+    def _behind(self, window: list[float]) -> bool:
+        """Whether the window can end now because it measures the trial clearly under the promotion
+        line (`MeasureSettings.promote_ratio` of the study's best, `screen_against`): after
+        `min_steps` steps, the upper end of its 95% interval, each sample counted at its full
+        length, is under the line. The trial keeps what the window measured (its interval wider
+        than the target); it only does not earn the rest of the window (`not_promoted`)."""
+        reference, line = self.screen_against, self.settings.promote_ratio
+        if not reference or line <= 0 or len(window) < self.settings.min_steps:
+            return False
+        rel_ci = relative_ci_halfwidth(window)
+        if not rel_ci < 1:
+            return False
+        mean_rate = statistics.fmean(1.0 / t for t in window if t > 0)
+        upper = self.samples_per_step * self.tokens_per_sample * mean_rate * (1 + rel_ci)
+        if upper >= line * reference:
+            return False
+        self.not_promoted = {
+            "upper_tokens_per_s": upper,
+            "reference_tokens_per_s": reference,
+            "promote_ratio": line,
+            "steps": len(window),
+        }
+        return True
+
+    @property
+    def screen_from_step(self) -> int:
+        """The first step screening judges. The first step carries one-time costs (lazy set-up,
+        the optimizer's state, data-loader workers starting) and never alone stops a trial: an
+        eager trial is judged from its second step, when one steady step bounds its speed. A
+        compiled one waits for its minimum warm-up (`MeasureSettings.warmup_steps`): dynamo
+        recompiles on the second step when a shape changes (variable-length data), and CUDA
+        graphs record on the second step and replay only from the third."""
+        return max(2, self.settings.warmup_steps) if self._compiled else 2
 
     def result(self) -> dict[str, Any]:
         """The trial's measurements as flat user attrs.
@@ -258,6 +297,8 @@ class ThroughputCallback(TrainerCallback):
             "warmup_excess_s": max(0.0, warmup_s - steady_s * len(self.warmup_times_s)),
             "first_step_s": self.warmup_times_s[0] if self.warmup_times_s else None,
             "setup_s": self.setup_s,
+            # A window ended at the promotion line: what it measured, and the line it was under.
+            **({"not_promoted": dict(self.not_promoted)} if self.not_promoted else {}),
             "loss_curve": self.loss_curve(),
             **self.meter.read(),
         }

@@ -391,7 +391,8 @@ class AutotuneTrainer(Trainer):
     def _screen_reference(self, trial: Any) -> float | None:
         """The best tokens/s of the study so far (its completed trials and its baseline), which a
         search trial is screened against; None where nothing is measured yet, for trials outside
-        an optuna study, or when the objective is the user's run time (a slower configuration
+        an optuna study, with screening off (`MeasureSettings.screen_ratio` 0: the promotion line
+        is off too), or when the objective is the user's run time (a slower configuration
         without compilation can still win a short run)."""
         config = self.plan.config
         study = getattr(trial, "study", None)

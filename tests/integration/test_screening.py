@@ -1,6 +1,8 @@
-"""Screening in a real search: a configuration slowed down by a test hook stops after its minimum
-warm-up (``screened_out``, its figures recorded, its time accounted as screening) instead of taking
-a full window; it counts as a tried configuration and is never a finalist or the winner."""
+"""Screening in a real search: a configuration slowed down by a test hook stops after its second
+step, before its minimum warm-up is done (``screened_out``, its figures recorded, its time
+accounted as screening) instead of taking a full window; it counts as a tried configuration and is
+never a finalist or the winner. One slowed less, clearly behind the best but over the screening
+line, is measured and ends its window at the promotion line."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from tests.helpers import IN_PROCESS, SlowParams, write_space
 pytestmark = pytest.mark.timeout(300)
 
 # A window the slow configuration would spend many steps in: at least 6 measured steps.
-WINDOW = MeasureSettings(warmup_steps=2, max_warmup_steps=3, min_steps=6, max_steps=8, max_seconds=30.0)
+WINDOW = MeasureSettings(warmup_steps=3, max_warmup_steps=4, min_steps=6, max_steps=8, max_seconds=30.0)
 
 
 @pytest.mark.parametrize("ratio", [0.5, 0.0], ids=["screening", "no screening"])
@@ -38,8 +40,9 @@ def test_a_slowed_configuration_is_not_promoted_to_a_full_window(tmp_path: Path,
         assert slow.state == "COMPLETE" and slow.attrs["measured_steps"] >= WINDOW.min_steps
         return
     assert slow.state == "PRUNED" and slow.reason == "screened_out"
-    assert (slow.message or "").startswith(f"screened out after {WINDOW.warmup_steps} steps: its fastest")
-    assert "measured_steps" not in slow.attrs and slow.attrs["screen_steps"] == WINDOW.warmup_steps
+    # An eager trial: one steady step after the first decides, before the warm-up's 3.
+    assert (slow.message or "").startswith("screened out after 2 steps: its fastest")
+    assert "measured_steps" not in slow.attrs and slow.attrs["screen_steps"] == 2
     assert slow.attrs["screen_reference_tokens_per_s"] == pytest.approx(fast.attrs["tokens_per_s"])
     assert slow.attrs["screen_tokens_per_s"] < 0.5 * fast.attrs["tokens_per_s"]
     assert slow.attrs["trained"] is True  # a tried configuration: it spent the budget
@@ -49,3 +52,41 @@ def test_a_slowed_configuration_is_not_promoted_to_a_full_window(tmp_path: Path,
     assert result.study.user_attrs["time_breakdown"]["jobs"] == 2
     assert breakdown["screening_s"] == pytest.approx(slow.attrs["screen_s"], rel=1e-6)
     assert breakdown["setup_s"] == pytest.approx(fast.attrs["setup_s"] + slow.attrs["setup_s"], rel=1e-6)
+
+
+@pytest.mark.parametrize("line", [0.9, 0.0], ids=["promotion line", "no promotion line"])
+def test_a_configuration_clearly_behind_does_not_earn_a_full_window(tmp_path: Path, line: float) -> None:
+    # Steps dominated by sleeps, so the ratio holds on a loaded machine: the slow configuration runs
+    # at 0.4-0.55x the fast one's speed, over the screening line (0.3) and far under the
+    # promotion line (0.9). The windows would run to max_steps (their target is out of reach).
+    window = MeasureSettings(
+        **{**WINDOW.__dict__, "target_rel_ci": 1e-6, "screen_ratio": 0.3, "promote_ratio": line}
+    )
+    space = write_space(tmp_path, {"optim": ["adamw_torch", "adamw_torch_fused"]})
+    result = autotune.search(
+        model="tiny-gpt2",
+        space=space,
+        trials=2,
+        storage=f"sqlite:///{tmp_path / 'promote.db'}",
+        seq_len=16,
+        **{**IN_PROCESS, "measure": window},
+        callbacks=[
+            SlowParams({"optim": "adamw_torch_fused"}, seconds=0.2),
+            SlowParams({"optim": "adamw_torch"}, seconds=0.5),
+        ],
+        enqueue=[{"optim": "adamw_torch_fused"}, {"optim": "adamw_torch"}],
+    )
+    by_optim = {t.params["optim"]: t for t in result.trials}
+    fast, slow = by_optim["adamw_torch_fused"], by_optim["adamw_torch"]
+    assert fast.state == "COMPLETE" and fast.attrs["measured_steps"] == window.max_steps
+    assert slow.state == "COMPLETE" and slow.reason is None  # measured: its figure stands
+    assert slow.attrs["tokens_per_s"] < 0.7 * fast.attrs["tokens_per_s"]
+    assert result.best is not None and result.best.number == fast.number
+    if line == 0:  # the control: without the line the slow one takes its whole window
+        assert slow.attrs["measured_steps"] == window.max_steps and "not_promoted" not in slow.attrs
+        return
+    assert slow.attrs["measured_steps"] == window.min_steps < window.max_steps
+    behind = slow.attrs["not_promoted"]
+    assert behind["reference_tokens_per_s"] == pytest.approx(fast.attrs["tokens_per_s"])
+    assert behind["upper_tokens_per_s"] < 0.9 * fast.attrs["tokens_per_s"]
+    assert behind["promote_ratio"] == 0.9 and behind["steps"] == window.min_steps

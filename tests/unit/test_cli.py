@@ -82,6 +82,7 @@ def test_every_flag_reaches_the_config(calls, capsys):
         "--max-seconds", "9.5",
         "--target-ci", "0.05",
         "--screen-ratio", "0.25",
+        "--promote-ratio", "0.7",
     )  # fmt: skip
     assert code == 0
     assert len(calls) == 1
@@ -104,6 +105,7 @@ def test_every_flag_reaches_the_config(calls, capsys):
             max_seconds=9.5,
             target_rel_ci=0.05,
             screen_ratio=0.25,
+            promote_ratio=0.7,
         ),
     )
     assert call.config.storage_url == "sqlite:////tmp/flag.db"

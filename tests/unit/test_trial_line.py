@@ -23,3 +23,10 @@ def test_a_configuration_known_not_to_run_is_not_run() -> None:
         4, PARAMS, "PRUNED", reason="unused_parameters_known", message="the model has parameters without..."
     )
     assert "[yellow]not run[/] [dim]unused_parameters_known: the model has" in trial_line(known)
+
+
+def test_a_window_ended_at_the_promotion_line_says_why_it_is_short() -> None:
+    behind = {"upper_tokens_per_s": 14e3, "reference_tokens_per_s": 30e3, "promote_ratio": 0.8, "steps": 5}
+    line = trial_line(_measured(not_promoted=behind))
+    assert "[green]ok[/]  [dim]window ended after 5 steps: clearly under 0.8x the best measured 30.0k" in line
+    assert "window ended" not in trial_line(_measured())
