@@ -29,14 +29,11 @@ COMPILED = SimpleNamespace(**{**ARGS.__dict__, "torch_compile": True})
 TOKENS_PER_SAMPLE = 25  # 100 tokens per step
 
 
-def _run(
-    step_times: list[float],
-    reference: float | None,
-    settings: MeasureSettings = SETTINGS,
-    args: SimpleNamespace = ARGS,
-) -> Any:
-    """Drive the callback through steps of the given seconds (a fake clock): the number of steps it
-    ran, and the `ScreenedOut` it raised (None if it did not)."""
+def _drive(
+    step_times: list[float], reference: float | None, settings: MeasureSettings, args: SimpleNamespace
+) -> tuple[ThroughputCallback, int, ScreenedOut | None]:
+    """Drive the callback through steps of the given seconds (a fake clock) until it ends the
+    window or screens the trial out: the callback, the steps it ran, the `ScreenedOut` (or None)."""
     clock = [100.0]
     original = callback_module.time.perf_counter
     callback_module.time.perf_counter = lambda: clock[0]  # type: ignore[assignment]
@@ -50,34 +47,32 @@ def _run(
             try:
                 measured.on_step_end(args, None, control)
             except ScreenedOut as screened:
-                return number, screened
+                return measured, number, screened
             if control.should_training_stop:
-                return number, None
-        return len(step_times), None
+                return measured, number, None
+        return measured, len(step_times), None
     finally:
         callback_module.time.perf_counter = original  # type: ignore[assignment]
+
+
+def _run(
+    step_times: list[float],
+    reference: float | None,
+    settings: MeasureSettings = SETTINGS,
+    args: SimpleNamespace = ARGS,
+) -> Any:
+    """The number of steps the callback ran, and the `ScreenedOut` it raised (None if it did not)."""
+    _measured, steps, screened = _drive(step_times, reference, settings, args)
+    return steps, screened
 
 
 def _window(
     step_times: list[float], reference: float | None, settings: MeasureSettings
 ) -> ThroughputCallback:
     """The callback after steps of the given seconds, ended by its own rules (it raised nothing)."""
-    clock = [100.0]
-    original = callback_module.time.perf_counter
-    callback_module.time.perf_counter = lambda: clock[0]  # type: ignore[assignment]
-    try:
-        measured = ThroughputCallback(settings, TOKENS_PER_SAMPLE, Reporter())
-        measured.screen_against = reference
-        control = SimpleNamespace(should_training_stop=False)
-        measured.on_train_begin(ARGS, None, control)
-        for seconds in step_times:
-            clock[0] += seconds
-            measured.on_step_end(ARGS, None, control)
-            if control.should_training_stop:
-                break
-        return measured
-    finally:
-        callback_module.time.perf_counter = original  # type: ignore[assignment]
+    measured, _steps, screened = _drive(step_times, reference, settings, ARGS)
+    assert screened is None
+    return measured
 
 
 # Steps of 0.2 s with a little noise: 100 tokens per step, about 500 tok/s.
