@@ -21,7 +21,7 @@ from autotune.config import MeasureSettings
 from autotune.errors import AutotuneError
 from autotune.measure.memory import PeakMemoryMeter
 from autotune.measure.ranks import from_rank_zero
-from autotune.measure.stats import relative_ci_halfwidth, summarize_window, warmup_done, window_done
+from autotune.measure.stats import summarize_window, warmup_done, window_done
 from autotune.progress import Reporter
 
 
@@ -241,11 +241,9 @@ class ThroughputCallback(TrainerCallback):
         reference, line = self.screen_against, self.settings.promote_ratio
         if not reference or line <= 0 or len(window) < self.settings.min_steps:
             return False
-        rel_ci = relative_ci_halfwidth(window)
-        if not rel_ci < 1:
-            return False
-        mean_rate = statistics.fmean(1.0 / t for t in window if t > 0)
-        upper = self.samples_per_step * self.tokens_per_sample * mean_rate * (1 + rel_ci)
+        full_length = self.samples_per_step * self.tokens_per_sample
+        stats = summarize_window(window, full_length, self.samples_per_step)
+        upper = stats.tokens_per_s * (1 + stats.rel_ci_halfwidth)
         if upper >= line * reference:
             return False
         self.not_promoted = {
