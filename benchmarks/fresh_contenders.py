@@ -63,22 +63,41 @@ def user_run(
     return json.loads(lines[-1])
 
 
-def measure_preset(row: dict[str, Any], rounds: int, seconds: float, timeout_s: float) -> dict[str, Any]:
-    model = row["model"]
-    params = {name: dict(row["contenders"][name]["params"]) for name in CONTENDERS}
-    runs: dict[str, dict[int, dict[str, Any]]] = {name: {} for name in CONTENDERS}
+def rotated_rounds(
+    model: str,
+    contenders: dict[str, dict[str, Any]],
+    rounds: int,
+    seconds: float,
+    timeout_s: float,
+    **spec_extra: Any,
+) -> dict[str, dict[int, dict[str, Any]]]:
+    """Each contender (name -> params) trained by `user_run` once per round, the order rotated each
+    round so drift hits all alike: name -> round -> the run's JSON line (or its error)."""
+    names = list(contenders)
+    runs: dict[str, dict[int, dict[str, Any]]] = {name: {} for name in names}
     for r in range(rounds):
-        order = CONTENDERS[r % len(CONTENDERS) :] + CONTENDERS[: r % len(CONTENDERS)]
-        for name in order:
-            got = user_run(model, params[name], seconds, timeout_s)
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            got = user_run(model, contenders[name], seconds, timeout_s, **spec_extra)
             runs[name][r] = got
             rate = got.get("tokens_per_s")
             shown = f"{rate / 1000:.1f}k tok/s" if rate else got.get("error")
             print(f"[fresh] {model} round {r + 1}: {name} {shown}", flush=True)
-    rates = {
-        name: {r: got["tokens_per_s"] for r, got in runs[name].items() if got.get("tokens_per_s")}
-        for name in runs
+    return runs
+
+
+def rates_of(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, dict[int, float]]:
+    """Name -> round -> tokens/s, for the rounds that measured one."""
+    return {
+        name: {r: got["tokens_per_s"] for r, got in by_round.items() if got.get("tokens_per_s")}
+        for name, by_round in runs.items()
     }
+
+
+def measure_preset(row: dict[str, Any], rounds: int, seconds: float, timeout_s: float) -> dict[str, Any]:
+    model = row["model"]
+    params = {name: dict(row["contenders"][name]["params"]) for name in CONTENDERS}
+    runs = rotated_rounds(model, params, rounds, seconds, timeout_s)
+    rates = rates_of(runs)
     out: dict[str, Any] = {"model": model, "contenders": {}}
     for name in CONTENDERS:
         values = list(rates[name].values())

@@ -152,9 +152,9 @@ def remeasure(
     model: str, runs: list[dict[str, Any]], simulate: bool, rounds: int, seconds: float
 ) -> dict[str, Any]:
     """Each run's pick and the `TrainingArguments()` defaults (the runs' baseline), each trained in a
-    fresh plain-Trainer process per round (`fresh_contenders.user_run`), the order rotated; the
+    fresh plain-Trainer process per round (`fresh_contenders.rotated_rounds`); the
     picks' speedups over the defaults as paired geometric means with 95% t intervals."""
-    from fresh_contenders import user_run
+    from fresh_contenders import rates_of, rotated_rounds
 
     from autotune.measure.stats import paired_speedup
     from autotune.progress import describe_params
@@ -167,16 +167,14 @@ def remeasure(
     extra: dict[str, Any] = {"seq_len": int(HELDOUT_ARGS[1])}
     if simulate:
         extra["slow_bf16"] = SLOW_FACTOR
-    rates: dict[str, dict[int, float]] = {name: {} for name in names}
-    errors: list[str] = []
-    for r in range(rounds):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            got = user_run(model, contenders[name], seconds, 600.0, **extra)
-            if got.get("tokens_per_s"):
-                rates[name][r] = got["tokens_per_s"]
-            else:
-                errors.append(f"{name} round {r + 1}: {got.get('error')}")
-            print(f"[fresh] round {r + 1}: {name} {got.get('tokens_per_s') or got.get('error')}", flush=True)
+    measured = rotated_rounds(model, contenders, rounds, seconds, 600.0, **extra)
+    rates = rates_of(measured)
+    errors = [
+        f"{name} round {r + 1}: {got.get('error')}"
+        for name, by_round in measured.items()
+        for r, got in by_round.items()
+        if not got.get("tokens_per_s")
+    ]
     out: dict[str, Any] = {"rounds": rounds, "seconds": seconds, "errors": errors, "contenders": {}}
     for name in names:
         speedup = None if name == "defaults" else paired_speedup(rates[name], rates["defaults"])
