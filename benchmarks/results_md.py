@@ -669,14 +669,7 @@ def _screening(data: dict[str, Any] | None, claims: list[str]) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
-        label = "off" if not run["screen_ratio"] else f"on ({run['screen_ratio']:g})"
-        winner = describe_params(run["winner"]) if run.get("winner") else "-"
-        stages = (run.get("time_breakdown") or {}).get("stages") or {}
-        lines.append(
-            f"| {label} | {run['repeat'] + 1} | {run['wall_s']:.0f} s | {stages.get('search_s', 0):.0f} s "
-            f"| {stages.get('finalists_s', 0):.0f} s | {run['screened_out']} | {run['bf16_trials']} "
-            f"| {winner} | {_k(run.get('winner_median_tokens_per_s'))} |"
-        )
+        lines.append(f"{_screening_row(run)} {_k(run.get('winner_median_tokens_per_s'))} |")
     off = statistics.median(r["wall_s"] for r in runs if not r["screen_ratio"])
     on = statistics.median(r["wall_s"] for r in runs if r["screen_ratio"])
     search_off = statistics.median(_stage(r, "search_s") for r in runs if not r["screen_ratio"])
@@ -729,13 +722,7 @@ def _screening_heldout(data: dict[str, Any] | None, claims: list[str]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
-        label = "off" if not run["screen_ratio"] else f"on ({run['screen_ratio']:g})"
-        winner = describe_params(run["winner"]) if run.get("winner") else "-"
-        lines.append(
-            f"| {label} | {run['repeat'] + 1} | {run['wall_s']:.0f} s | {_stage(run, 'search_s'):.0f} s "
-            f"| {_stage(run, 'finalists_s'):.0f} s | {run['screened_out']} | {run['bf16_trials']} "
-            f"| {run.get('bf16_trials_s', 0):.0f} s | {winner} | {_interval(run.get('speedup'))} |"
-        )
+        lines.append(f"{_screening_row(run, run.get('bf16_trials_s', 0))} {_interval(run.get('speedup'))} |")
     off = statistics.median(r["wall_s"] for r in runs if not r["screen_ratio"])
     on = statistics.median(r["wall_s"] for r in runs if r["screen_ratio"])
     goal = "met" if on <= off / 3 else "NOT met"
@@ -776,6 +763,19 @@ def _screening_heldout(data: dict[str, Any] | None, claims: list[str]) -> str:
         f"Screening on the issue's held-out search: {on:.0f} s instead of {off:.0f} s ({on / off:.2f}x)."
     )
     return "\n".join(lines) + "\n"
+
+
+def _screening_row(run: dict[str, Any], bf16_s: float | None = None) -> str:
+    """A screening run's row up to its winner (with `bf16_s`, the seconds its bf16 trials took),
+    ending in ``|`` for the caller's last column."""
+    label = "off" if not run["screen_ratio"] else f"on ({run['screen_ratio']:g})"
+    winner = describe_params(run["winner"]) if run.get("winner") else "-"
+    bf16 = "" if bf16_s is None else f" {bf16_s:.0f} s |"
+    return (
+        f"| {label} | {run['repeat'] + 1} | {run['wall_s']:.0f} s | {_stage(run, 'search_s'):.0f} s "
+        f"| {_stage(run, 'finalists_s'):.0f} s | {run['screened_out']} | {run['bf16_trials']} |{bf16} "
+        f"{winner} |"
+    )
 
 
 def _stage(run: dict[str, Any], name: str) -> float:
@@ -915,7 +915,7 @@ def _compile_weight(presets: list[dict[str, Any]]) -> list[str]:
         "",
         "What keeps the share low: the trials that compiled, each a configuration the study had not "
         "compiled before (a cold compile, which a user's run of it pays too), against the windows "
-        "that measured them, which end as soon as the window's interval is within the target (3%). "
+        "that measured them, which end once their interval is within the target (3%) or at their limit. "
         "*Without the trials' compiles* is the share the same search would have measured had those "
         "compiles cost nothing (its windows over its wall time less them), arithmetic on the figures "
         "above, not a measurement:\n",
