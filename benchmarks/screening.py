@@ -2,6 +2,7 @@
 
     python benchmarks/screening.py [--repeats 2]     # 3-4 minutes per repeat on 2 CPU cores
     python benchmarks/screening.py --scenario heldout [--repeats 1]   # the issue's own search
+    python benchmarks/screening.py --scenario heldout --before 7819f67   # ... and today's code too
 
 The space crosses fp32 with bf16: on a CPU without native bf16 (AVX2 only) bf16 autocast runs
 several times slower than fp32, so half the space is configurations that cannot win, as in the
@@ -18,7 +19,10 @@ it: a 2.8M-parameter Qwen2-style model from a local folder (random weights), seq
 configurations, ``--trials 12`` and the default windows. For ``heldout`` each run's pick and the
 `TrainingArguments()` defaults are then re-measured as a user does (`fresh_contenders.user_run`:
 fresh plain-Trainer processes, rotated rounds; bf16 slowed there too when simulated), so the
-answer's claim is checked where the issue found it did not reproduce. Results go to
+answer's claim is checked where the issue found it did not reproduce. ``--before REV`` runs the
+same search a third time with the code of commit REV (a git worktree on ``PYTHONPATH``; 7819f67 is
+main when the issue was written, before screening existed): the issue's goal compares with that
+search, "today's". Its pick is re-measured with the others. Results go to
 ``benchmarks/results/screening.json`` (``screening_heldout.json``) with the machine
 (`harness.machine`: CPU, native bf16 or not, versions, commit).
 """
@@ -26,12 +30,15 @@ answer's claim is checked where the issue found it did not reproduce. Results go
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -82,17 +89,33 @@ def write_heldout_model(folder: Path) -> tuple[str, int]:
 
 
 def one_search(
-    folder: Path, ratio: float, label: str, simulate: bool, args: tuple[str, ...], space_text: str
+    folder: Path,
+    ratio: float | None,
+    label: str,
+    simulate: bool,
+    args: tuple[str, ...],
+    space_text: str,
+    code: tuple[str, Path] | None = None,
 ) -> dict[str, Any]:
+    """One search on a fresh store in `folder`: screening at `ratio` (None: the code of `code`, a
+    commit and its worktree, which had no screening), bf16 slowed when `simulate`."""
     space = folder / "space.yaml"
     space.write_text(space_text)
     storage = f"sqlite:///{folder / f'{label}.db'}"
     command = [sys.executable, "-m", "autotune", "search", *args, "--space", str(space)]
     command += ["--storage", storage, "--study", "s", "--screen-ratio", str(ratio)]
-    if simulate:  # the same search through the library, which takes the slowing callback
-        command = [sys.executable, __file__, "--one", str(space), storage, str(ratio), json.dumps(args)]
+    env = None
+    if simulate or code is not None:  # through the library, which takes the slowing callback
+        shown = "none" if ratio is None else str(ratio)
+        command = [sys.executable, str(Path(__file__).resolve()), "--one", str(space), storage, shown]
+        command += [json.dumps(args), str(simulate)]
+    cwd = None
+    if code is not None:  # run from its worktree: a forkserver puts its working folder first on sys.path
+        env, cwd = {**os.environ, "PYTHONPATH": str(code[1])}, code[1]
     began = time.monotonic()
-    done = subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False, env=env, cwd=cwd
+    )
     wall_s = time.monotonic() - began
     if done.returncode != 0:
         raise RuntimeError(f"search failed ({done.returncode}): {done.stderr[-2000:]}")
@@ -108,6 +131,7 @@ def one_search(
     ]
     return {
         "screen_ratio": ratio,
+        **({"code": code[0]} if code is not None else {}),
         "wall_s": wall_s,
         "winner": params,
         "winner_median_tokens_per_s": winner.get("median_tokens_per_s"),
@@ -122,18 +146,23 @@ def one_search(
     }
 
 
-def search_slowed(space: str, storage: str, ratio: float, args: list[str]) -> None:
-    """The CLI's search of `args` through `autotune.search`, with bf16 steps slowed tenfold."""
+def search_slowed(space: str, storage: str, ratio: float | None, args: list[str], simulate: bool) -> None:
+    """The CLI's search of `args` through `autotune.search`, with bf16 steps slowed tenfold when
+    `simulate`. `ratio` None: the code on ``PYTHONPATH`` predates screening (and its options)."""
     from slow_bf16 import SlowBf16
 
     import autotune
     from autotune.config import MeasureSettings
 
     values = dict(zip(args[::2], args[1::2], strict=True))
-    measure = MeasureSettings(screen_ratio=ratio)
+    settings: dict[str, Any] = {} if ratio is None else {"screen_ratio": ratio}
     if "--max-seconds" in values:
-        measure = MeasureSettings(max_seconds=float(values["--max-seconds"]), screen_ratio=ratio)
-    with autotune.RichReporter() as reporter:
+        settings["max_seconds"] = float(values["--max-seconds"])
+    measure = MeasureSettings(**settings)
+    rich = getattr(autotune, "RichReporter", None)
+    if rich is None:  # before it was public
+        from autotune.cli._render import RichReporter as rich
+    with rich() as reporter:
         autotune.search(
             model=values["--model"],
             seq_len=int(values["--seq-len"]),
@@ -144,7 +173,7 @@ def search_slowed(space: str, storage: str, ratio: float, args: list[str]) -> No
             study="s",
             measure=measure,
             reporter=reporter,
-            callbacks=[SlowBf16(SLOW_FACTOR)],
+            callbacks=[SlowBf16(SLOW_FACTOR)] if simulate else [],
         )
 
 
@@ -159,10 +188,12 @@ def remeasure(
     from autotune.measure.stats import paired_speedup
     from autotune.progress import describe_params
 
-    contenders: dict[str, dict[str, Any]] = {"defaults": runs[0]["baseline_params"]}
+    # The defaults as this code's baseline reads them from `TrainingArguments()`; every pick on them.
+    defaults = next(run["baseline_params"] for run in runs if "code" not in run)
+    contenders: dict[str, dict[str, Any]] = {"defaults": defaults}
     for run in runs:
         if run.get("winner"):
-            contenders.setdefault(describe_params(run["winner"]), {**run["baseline_params"], **run["winner"]})
+            contenders.setdefault(describe_params(run["winner"]), {**defaults, **run["winner"]})
     names = list(contenders)
     extra: dict[str, Any] = {"seq_len": int(HELDOUT_ARGS[1])}
     if simulate:
@@ -187,10 +218,28 @@ def remeasure(
     return out
 
 
+@contextlib.contextmanager
+def _worktree(rev: str | None, temp: str) -> Iterator[tuple[str, Path] | None]:
+    """A git worktree of commit `rev` in `temp` (its short commit and folder), removed afterwards."""
+    if rev is None:
+        yield None
+        return
+    folder = Path(temp) / "before"
+    commit = subprocess.run(
+        ["git", "-C", str(HERE), "rev-parse", "--short", rev], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    subprocess.run(["git", "-C", str(HERE), "worktree", "add", "--detach", str(folder), commit], check=True)
+    try:
+        yield commit, folder
+    finally:
+        subprocess.run(["git", "-C", str(HERE), "worktree", "remove", "--force", str(folder)], check=False)
+
+
 def main() -> None:
     sys.path.insert(0, str(HERE))
     if sys.argv[1:2] == ["--one"]:
-        search_slowed(sys.argv[2], sys.argv[3], float(sys.argv[4]), json.loads(sys.argv[5]))
+        ratio = None if sys.argv[4] == "none" else float(sys.argv[4])
+        search_slowed(sys.argv[2], sys.argv[3], ratio, json.loads(sys.argv[5]), sys.argv[6] == "True")
         return
     from harness import machine
 
@@ -205,13 +254,16 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=3, help="heldout: fresh re-measurement rounds")
     parser.add_argument("--seconds", type=float, default=20.0, help="heldout: steady window per run")
+    parser.add_argument(
+        "--before", metavar="REV", help="also run the search with the code of commit REV (today's search)"
+    )
     args = parser.parse_args()
     heldout = args.scenario == "heldout"
     repeats = args.repeats or (1 if heldout else 2)
     simulate = machine()["native_bf16"] if args.simulate is None else args.simulate
     runs: list[dict[str, Any]] = []
     extra: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="bench-screening-") as temp:
+    with tempfile.TemporaryDirectory(prefix="bench-screening-") as temp, _worktree(args.before, temp) as code:
         search_args, space, shown_args = ARGS, SPACE, list(ARGS)
         if heldout:
             model, parameters = write_heldout_model(Path(temp) / "qwen2-2.8m")
@@ -219,11 +271,15 @@ def main() -> None:
             shown_args = ["--model", "<qwen2-2.8m folder>", *HELDOUT_ARGS]
             extra["model_parameters"] = parameters
         for repeat in range(repeats):
-            order = (0.0, 0.5) if repeat % 2 == 0 else (0.5, 0.0)  # interleaved: drift hits both
+            order: tuple[float | None, ...] = (0.0, 0.5) if repeat % 2 == 0 else (0.5, 0.0)  # drift hits both
+            if code is not None:
+                order = (None, *order)
             for ratio in order:
                 folder = Path(temp) / f"{repeat}-{ratio}"
                 folder.mkdir()
-                run = one_search(folder, ratio, "run", bool(simulate), search_args, space)
+                run = one_search(
+                    folder, ratio, "run", bool(simulate), search_args, space, code if ratio is None else None
+                )
                 run["repeat"] = repeat
                 runs.append(run)
                 shown = ("repeat", "screen_ratio", "wall_s", "winner", "screened_out")
@@ -231,9 +287,9 @@ def main() -> None:
         if heldout:
             extra["user_runs"] = remeasure(model, runs, bool(simulate), args.rounds, args.seconds)
     summary = {}
-    for ratio in (0.0, 0.5):
+    for ratio in (None, 0.0, 0.5) if code is not None else (0.0, 0.5):
         mine = [r for r in runs if r["screen_ratio"] == ratio]
-        summary[str(ratio)] = {
+        summary[str(ratio) if ratio is not None else f"before {args.before}"] = {
             "median_wall_s": statistics.median(r["wall_s"] for r in mine),
             "winners": [r["winner"] for r in mine],
         }
