@@ -670,25 +670,22 @@ def _screening(data: dict[str, Any] | None, claims: list[str]) -> str:
     ]
     for run in runs:
         lines.append(f"{_screening_row(run)} {_k(run.get('winner_median_tokens_per_s'))} |")
-    off = statistics.median(r["wall_s"] for r in runs if not r["screen_ratio"])
-    on = statistics.median(r["wall_s"] for r in runs if r["screen_ratio"])
-    search_off = statistics.median(_stage(r, "search_s") for r in runs if not r["screen_ratio"])
-    search_on = statistics.median(_stage(r, "search_s") for r in runs if r["screen_ratio"])
-    picks = sorted({describe_params(r["winner"]) for r in runs if r.get("winner")})
+    off, on = _median_of(runs, "off", "wall_s"), _median_of(runs, "on", "wall_s")
+    search_off, search_on = _median_of(runs, "off", "search_s"), _median_of(runs, "on", "search_s")
+    picks = sorted({describe_params(r["winner"]) for r in runs if r.get("winner") and "code" not in r})
     verdict = "the same pick in every run"
     if len(picks) > 1:
         verdict = f"{len(picks)} different picks ({'; '.join(picks)})"
         if all("either is as good" in (r.get("verdict") or "") for r in runs):
             verdict += ", each run's re-measurement calling its winner and runner-up a tie"
-    goal = "met" if on <= off / 3 else "NOT met"
     lines.append("")
     lines.append(
-        f"Median wall time: {off:.0f} s without screening, {on:.0f} s with it ({on / off:.2f}x; the "
-        f"issue's goal of at most a third is {goal}); {verdict}. The trials themselves took "
+        f"Median wall time: {off:.0f} s without screening, {on:.0f} s with it ({on / off:.2f}x); {verdict}. "
+        f"{_against_today(runs, on)}The trials themselves took "
         f"{search_on:.0f} s instead of {search_off:.0f} s ({search_on / search_off:.2f}x); the finalists' "
         "re-measurement and the fixed costs (forkserver, baseline, set-up) are what screening leaves."
     )
-    outside = statistics.median(r["wall_s"] - _stage(r, "search_s") for r in runs if r["screen_ratio"])
+    outside = statistics.median(r["wall_s"] - _stage(r, "search_s") for r in _arm(runs, "on"))
     lines.append(
         f"What screening cannot touch (all but the trials stage: start-up, baseline, finalists) took "
         f"{outside:.0f} s of each screened run (median), {outside / off:.0%} of the unscreened wall time: "
@@ -723,18 +720,15 @@ def _screening_heldout(data: dict[str, Any] | None, claims: list[str]) -> str:
     ]
     for run in runs:
         lines.append(f"{_screening_row(run, run.get('bf16_trials_s', 0))} {_interval(run.get('speedup'))} |")
-    off = statistics.median(r["wall_s"] for r in runs if not r["screen_ratio"])
-    on = statistics.median(r["wall_s"] for r in runs if r["screen_ratio"])
-    goal = "met" if on <= off / 3 else "NOT met"
+    off, on = _median_of(runs, "off", "wall_s"), _median_of(runs, "on", "wall_s")
     lines.append("")
     lines.append(
-        f"Wall time: {off:.0f} s without screening, {on:.0f} s with it ({on / off:.2f}x; the issue's goal "
-        f"of at most a third is {goal})."
+        f"Wall time: {off:.0f} s without screening, {on:.0f} s with it ({on / off:.2f}x). "
+        + _against_today(runs, on).strip()
     )
     for run in runs:
         if run.get("verdict"):
-            label = "off" if not run["screen_ratio"] else "on"
-            lines.append(f"\nThe answer, screening {label}: {run['verdict']}")
+            lines.append(f"\nThe answer, {_arm_label(run)}: {run['verdict']}")
     user = data.get("user_runs")
     if user:
         lines += [
@@ -759,8 +753,11 @@ def _screening_heldout(data: dict[str, Any] | None, claims: list[str]) -> str:
                 )
         if user.get("errors"):
             lines.append("\nRuns that gave no figure: " + "; ".join(user["errors"]))
+    before = _arm(runs, "before")
+    today = f"; today's code took {_median_of(runs, 'before', 'wall_s'):.0f} s" if before else ""
     claims.append(
-        f"Screening on the issue's held-out search: {on:.0f} s instead of {off:.0f} s ({on / off:.2f}x)."
+        f"Screening on the issue's held-out search: {on:.0f} s instead of {off:.0f} s "
+        f"({on / off:.2f}x){today}."
     )
     return "\n".join(lines) + "\n"
 
@@ -768,13 +765,54 @@ def _screening_heldout(data: dict[str, Any] | None, claims: list[str]) -> str:
 def _screening_row(run: dict[str, Any], bf16_s: float | None = None) -> str:
     """A screening run's row up to its winner (with `bf16_s`, the seconds its bf16 trials took),
     ending in ``|`` for the caller's last column."""
-    label = "off" if not run["screen_ratio"] else f"on ({run['screen_ratio']:g})"
+    label = _arm_label(run).removeprefix("screening ")
     winner = describe_params(run["winner"]) if run.get("winner") else "-"
     bf16 = "" if bf16_s is None else f" {bf16_s:.0f} s |"
+    stages = [
+        f"{_stage(run, name):.0f} s" if run.get("time_breakdown") else "-"
+        for name in ("search_s", "finalists_s")
+    ]
     return (
-        f"| {label} | {run['repeat'] + 1} | {run['wall_s']:.0f} s | {_stage(run, 'search_s'):.0f} s "
-        f"| {_stage(run, 'finalists_s'):.0f} s | {run['screened_out']} | {run['bf16_trials']} |{bf16} "
+        f"| {label} | {run['repeat'] + 1} | {run['wall_s']:.0f} s | {stages[0]} "
+        f"| {stages[1]} | {run['screened_out']} | {run['bf16_trials']} |{bf16} "
         f"{winner} |"
+    )
+
+
+def _arm(runs: list[dict[str, Any]], arm: str) -> list[dict[str, Any]]:
+    """The runs of one arm: ``before`` (an earlier commit's code, `screening.py --before`), ``off``
+    or ``on`` (this code, screening off or on)."""
+    if arm == "before":
+        return [r for r in runs if "code" in r]
+    return [r for r in runs if "code" not in r and bool(r["screen_ratio"]) == (arm == "on")]
+
+
+def _arm_label(run: dict[str, Any]) -> str:
+    if "code" in run:
+        return f"today's code ({run['code']}, no screening)"
+    return "screening off" if not run["screen_ratio"] else f"screening on ({run['screen_ratio']:g})"
+
+
+def _median_of(runs: list[dict[str, Any]], arm: str, what: str) -> float:
+    """The median wall time (``wall_s``) or stage seconds of an arm's runs."""
+    values = [r["wall_s"] if what == "wall_s" else _stage(r, what) for r in _arm(runs, arm)]
+    return statistics.median(values)
+
+
+def _against_today(runs: list[dict[str, Any]], on: float) -> str:
+    """The issue's goal, judged against today's search (the code it was written on) where the
+    benchmark ran it (``--before``); a sentence ending in a space, or empty."""
+    before = _arm(runs, "before")
+    if not before:
+        return "(The code the issue was written on was not run here: `--before`.) "
+    today = statistics.median(r["wall_s"] for r in before)
+    goal = "met" if on <= today / 3 else "NOT met"
+    picks = sorted({describe_params(r["winner"]) for r in before if r.get("winner")})
+    return (
+        f"Today's search, the code the issue was written on ({before[0]['code']}: no screening, the "
+        f"baseline on `adamw_torch`), took {today:.0f} s: with screening the same search now takes "
+        f"{on / today:.2f}x of it (the issue's goal of at most a third of today's is {goal}); today's "
+        f"pick: {'; '.join(picks) or '-'}. "
     )
 
 

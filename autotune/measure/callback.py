@@ -19,6 +19,7 @@ from transformers import TrainerCallback
 
 from autotune.config import MeasureSettings
 from autotune.errors import AutotuneError
+from autotune.measure.deadline import StepDeadline
 from autotune.measure.memory import PeakMemoryMeter
 from autotune.measure.ranks import from_rank_zero
 from autotune.measure.stats import summarize_window, warmup_done, window_done
@@ -41,8 +42,10 @@ class ScreenedOut(RuntimeError):
         bound_tokens_per_s: the trial's optimistic throughput, its fastest step's.
         reference_tokens_per_s: the best throughput measured in the study when the trial began.
         ratio: the screening line, as a fraction of the reference.
-        steps: the optimizer steps the trial ran.
+        steps: the optimizer steps the trial ran (the last one stopped at its deadline when
+            `stopped_s` is set).
         steps_s: the seconds those steps took (compilation included).
+        stopped_s: the seconds the last step had run when its deadline stopped it (None: it ended).
     """
 
     def __init__(
@@ -52,14 +55,19 @@ class ScreenedOut(RuntimeError):
         ratio: float,
         steps: int,
         steps_s: float,
+        stopped_s: float | None = None,
     ) -> None:
         self.bound_tokens_per_s = bound_tokens_per_s
         self.reference_tokens_per_s = reference_tokens_per_s
         self.ratio = ratio
         self.steps = steps
         self.steps_s = steps_s
+        self.stopped_s = stopped_s
+        when = f"after {steps} steps: its fastest step ran at"
+        if stopped_s is not None:  # the stopped step's speed is a bound: it would have taken longer
+            when = f"in step {steps}, stopped after {stopped_s:.2f} s: no step ran faster than"
         super().__init__(
-            f"screened out after {steps} steps: its fastest step ran at {bound_tokens_per_s:,.0f} tok/s, "
+            f"screened out {when} {bound_tokens_per_s:,.0f} tok/s, "
             f"under {ratio:g}x the best measured {reference_tokens_per_s:,.0f} tok/s"
         )
 
@@ -70,6 +78,7 @@ class ScreenedOut(RuntimeError):
             "screen_ratio": self.ratio,
             "screen_steps": self.steps,
             "screen_s": self.steps_s,
+            **({"screen_step_stopped_s": self.stopped_s} if self.stopped_s is not None else {}),
         }
 
 
@@ -104,6 +113,10 @@ class ThroughputCallback(TrainerCallback):
     # Screening (`MeasureSettings.screen_ratio`): the best tokens/s the study had measured when
     # this trial began, set by the Trainer for search trials (None: a measurement, no screening).
     screen_against: float | None = None
+    # Set by the Trainer while a trial trains where a step can be stopped at its deadline
+    # (`autotune.measure.deadline`): screening then judges a step that runs past the line's
+    # duration there instead of at its end (`_arm_deadline`).
+    deadline: StepDeadline | None = None
 
     def __init__(self, settings: MeasureSettings, tokens_per_sample: int, reporter: Reporter) -> None:
         self.settings = settings
@@ -181,6 +194,8 @@ class ThroughputCallback(TrainerCallback):
             self.setup_s = max(0.0, self._train_begin - self.job_started_s)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.deadline is not None:
+            self.deadline.disarm()
         _sync()
         now = time.perf_counter()
         step_s, self._last_edge = now - self._last_edge, now
@@ -209,11 +224,60 @@ class ThroughputCallback(TrainerCallback):
         if warming:
             self.warmup_times_s.append(step_s)
             self.reporter.on_step("warmup", len(self.warmup_times_s), step_s)
-            return
-        self.window_times_s.append(step_s)
-        self.reporter.on_step("measure", len(self.window_times_s), step_s)
+        else:
+            self.window_times_s.append(step_s)
+            self.reporter.on_step("measure", len(self.window_times_s), step_s)
         if done:
             control.should_training_stop = True
+        else:
+            self._arm_deadline()
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.deadline is not None:
+            self.deadline.disarm()
+
+    def _screen_line_s(self) -> float | None:
+        """The seconds a step takes at the screening line (each sample at its full length); None
+        without screening."""
+        reference, ratio = self.screen_against, self.settings.screen_ratio
+        if not reference or ratio <= 0:
+            return None
+        return self.samples_per_step * self.tokens_per_sample / (ratio * reference)
+
+    def _arm_deadline(self) -> None:
+        """After a step, when screening judges the next one and every step so far was slower than
+        a step at the line: the next step is judged at the moment its own duration passes the line's too
+        (`_overdue`) instead of at its end, so a configuration ten times slower than the best does
+        not finish a step screening has already decided. Eager single-process trials only: a
+        compiled step may be compiling (an exception there is the compiler's to report), and the
+        ranks of a DDP group must stop at the same step."""
+        line_s = self._screen_line_s()
+        steps = [*self.warmup_times_s, *self.window_times_s]
+        if (
+            self.deadline is None
+            or line_s is None
+            or self._compiled
+            or self._world_size != 1
+            or not steps
+            or len(steps) + 1 < self.screen_from_step
+            or min(steps) <= line_s
+        ):
+            return
+        self.deadline.arm(line_s - (time.perf_counter() - self._last_edge), self._overdue)
+
+    def _overdue(self) -> ScreenedOut | None:
+        """Screening's verdict on the step under way, called at its deadline: stop it (the fastest
+        step so far, this one's duration up to now included, is under the line) or not (None)."""
+        line_s = self._screen_line_s()
+        running_s = time.perf_counter() - self._last_edge
+        if line_s is None or running_s <= line_s:
+            return None
+        ran = [*self.warmup_times_s, *self.window_times_s]
+        fastest = min(running_s, *ran)
+        bound = self.samples_per_step * self.tokens_per_sample / fastest
+        ratio = self.settings.screen_ratio
+        steps_s = math.fsum([*ran, running_s])
+        return ScreenedOut(bound, self.screen_against or 0.0, ratio, len(ran) + 1, steps_s, running_s)
 
     def _screen(self, step_s: float) -> tuple[float, float, float, int, float] | None:
         """The verdict of screening after this step: stop (`ScreenedOut`'s arguments) or go on (None).

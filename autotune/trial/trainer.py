@@ -35,6 +35,7 @@ from transformers.trainer_callback import PrinterCallback
 from transformers.trainer_utils import HPSearchBackend
 
 from autotune.measure.callback import ScreenedOut, ThroughputCallback
+from autotune.measure.deadline import step_deadlines
 from autotune.measure.estimate import SAFETY_MARGIN, MemoryEstimate, fitting_rungs, relative_error
 from autotune.measure.estimator import MemoryEstimator
 from autotune.measure.flops import flops_per_token, matmul_precision, mfu, model_shape
@@ -343,8 +344,11 @@ class AutotuneTrainer(Trainer):
         compiling = CompileMeter()
         compiling.start()  # after the reset, which zeroes dynamo's timers
         try:
-            output = super().train(trial=trial)
+            # Screening may stop a step at its deadline (a hopeless step is not finished).
+            with step_deadlines() as self.measurement.deadline:
+                output = super().train(trial=trial)
         finally:
+            self.measurement.deadline = None
             self._compiled_before = self._compiled_before or bool(self.args.torch_compile)
         attrs = {**self.measurement.result(), **compiling.read()}
         attrs["train_loss"] = output.training_loss

@@ -1,8 +1,8 @@
-"""Screening in a real search: a configuration slowed down by a test hook stops after its second
-step, before its minimum warm-up is done (``screened_out``, its figures recorded, its time
-accounted as screening) instead of taking a full window; it counts as a tried configuration and is
-never a finalist or the winner. One slowed less, clearly behind the best but over the screening
-line, is measured and ends its window at the promotion line."""
+"""Screening in a real search: a configuration slowed down by a test hook stops in its second step
+(at the step's deadline, before finishing it), before its minimum warm-up is done (``screened_out``,
+its figures recorded, its time accounted as screening) instead of taking a full window; it counts
+as a tried configuration and is never a finalist or the winner. One slowed less, clearly behind the
+best but over the screening line, is measured and ends its window at the promotion line."""
 
 from __future__ import annotations
 
@@ -41,8 +41,12 @@ def test_a_slowed_configuration_is_not_promoted_to_a_full_window(tmp_path: Path,
         return
     assert slow.state == "PRUNED" and slow.reason == "screened_out"
     # An eager trial: one steady step after the first decides, before the warm-up's 3.
-    assert (slow.message or "").startswith("screened out after 2 steps: its fastest")
+    # Its first step was already slower than a step at the line, so its second was judged at the
+    # line's duration (the deadline) instead of finished: each step sleeps 0.5 s, so a finished
+    # second step would make the two take over 1 s.
+    assert (slow.message or "").startswith("screened out in step 2, stopped after")
     assert "measured_steps" not in slow.attrs and slow.attrs["screen_steps"] == 2
+    assert slow.attrs["screen_step_stopped_s"] < 0.5 and slow.attrs["screen_s"] < 1.0
     assert slow.attrs["screen_reference_tokens_per_s"] == pytest.approx(fast.attrs["tokens_per_s"])
     assert slow.attrs["screen_tokens_per_s"] < 0.5 * fast.attrs["tokens_per_s"]
     assert slow.attrs["trained"] is True  # a tried configuration: it spent the budget

@@ -5,6 +5,7 @@ after its minimum steps, the trial measured; one that may still be close gets it
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -13,7 +14,9 @@ import pytest
 from autotune.config import MeasureSettings
 from autotune.errors import UsageError
 from autotune.measure import callback as callback_module
+from autotune.measure import deadline as deadline_module
 from autotune.measure.callback import ScreenedOut, ThroughputCallback
+from autotune.measure.deadline import StepDeadline, step_deadlines
 from autotune.progress import Reporter
 from autotune.study import outcomes
 from autotune.trial.errors import AGREED_ENDS, failure_reason
@@ -194,3 +197,56 @@ def test_a_search_whose_every_trial_was_screened_out_says_to_keep_the_defaults()
     # A trial that failed otherwise: the reasons above say why, not screening.
     oom = TrialSummary(2, {"precision": "fp32"}, "PRUNED", reason="oom", attrs={"trained": True})
     assert no_feasible_trial_line([*trials, oom]).endswith("see the reasons above")
+
+
+# -- a judged step stopped at its deadline (real time: the deadline is a real signal) ----------
+
+
+def _after_first_step(
+    deadline: StepDeadline | None, first_s: float, args: SimpleNamespace
+) -> ThroughputCallback:
+    """A callback that stops steps at `deadline`, after a first step of `first_s` real seconds (100
+    tokens per step: against a best of 1000 tok/s and a ratio of 0.5, a step at the line takes 0.2 s)."""
+    measured = ThroughputCallback(SETTINGS, TOKENS_PER_SAMPLE, Reporter())
+    measured.deadline = deadline
+    measured.screen_against = 1000.0
+    control = SimpleNamespace(should_training_stop=False)
+    measured.on_train_begin(args, None, control)
+    time.sleep(first_s)
+    measured.on_step_end(args, None, control)
+    return measured
+
+
+@pytest.mark.skipif(deadline_module.SIGNAL is None, reason="no real-time signals here")
+def test_a_hopeless_eager_step_is_stopped_at_its_deadline_instead_of_finished() -> None:
+    finished = False
+    with step_deadlines() as deadline:
+        measured = _after_first_step(deadline, 0.3, ARGS)  # slower than a step at the line (0.2 s)
+        with pytest.raises(ScreenedOut) as stopped:
+            time.sleep(5)  # the second step, ten times too slow: stopped at 0.2 s
+            finished = True
+    assert not finished
+    screened = stopped.value
+    assert screened.steps == 2 and 0.2 <= (screened.stopped_s or 0) < 5
+    # Its fastest step so far: the stopped one, at most 100 tokens in 0.2 s.
+    assert screened.bound_tokens_per_s <= 500.0 and screened.reference_tokens_per_s == 1000.0
+    assert screened.steps_s == pytest.approx(measured.warmup_times_s[0] + (screened.stopped_s or 0))
+    assert screened.attrs()["screen_step_stopped_s"] == screened.stopped_s
+    assert str(screened).startswith("screened out in step 2, stopped after 0.")
+    assert failure_reason(screened) == outcomes.SCREENED_OUT
+
+
+@pytest.mark.skipif(deadline_module.SIGNAL is None, reason="no real-time signals here")
+@pytest.mark.parametrize(
+    ("first_s", "args"),
+    [(0.05, ARGS), (0.3, COMPILED), (0.3, SimpleNamespace(**{**ARGS.__dict__, "world_size": 2}))],
+    ids=["first step over the line", "compiled", "a DDP rank"],
+)
+def test_a_step_is_not_stopped_when_it_may_compete_or_must_not_be_cut(
+    first_s: float, args: SimpleNamespace
+) -> None:
+    # A first step faster than a step at the line proves the trial over it: nothing to stop. A
+    # compiled step may be compiling; the ranks of a DDP group must stop at the same step.
+    with step_deadlines() as deadline:
+        _after_first_step(deadline, first_s, args)
+        time.sleep(0.5)  # the second step, slower than the line: runs to its end
