@@ -708,12 +708,15 @@ def _screening_heldout(data: dict[str, Any] | None, claims: list[str]) -> str:
     lines = [
         "## 6b. Screening on the issue's held-out search\n",
         _machine(data) + _bf16_note(data),
-        "Command: `python benchmarks/screening.py --scenario heldout`: the search of the issue's held-out "
+        "Command: `python benchmarks/screening.py --scenario heldout"
+        + "".join(f" --before {c}" for c in sorted({r["code"] for r in _arm(runs, "before")}))
+        + "`: the search of the issue's held-out "
         f"test as its user ran it, a Qwen2-style model of {data.get('model_parameters', 0) / 1e6:.1f}M "
         "parameters from a local folder (random weights), `"
         + " ".join(data["args"])
         + "`, default windows, over batch 8-64 x fp32/bf16 x AdamW plain/fused x eager/sdpa (32 "
-        "configurations); screening off and on, each on a fresh store.\n",
+        "configurations); screening off and on (and the code the issue was written on, with `--before`), "
+        "each on a fresh store.\n",
         "| screening | run | wall time | trials stage | finalists stage | screened out | bf16 trials "
         "| time in bf16 trials | winner | the answer's speedup over the defaults |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -746,8 +749,11 @@ def _screening_heldout(data: dict[str, Any] | None, claims: list[str]) -> str:
             median = _k(row["median_tokens_per_s"])
             lines.append(f"| {shown} | {median} ({rounds}) | {_interval(row['over_defaults'])} |")
             if row["over_defaults"]:
+                by = " and ".join(
+                    _arm_label(r) for r in runs if r.get("winner") and describe_params(r["winner"]) == name
+                )
                 claims.append(
-                    f"The issue's held-out search (12 trials): its pick {name} against the "
+                    f"The issue's held-out search (12 trials), {by or 'a run'}: its pick {name} against the "
                     f"defaults as a user re-measures it: {_interval(row['over_defaults'])}, "
                     f"{_separation(row['over_defaults'])}."
                 )
