@@ -660,10 +660,13 @@ def _screening(data: dict[str, Any] | None, claims: list[str]) -> str:
     lines = [
         "## 6. Screening: a space where some configurations are far slower\n",
         _machine(data) + _bf16_note(data),
-        "Command: `python benchmarks/screening.py` (the same 12-trial search, `"
+        "Command: `python benchmarks/screening.py"
+        + _before_flag(runs)
+        + "` (the same 12-trial search, `"
         + " ".join(data["args"])
         + "`, baseline and finalists included, over batch 4-32 x fp32/bf16 x eager/sdpa; screening "
-        "off (`--screen-ratio 0`) and on (0.5), interleaved, each on a fresh store).\n",
+        "off (`--screen-ratio 0`) and on (0.5), interleaved, after the code the issue was written on "
+        "where `--before` ran it, each on a fresh store).\n",
         "| screening | run | wall time | trials stage | finalists stage | screened out | bf16 trials "
         "| winner | winner tok/s (re-measured) |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -676,7 +679,7 @@ def _screening(data: dict[str, Any] | None, claims: list[str]) -> str:
     verdict = "the same pick in every run"
     if len(picks) > 1:
         verdict = f"{len(picks)} different picks ({'; '.join(picks)})"
-        if all("either is as good" in (r.get("verdict") or "") for r in runs):
+        if all("either is as good" in (r.get("verdict") or "") for r in runs if "code" not in r):
             verdict += ", each run's re-measurement calling its winner and runner-up a tie"
     lines.append("")
     lines.append(
@@ -692,9 +695,12 @@ def _screening(data: dict[str, Any] | None, claims: list[str]) -> str:
         f"a third of it would leave {max(0.0, off / 3 - outside):.0f} s for 12 trials, the fastest "
         "configurations' full windows included."
     )
+    today = (
+        f"; today's code took {_median_of(runs, 'before', 'wall_s'):.0f} s" if _arm(runs, "before") else ""
+    )
     claims.append(
         f"Screening: a 12-trial search over a space where bf16 runs far slower takes {on:.0f} s "
-        f"instead of {off:.0f} s ({on / off:.2f}x, median); {verdict}."
+        f"instead of {off:.0f} s ({on / off:.2f}x, median){today}; {verdict}."
     )
     return "\n".join(lines) + "\n"
 
@@ -709,7 +715,7 @@ def _screening_heldout(data: dict[str, Any] | None, claims: list[str]) -> str:
         "## 6b. Screening on the issue's held-out search\n",
         _machine(data) + _bf16_note(data),
         "Command: `python benchmarks/screening.py --scenario heldout"
-        + "".join(f" --before {c}" for c in sorted({r["code"] for r in _arm(runs, "before")}))
+        + _before_flag(runs)
         + "`: the search of the issue's held-out "
         f"test as its user ran it, a Qwen2-style model of {data.get('model_parameters', 0) / 1e6:.1f}M "
         "parameters from a local folder (random weights), `"
@@ -791,6 +797,11 @@ def _arm(runs: list[dict[str, Any]], arm: str) -> list[dict[str, Any]]:
     if arm == "before":
         return [r for r in runs if "code" in r]
     return [r for r in runs if "code" not in r and bool(r["screen_ratio"]) == (arm == "on")]
+
+
+def _before_flag(runs: list[dict[str, Any]]) -> str:
+    """The ``--before`` option of the command that ran `runs` (empty when it was not given)."""
+    return "".join(f" --before {code}" for code in sorted({r["code"] for r in _arm(runs, "before")}))
 
 
 def _arm_label(run: dict[str, Any]) -> str:
