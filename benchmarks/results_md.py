@@ -695,12 +695,9 @@ def _screening(data: dict[str, Any] | None, claims: list[str]) -> str:
         f"a third of it would leave {max(0.0, off / 3 - outside):.0f} s for 12 trials, the fastest "
         "configurations' full windows included."
     )
-    today = (
-        f"; today's code took {_median_of(runs, 'before', 'wall_s'):.0f} s" if _arm(runs, "before") else ""
-    )
     claims.append(
         f"Screening: a 12-trial search over a space where bf16 runs far slower takes {on:.0f} s "
-        f"instead of {off:.0f} s ({on / off:.2f}x, median){today}; {verdict}."
+        f"instead of {off:.0f} s ({on / off:.2f}x, median){_today_took(runs)}; {verdict}."
     )
     return "\n".join(lines) + "\n"
 
@@ -765,11 +762,9 @@ def _screening_heldout(data: dict[str, Any] | None, claims: list[str]) -> str:
                 )
         if user.get("errors"):
             lines.append("\nRuns that gave no figure: " + "; ".join(user["errors"]))
-    before = _arm(runs, "before")
-    today = f"; today's code took {_median_of(runs, 'before', 'wall_s'):.0f} s" if before else ""
     claims.append(
         f"Screening on the issue's held-out search: {on:.0f} s instead of {off:.0f} s "
-        f"({on / off:.2f}x){today}."
+        f"({on / off:.2f}x){_today_took(runs)}."
     )
     return "\n".join(lines) + "\n"
 
@@ -822,15 +817,20 @@ def _against_today(runs: list[dict[str, Any]], on: float) -> str:
     before = _arm(runs, "before")
     if not before:
         return "(The code the issue was written on was not run here: `--before`.) "
-    today = statistics.median(r["wall_s"] for r in before)
+    today = _median_of(runs, "before", "wall_s")
     goal = "met" if on <= today / 3 else "NOT met"
     picks = sorted({describe_params(r["winner"]) for r in before if r.get("winner")})
     return (
-        f"Today's search, the code the issue was written on ({before[0]['code']}: no screening, the "
-        f"baseline on `adamw_torch`), took {today:.0f} s: with screening the same search now takes "
+        f"Today's search, the code of {before[0]['code']} (`--before`: no screening), took "
+        f"{today:.0f} s: with screening the same search now takes "
         f"{on / today:.2f}x of it (the issue's goal of at most a third of today's is {goal}); today's "
         f"pick: {'; '.join(picks) or '-'}. "
     )
+
+
+def _today_took(runs: list[dict[str, Any]]) -> str:
+    """``; today's code took N s`` for a claim, where the benchmark ran it (``--before``)."""
+    return f"; today's code took {_median_of(runs, 'before', 'wall_s'):.0f} s" if _arm(runs, "before") else ""
 
 
 def _stage(run: dict[str, Any], name: str) -> float:

@@ -230,11 +230,7 @@ class ThroughputCallback(TrainerCallback):
         if done:
             control.should_training_stop = True
         else:
-            self._arm_deadline()
-
-    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.deadline is not None:
-            self.deadline.disarm()
+            self._arm_deadline()  # disarmed at the next step's end, or when the trial's block ends
 
     def _screen_line_s(self) -> float | None:
         """The seconds a step takes at the screening line (each sample at its full length); None
@@ -266,18 +262,11 @@ class ThroughputCallback(TrainerCallback):
         self.deadline.arm(line_s - (time.perf_counter() - self._last_edge), self._overdue)
 
     def _overdue(self) -> ScreenedOut | None:
-        """Screening's verdict on the step under way, called at its deadline: stop it (the fastest
-        step so far, this one's duration up to now included, is under the line) or not (None)."""
-        line_s = self._screen_line_s()
+        """Screening's verdict on the step under way, called at its deadline: `_screen`'s, with
+        the step's duration so far as its duration (it can only grow), or None to go on."""
         running_s = time.perf_counter() - self._last_edge
-        if line_s is None or running_s <= line_s:
-            return None
-        ran = [*self.warmup_times_s, *self.window_times_s]
-        fastest = min(running_s, *ran)
-        bound = self.samples_per_step * self.tokens_per_sample / fastest
-        ratio = self.settings.screen_ratio
-        steps_s = math.fsum([*ran, running_s])
-        return ScreenedOut(bound, self.screen_against or 0.0, ratio, len(ran) + 1, steps_s, running_s)
+        verdict = self._screen(running_s)
+        return None if verdict is None else ScreenedOut(*verdict, stopped_s=running_s)
 
     def _screen(self, step_s: float) -> tuple[float, float, float, int, float] | None:
         """The verdict of screening after this step: stop (`ScreenedOut`'s arguments) or go on (None).

@@ -72,7 +72,7 @@ def test_different_picks_are_named_and_a_missed_goal_said() -> None:
     other = {**WINNER, "precision": "bf16"}
     runs = _data(_before(200, WINNER), _run(0.0, 100, 60, WINNER), _run(0.5, 80, 30, other))
     text = results_md._screening(runs, [])
-    assert "Today's search, the code the issue was written on (7819f67" in text
+    assert "Today's search, the code of 7819f67 (`--before`: no screening), took 200 s" in text
     assert "took 200 s: with screening the same search now takes 0.40x of it" in text
     assert "goal of at most a third of today's is NOT met" in text
     assert "2 different picks (bs=32 prec=bf16; bs=32 prec=fp32), each run's re-measurement" in text
