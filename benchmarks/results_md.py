@@ -838,40 +838,84 @@ def _stage(run: dict[str, Any], name: str) -> float:
 
 
 def _setup_cost(data: dict[str, Any] | None, claims: list[str]) -> str:
-    """Item 7 (`benchmarks/setup_cost.py`): a fresh worker's set-up for a ~0.5B model."""
+    """Item 7 (`benchmarks/setup_cost.py`): a fresh worker's set-up for a ~0.5B model, the first
+    trial of a memory kind (which probes it) and a later one (which reads the probe from the study);
+    with several repeats, medians and their range."""
     if data is None:
         return ""
     previous = data.get("previous") or {}
-    before = {bool(c["pretrained"]): c for c in previous.get("cases", [])}
-    before_header = f" set-up before (commit {previous['commit']}) |" if before else ""
+    before_header = f" set-up before (commit {previous['commit']}): first, later |" if previous else ""
+    runs = {flag: [c for c in data["cases"] if bool(c["pretrained"]) == flag] for flag in (False, True)}
+    repeats = max(len(group) for group in runs.values())
     lines = [
         "## 7. Set-up of a fresh worker for a 0.5B model\n",
         _machine(data),
         "Command: `python benchmarks/setup_cost.py`: a Qwen2-style config of Qwen2.5-0.5B's shape in a "
-        "local folder, one trial through the CLI (`" + " ".join(data["args"]) + "`). *Set-up* is what "
-        "the trial records as `setup_s`: from the worker taking the job to its first optimizer step "
-        "(loading the study, the Trainer, the memory estimate's probe, the model).\n",
-        "| model | parameters | set-up | first step | warm-up | window | set-up share of the trial "
-        f"| search wall |{before_header}",
-        "|---|---|---|---|---|---|---|---|" + ("---|" if before_header else ""),
+        "local folder, a two-trial search through the CLI (`" + " ".join(data["args"]) + "`; two "
+        "configurations of one memory kind, the search's default warm-up and window). *Set-up* is what "
+        "a trial records as `setup_s`: from the worker taking the job to its first optimizer step "
+        "(loading the study, the Trainer, the memory estimate, the model). The *first* trial of a kind "
+        "also probes it for the memory estimate (a second, zero-filled model, a forward and backward); "
+        "a *later* one reads the probe's figure from the study, as every later trial of a search does. "
+        "The other columns are the later trial's; its *share* is its set-up over its set-up, warm-up "
+        f"and window. {_runs_phrase(repeats)}; *set-up before* is the same benchmark at that commit on "
+        "this kind of machine.\n",
+        "| model | parameters | set-up, first trial | set-up, later trial | first step | warm-up | window "
+        f"| set-up share, first / later | search wall |{before_header}",
+        "|---|---|---|---|---|---|---|---|---|" + ("---|" if before_header else ""),
     ]
-    for case in data["cases"]:
-        setup, warmup, window = (float(case.get(k) or 0.0) for k in ("setup_s", "warmup_s", "window_s"))
-        share = setup / (setup + warmup + window) if setup + warmup + window else 0.0
-        label = "`--pretrained` (safetensors)" if case["pretrained"] else "random init"
-        first = float(case.get("first_step_s") or 0)
-        earlier = before.get(bool(case["pretrained"]))
-        lines.append(
-            f"| {label} | {case['params'] / 1e6:.0f}M | {setup:.1f} s | {first:.1f} s "
-            f"| {warmup:.1f} s | {window:.1f} s | {100 * share:.0f}% | {case['wall_s']:.0f} s |"
-            + (f" {float(earlier['setup_s']):.1f} s |" if earlier else "")
+
+    def share(trial: dict[str, Any]) -> float:
+        setup, warmup, window = (float(trial.get(k) or 0.0) for k in ("setup_s", "warmup_s", "window_s"))
+        return setup / (setup + warmup + window) if setup + warmup + window else 0.0
+
+    def figure(values: list[Any], fmt: Any = lambda v: f"{v:.1f} s") -> str:
+        known = [float(v) for v in values if v is not None]
+        return fmt(known[0]) if len(known) == 1 else _spread(_summary(known), fmt)  # one run: no range
+
+    def percent(value: float) -> str:
+        return f"{100 * value:.0f}%"
+
+    for flag, cases in runs.items():
+        if not cases:
+            continue
+        later = [c.get("later") or c for c in cases]  # runs before the second trial was measured had one
+        label = "`--pretrained` (safetensors)" if flag else "random init"
+        earlier = [c for c in previous.get("cases", []) if bool(c["pretrained"]) == flag]
+        shares = (
+            figure([share(c) for c in cases], percent),
+            figure([share(t) for t in later], percent),
         )
-        claims_label = "pretrained" if case["pretrained"] else "random-init"
+        before = (
+            f" {figure([c['setup_s'] for c in earlier])}, "
+            f"{figure([c.get('later_setup_s') for c in earlier])} |"
+            if earlier
+            else " - |"
+        )
+        cells = [
+            label,
+            f"{cases[0]['params'] / 1e6:.0f}M",
+            figure([c["setup_s"] for c in cases]),
+            *(
+                figure([t.get(key) for t in later])
+                for key in ("setup_s", "first_step_s", "warmup_s", "window_s")
+            ),
+            f"{shares[0]} / {shares[1]}",
+            figure([c["wall_s"] for c in cases], lambda v: f"{v:.0f} s"),
+        ]
+        lines.append("| " + " | ".join(cells) + " |" + (before if before_header else ""))
+        claims_label = "pretrained" if flag else "random-init"
         claims.append(
-            f"Set-up of a fresh worker, {case['params'] / 1e6:.0f}M-parameter model ({claims_label}): "
-            f"{setup:.1f} s, {100 * share:.0f}% of its trial."
+            f"Set-up of a fresh worker, {cases[0]['params'] / 1e6:.0f}M-parameter model ({claims_label}): "
+            f"{figure([t.get('setup_s') for t in later])}, {shares[1]} of a later trial; the first trial of "
+            f"its kind, which probes it for the memory estimate: {figure([c['setup_s'] for c in cases])} "
+            f"({shares[0]})."
         )
     return "\n".join(lines) + "\n"
+
+
+def _runs_phrase(count: int) -> str:
+    return "One run" if count == 1 else f"Medians of {count} runs, with their range"
 
 
 def _own_answer(row: dict[str, Any]) -> str:

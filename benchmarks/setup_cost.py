@@ -1,14 +1,19 @@
 """A fresh worker's set-up for a model of about 0.5B parameters: random init from a config folder,
 and ``--pretrained`` from a local folder of safetensors weights.
 
-    python benchmarks/setup_cost.py      # about 5 minutes on 2 CPU cores, 12 GB of RAM at peak
+    python benchmarks/setup_cost.py [--repeats N]   # about 8 minutes a repeat (default 2) on 2 CPU
+                                                    # cores, 12 GB of RAM at peak
 
 The model is a Qwen2-style config of Qwen2.5-0.5B's shape (494M parameters), written to a temp
-folder (random weights, nothing downloaded). Each case runs one real trial through the CLI (a
-worker process, batch 1, sequence length 64, a two-step window) and reads from the trial what
-autotune itself records: ``setup_s`` (from the worker taking the job to the first optimizer step:
-loading the study, building the Trainer, the memory estimate's probe, building the model), the
-warm-up and the window. Results go to ``benchmarks/results/setup_cost.json`` and RESULTS.md.
+folder (random weights, nothing downloaded). Each case runs a real two-trial search through the CLI
+(batch 1, sequence length 64, the search's default warm-up and window; two configurations that
+differ only in the optimizer's implementation, so both are one kind for the memory probe) and reads
+from each trial what autotune itself records: ``setup_s`` (from the worker taking the job to the
+first optimizer step: loading the study, building the Trainer, the memory estimate, building the
+model), the first step, the warm-up and the window. The first trial of a kind pays the memory
+estimate's probe (a second model, a forward and backward); the second reads its figure from the
+study, as every later trial of a search does. Results go to ``benchmarks/results/setup_cost.json``
+and RESULTS.md.
 """
 
 from __future__ import annotations
@@ -35,9 +40,11 @@ SHAPE = {
     "max_position_embeddings": 4096,
     "tie_word_embeddings": True,
 }
-SPACE = "description: one configuration\nknobs:\n  per_device_train_batch_size: [1]\n"
-ARGS = ["--seq-len", "64", "--trials", "1", "--no-baseline", "--finalists", "0", "--warmup-steps", "1"]
-ARGS += ["--max-steps", "2", "--screen-ratio", "0"]
+SPACE = (
+    "description: two configurations of one memory kind\n"
+    "knobs:\n  per_device_train_batch_size: [1]\n  optim: [adamw_torch_fused, adamw_torch]\n"
+)
+ARGS = ["--seq-len", "64", "--trials", "2", "--no-baseline", "--finalists", "0", "--screen-ratio", "0"]
 RUN_TIMEOUT_S = 1800
 
 
@@ -55,10 +62,10 @@ def write_model(folder: Path, weights: bool) -> int:
     return int(count)
 
 
-def one_case(folder: Path, pretrained: bool) -> dict[str, Any]:
+def one_case(folder: Path, pretrained: bool, repeat: int = 0) -> dict[str, Any]:
     space = folder.parent / "space.yaml"
     space.write_text(SPACE)
-    storage = f"sqlite:///{folder.parent / ('p' if pretrained else 'r')}.db"
+    storage = f"sqlite:///{folder.parent / (('p' if pretrained else 'r') + str(repeat))}.db"
     command = [sys.executable, "-m", "autotune", "search", "--model", str(folder), "--space", str(space)]
     command += [*ARGS, "--storage", storage, "--study", "setup", *(["--pretrained"] if pretrained else [])]
     began = time.monotonic()
@@ -66,10 +73,15 @@ def one_case(folder: Path, pretrained: bool) -> dict[str, Any]:
     wall_s = time.monotonic() - began
     if done.returncode != 0:
         raise RuntimeError(f"search failed ({done.returncode}): {done.stdout[-1500:]} {done.stderr[-1500:]}")
-    trial = optuna.load_study(study_name="setup", storage=storage).trials[0]
-    attrs = trial.user_attrs
+    trials = sorted(optuna.load_study(study_name="setup", storage=storage).trials, key=lambda t: t.number)
     keys = ("setup_s", "first_step_s", "warmup_s", "window_s", "tokens_per_s", "peak_memory_bytes")
-    return {"pretrained": pretrained, "wall_s": wall_s, **{k: attrs.get(k) for k in keys}}
+    # A duplicate of a trained configuration reuses its figures ("duplicate_of"): not a trial of its own.
+    trained = [t.user_attrs for t in trials if t.user_attrs.get("setup_s") is not None]
+    measured = [{k: attrs.get(k) for k in keys} for attrs in trained if "duplicate_of" not in attrs]
+    if len(measured) != 2:
+        raise RuntimeError(f"expected two measured trials, got {len(measured)}: {done.stdout[-1500:]}")
+    # The first trial probed its kind (its figure stored in the study); the second read it.
+    return {"pretrained": pretrained, "repeat": repeat, "wall_s": wall_s, **measured[0], "later": measured[1]}
 
 
 def previous_run(path: Path, now: dict[str, Any]) -> dict[str, Any] | None:
@@ -83,23 +95,37 @@ def previous_run(path: Path, now: dict[str, Any]) -> dict[str, Any] | None:
         return old.get("previous")  # a re-run of the same commit keeps what it was compared with
     if (machine.get("cpu"), machine.get("cores")) != (now.get("cpu"), now.get("cores")):
         return None
-    cases = [{k: c.get(k) for k in ("pretrained", "setup_s", "wall_s")} for c in old.get("cases", [])]
+    cases = [
+        {
+            **{k: c.get(k) for k in ("pretrained", "setup_s", "wall_s")},
+            "later_setup_s": (c.get("later") or {}).get("setup_s"),
+        }
+        for c in old.get("cases", [])
+    ]
     return {"commit": machine.get("commit"), "date": machine.get("date"), "cases": cases}
 
 
 def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=2, help="searches per case (default 2)")
+    repeats = parser.parse_args().repeats
     sys.path.insert(0, str(HERE))
     from harness import machine
 
     cases = []
     with tempfile.TemporaryDirectory(prefix="bench-setup-") as temp:
+        folders = {}
         for pretrained in (False, True):
-            folder = Path(temp) / ("pretrained" if pretrained else "random")
-            folder.mkdir()
-            params = write_model(folder, weights=pretrained)
-            case = {"params": params, **one_case(folder, pretrained)}
-            print(json.dumps(case), flush=True)
-            cases.append(case)
+            folders[pretrained] = Path(temp) / ("pretrained" if pretrained else "random")
+            folders[pretrained].mkdir()
+            params = write_model(folders[pretrained], weights=pretrained)
+        for repeat in range(repeats):  # each repeat a fresh study per case, the cases interleaved
+            for pretrained in (False, True):
+                case = {"params": params, **one_case(folders[pretrained], pretrained, repeat)}
+                print(json.dumps(case), flush=True)
+                cases.append(case)
     RESULTS.parent.mkdir(exist_ok=True)
     result = {"machine": machine(), "shape": SHAPE, "args": ARGS, "cases": cases}
     result["previous"] = previous_run(RESULTS, result["machine"])

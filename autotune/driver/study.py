@@ -10,7 +10,7 @@ import optuna
 
 from autotune.driver.result import SearchResult
 from autotune.errors import StoreError
-from autotune.plan.resolved import Plan, data_notes, trial_world_size
+from autotune.plan.resolved import Plan, data_notes, trial_world_size, weights_notes
 from autotune.progress import Reporter
 from autotune.study.fingerprint import check_resume, fingerprint
 from autotune.study.store import best_trial, fail_interrupted_trials, measured_count, ranked_trials
@@ -85,7 +85,7 @@ def header(plan: Plan, done_before: int, remaining: int) -> dict[str, Any]:
         "task": plan.workload.task,
         "seq_len": plan.workload.seq_len,
         "space": f"{space.name} ({len(space.knobs)} knobs, {space.grid_size()} combinations)",
-        "space_notes": [*space.notes, *data_notes(plan, trial_world_size(plan.config))],
+        "space_notes": [*space.notes, *data_notes(plan, trial_world_size(plan.config)), *weights_notes(plan)],
         "not_searched": plan.not_searched,
         "storage": plan.config.storage_display,
         "study": plan.study_name,

@@ -1,11 +1,14 @@
 """Memory estimate of a configuration before it runs: pure arithmetic.
 
-Per parameter, as in the Transformers "anatomy of a model's memory" figures: weights take 4 bytes
-in fp32 and 6 under mixed precision (the fp32 master copy plus a half-precision copy); gradients 4;
-optimizer states 8 for AdamW (two moments), 2 for 8-bit AdamW, 4 for one-state optimizers (SGD
-with momentum, Adagrad, RMSprop). Transformers' plain `sgd` has no momentum (no state) and
-Adafactor's factored moments are negligible per parameter. Activations scale with the per-device
-batch, from a one-off measurement at a small batch (`autotune.measure.estimator`); the process's baseline
+Per parameter, as in the Transformers "anatomy of a model's memory" figures, for fp32 weights:
+weights take 4 bytes in fp32 and 6 under mixed precision (the fp32 weights plus the half-precision
+copy autocast makes of each); gradients 4; optimizer states 8 for AdamW (two moments), 2 for 8-bit
+AdamW, 4 for one-state optimizers (SGD with momentum, Adagrad, RMSprop). Transformers' plain `sgd`
+has no momentum (no state) and Adafactor's factored moments are negligible per parameter. A model
+whose weights are stored in half precision (a config saved with ``torch_dtype: bfloat16``, which
+`from_config` and `from_pretrained` both keep) holds 2 bytes per weight, gradient and moment, and
+autocast to its own dtype copies nothing. Activations scale with the per-device batch, from a
+one-off measurement at a small batch (`autotune.measure.estimator`); the process's baseline
 (libraries, CUDA context) comes on top.
 """
 
@@ -16,9 +19,11 @@ from dataclasses import asdict, dataclass
 
 from autotune.space.knobs import optimizer_family
 
-WEIGHT_BYTES = {"fp32": 4, "tf32": 4, "fp16": 6, "bf16": 6, "bf16+tf32": 6}
-GRADIENT_BYTES = 4
-OPTIMIZER_STATE_BYTES = {
+# Bytes per element of the dtypes weights are stored in (a gradient has its weight's dtype), and
+# the dtype each precision autocasts to.
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+AUTOCAST_DTYPE = {"fp16": "fp16", "bf16": "bf16", "bf16+tf32": "bf16"}
+OPTIMIZER_STATE_BYTES = {  # per fp32 weight
     "adamw": 8,
     "adamw_8bit": 2,
     "sgd": 0,
@@ -31,21 +36,39 @@ OPTIMIZER_STATE_BYTES = {
 SAFETY_MARGIN = 0.25
 
 
+def dtype_name(dtype: object) -> str:
+    """``bf16`` or ``fp16`` for a half-precision dtype (a `torch.dtype` or its name, as configs hold
+    it), else ``fp32``: what the estimate counts weights as (float64 or quantized weights as fp32)."""
+    return {"bfloat16": "bf16", "float16": "fp16"}.get(str(dtype).removeprefix("torch."), "fp32")
+
+
 def precision_class(precision: str) -> str:
     """Activations are stored in fp32 or in half precision."""
     return "fp32" if precision in ("fp32", "tf32") else "half"
 
 
 def static_bytes(
-    n_params: int, precision: str, optim: str, world_size: int = 1, strategy: str = "ddp"
+    n_params: int,
+    precision: str,
+    optim: str,
+    world_size: int = 1,
+    strategy: str = "ddp",
+    weights_dtype: str = "fp32",
 ) -> int:
-    """Weights, gradients and optimizer states of `n_params` parameters on one device. With DDP
-    (`world_size` > 1) also its gradient buckets, a second copy of the gradients for all-reduce.
-    A sharding `strategy` splits what it shards over the ranks: FSDP's full shard and ZeRO-3 all
-    three, FSDP's shard-grad-op and ZeRO-2 gradients and optimizer states (the weights are whole
-    between the forward and the backward), ZeRO-1 the optimizer states."""
-    state = n_params * OPTIMIZER_STATE_BYTES.get(optimizer_family(optim), 8)
-    weights, grads = n_params * WEIGHT_BYTES[precision], n_params * GRADIENT_BYTES
+    """Weights, gradients and optimizer states of `n_params` parameters stored as `weights_dtype`
+    (``fp32``, ``bf16`` or ``fp16``) on one device. With DDP (`world_size` > 1) also its gradient
+    buckets, a second copy of the gradients for all-reduce. A sharding `strategy` splits what it
+    shards over the ranks: FSDP's full shard and ZeRO-3 all three, FSDP's shard-grad-op and ZeRO-2
+    gradients and optimizer states (the weights are whole between the forward and the backward),
+    ZeRO-1 the optimizer states."""
+    family = optimizer_family(optim)
+    # Optimizer states (given for fp32 weights) follow the weights' dtype, 8-bit ones excepted.
+    scale = 1.0 if family == "adamw_8bit" else DTYPE_BYTES[weights_dtype] / DTYPE_BYTES["fp32"]
+    state = int(n_params * OPTIMIZER_STATE_BYTES.get(family, 8) * scale)
+    grads = n_params * DTYPE_BYTES[weights_dtype]
+    autocast = AUTOCAST_DTYPE.get(precision)
+    copy = DTYPE_BYTES[autocast] if autocast is not None and autocast != weights_dtype else 0
+    weights = n_params * (DTYPE_BYTES[weights_dtype] + copy)
     ranks = max(1, world_size)
     sharded = {
         "fsdp_full_shard": ("weights", "grads", "state"),
@@ -86,12 +109,13 @@ def estimate_memory(
     baseline_bytes: int,
     world_size: int = 1,
     strategy: str = "ddp",
+    weights_dtype: str = "fp32",
 ) -> MemoryEstimate:
     """The estimated peak of one configuration on one device (of `world_size` processes sharing
-    the model by `strategy`)."""
+    the model by `strategy`, its weights stored as `weights_dtype`)."""
     return MemoryEstimate(
         baseline_bytes=baseline_bytes,
-        static_bytes=static_bytes(n_params, precision, optim, world_size, strategy),
+        static_bytes=static_bytes(n_params, precision, optim, world_size, strategy, weights_dtype),
         activation_bytes=int(activation_bytes_per_sample * batch_size),
     )
 

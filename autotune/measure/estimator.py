@@ -11,7 +11,13 @@ from typing import Any
 
 import torch
 
-from autotune.measure.estimate import GRADIENT_BYTES, MemoryEstimate, estimate_memory, precision_class
+from autotune.measure.estimate import (
+    DTYPE_BYTES,
+    MemoryEstimate,
+    dtype_name,
+    estimate_memory,
+    precision_class,
+)
 from autotune.measure.memory import PeakMemoryMeter, release_device_memory, rss_bytes
 from autotune.space.availability import model_support
 from autotune.space.defaults import base_knobs, default_attention
@@ -44,7 +50,6 @@ class MemoryEstimator:
         self.base_args = dict(base_args or {})
         self._activations: dict[tuple[str, str, int], float] = {}
         self._baseline: int | None = None
-        self._n_params: int | None = None
 
     @functools.cached_property
     def defaults(self) -> dict[str, Any]:
@@ -53,15 +58,23 @@ class MemoryEstimator:
         attention = default_attention(model_support(self.workload.model_class()).sdpa)
         return {**base_knobs(self.base_args), "attn_implementation": attention}
 
+    @functools.cached_property
+    def _parameters(self) -> tuple[int, str]:
+        model = self.workload.build_placeholder({})  # no storage, nothing read from disk
+        if model is None:  # a user's own model
+            with torch.device("meta"):
+                model = self.workload.build_model({})
+        return parameter_count(model)
+
     @property
     def n_params(self) -> int:
-        if self._n_params is None:
-            model = self.workload.build_placeholder({})  # no storage, nothing read from disk
-            if model is None:  # a user's own model
-                with torch.device("meta"):
-                    model = self.workload.build_model({})
-            self._n_params = sum(p.numel() for p in model.parameters())
-        return self._n_params
+        return self._parameters[0]
+
+    @property
+    def weights_dtype(self) -> str:
+        """What the model's weights are stored as (``fp32``, ``bf16``, ``fp16``): the config's
+        dtype, which gradients and optimizer states follow."""
+        return self._parameters[1]
 
     def estimate(self, values: Mapping[str, Any]) -> MemoryEstimate:
         """The estimate for a trial's knob values (missing knobs come from the base config)."""
@@ -77,7 +90,15 @@ class MemoryEstimator:
         per_sample = self.activation_bytes_per_sample(attention, precision, checkpointing)
         strategy = str(chosen.get("data_parallel") or "ddp")
         return estimate_memory(
-            self.n_params, precision, optim, batch, per_sample, self.baseline_bytes, self.world_size, strategy
+            self.n_params,
+            precision,
+            optim,
+            batch,
+            per_sample,
+            self.baseline_bytes,
+            self.world_size,
+            strategy,
+            weights_dtype=self.weights_dtype,
         )
 
     def refresh_baseline(self) -> None:
@@ -145,6 +166,7 @@ class MemoryEstimator:
             per_sample,
             self.baseline_bytes,
             self.world_size,
+            weights_dtype=self.weights_dtype,
         ).total_bytes
 
     def _measure(self, attention: str, precision: str, checkpointing: int, size: int = PROBE_BATCH) -> float:
@@ -169,7 +191,7 @@ class MemoryEstimator:
             loss.backward()
             measured = meter.read()
             peak = int(measured.get("peak_allocated_bytes") or measured["peak_memory_bytes"] or 0)
-            grads = GRADIENT_BYTES * self.n_params
+            grads = DTYPE_BYTES[self.weights_dtype] * self.n_params
             return max(0.0, (peak - start - grads) / size)
         finally:
             del model
@@ -197,3 +219,14 @@ def _autocast(device: str, precision: str) -> Iterator[None]:
         return
     with torch.autocast(device_type=device, dtype=dtype):
         yield
+
+
+def parameter_count(model: torch.nn.Module) -> tuple[int, str]:
+    """The model's parameter count and the dtype most of its parameters are stored as (`dtype_name`)."""
+    counts: dict[str, int] = {}
+    for parameter in model.parameters():
+        name = dtype_name(parameter.dtype)
+        counts[name] = counts.get(name, 0) + parameter.numel()
+    if not counts:
+        return 0, "fp32"
+    return sum(counts.values()), max(counts, key=lambda name: counts[name])

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from autotune.config import RunConfig
+from autotune.measure.estimate import dtype_name
 from autotune.space import SearchSpace
 from autotune.space.availability import Hardware, ModelSupport
 from autotune.space.defaults import knob_defaults
@@ -66,6 +67,20 @@ def data_notes(plan: Plan, world_size: int = 1) -> list[str]:
     return [
         f"dataset: {len(data):,} samples, fewer than the {needed:,} a trial may read: it is cycled "
         "(samples repeat; throughput does not depend on their content)"
+    ]
+
+
+def weights_notes(plan: Plan) -> list[str]:
+    """What the user should know about the weights: a config saved in half precision (``torch_dtype``
+    bfloat16 or float16, as many hub models' are) is built and loaded in it by transformers, random
+    weights and `--pretrained` alike, so every trial trains half-precision weights."""
+    half = dtype_name(getattr(plan.workload.config, "dtype", None))
+    if half == "fp32":
+        return []
+    return [
+        f"weights: {half}, the model config's dtype (transformers builds and loads them in it): every "
+        f"trial trains {half} weights, gradients and optimizer states; precision fp32 means no "
+        "autocast, not fp32 weights"
     ]
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from autotune.workloads.data import Cycled
-from autotune.workloads.workload import Workload
+from autotune.workloads.workload import Workload, without_cache
 
 
 @dataclass
@@ -66,9 +66,7 @@ class UserWorkload(Workload):
         attention = model_kwargs.get("attn_implementation")
         if attention is not None:
             model.set_attn_implementation(attention)  # type: ignore[operator]
-        if hasattr(model.config, "use_cache"):
-            model.config.use_cache = False
-        return model
+        return without_cache(model)
 
     def build_placeholder(self, model_kwargs: dict[str, Any]) -> torch.nn.Module | None:
         return None  # the user's model_init or model may not build on the meta device

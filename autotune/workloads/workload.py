@@ -66,6 +66,9 @@ class Workload:
 
         return getattr(transformers, AUTO_CLASS[self.task])
 
+    def _remote(self) -> dict[str, Any]:
+        return {"trust_remote_code": True} if self.trust_remote_code else {}
+
     def model_class(self) -> type:
         """The model class the workload builds (its support flags drive availability rules)."""
         from transformers.models.auto import modeling_auto
@@ -82,16 +85,13 @@ class Workload:
     def build_model(self, model_kwargs: dict[str, Any]) -> torch.nn.Module:
         """A fresh model for one trial, built with the trial's model-load kwargs."""
         auto = self._auto_class()
-        remote = {"trust_remote_code": True} if self.trust_remote_code else {}
+        remote = self._remote()
         with quiet_loading():
             if self.from_pretrained:
                 model = auto.from_pretrained(self.name, config=self.config, **remote, **model_kwargs)
             else:
-                model = auto.from_config(self.config, **remote, **model_kwargs)
-        # Cached generation state only costs memory in training.
-        if hasattr(model.config, "use_cache"):
-            model.config.use_cache = False
-        return model
+                model = random_init(auto, self.config, model_kwargs, remote)
+        return without_cache(model)
 
     def build_placeholder(self, model_kwargs: dict[str, Any]) -> torch.nn.Module | None:
         """A model of the trial's class and config with no storage (on the meta device), for what a
@@ -100,7 +100,7 @@ class Workload:
         build, random initialisation or weights read from disk, is seconds). None where no such
         model can be made (a user's own model)."""
         auto = self._auto_class()
-        remote = {"trust_remote_code": True} if self.trust_remote_code else {}
+        remote = self._remote()
         with quiet_loading(), torch.device("meta"):
             return auto.from_config(self.config, **remote, **model_kwargs)
 
@@ -113,8 +113,12 @@ class Workload:
             return self.build_model(model_kwargs)
         from transformers.initialization import no_init_weights
 
-        with no_init_weights():
-            model = self.build_model(model_kwargs)
+        auto = self._auto_class()
+        remote = self._remote()
+        # from_config, not `random_init`: from_pretrained initialises what it builds whatever the
+        # context says, and these weights are overwritten with zeros below.
+        with quiet_loading(), no_init_weights():
+            model = without_cache(auto.from_config(self.config, **remote, **model_kwargs))
         # no_init_weights skips transformers' whole `init_weights`, tying included: untied, the
         # probe would hold (and compute gradients of) a second embedding matrix the trial does not.
         tie: Any = getattr(model, "tie_weights", None)
@@ -279,3 +283,43 @@ def _check_seq_len(workload: Workload) -> None:
             f"--seq-len {workload.seq_len} is longer than {workload.name}'s {limit} positions",
             f"use --seq-len {limit} or less",
         )
+
+
+def without_cache(model: Any) -> Any:
+    """`model` with generation's cache off: cached generation state only costs memory in training."""
+    if hasattr(model.config, "use_cache"):
+        model.config.use_cache = False
+    return model
+
+
+def random_init(
+    auto: Any, config: Any, model_kwargs: dict[str, Any], remote: dict[str, Any]
+) -> torch.nn.Module:
+    """What ``auto.from_config(config)`` builds, random weights each initialised once.
+
+    `from_config` runs every module's constructor, whose torch initialisation (kaiming for each
+    `Linear`, on memory touched for the first time) transformers' `init_weights` then overwrites:
+    most of a large model's build time is thrown away. `from_pretrained` with no weights (``None``
+    and an empty state dict, as its documentation allows) builds the model on the meta device and
+    initialises every parameter and buffer once with the model's own `_init_weights`, as it does
+    for any weight a checkpoint lacks: the same parameters, buffers, distributions, ties and dtype
+    as `from_config` (``tests/unit/test_workload_models.py`` compares them over many architectures),
+    in well under half the time (``benchmarks/setup_cost.py``). Where `from_config` resolves the
+    class in a way this does not repeat (remote code, a composite config's text model, a config
+    type the auto class maps to several classes), and for classes from outside transformers, whose
+    `_init_weights` may not cover what their constructors initialise, it is `from_config` itself.
+    """
+    mapping = getattr(auto, "_model_mapping", None) or {}
+    model_class: Any = mapping.get(type(config), None)  # the lazy mapping's get wants its default
+    resolved_alike = (
+        isinstance(model_class, type)
+        and model_class.__module__.startswith("transformers.")  # not a class registered from elsewhere
+        and not remote
+        and not getattr(config, "auto_map", None)
+        and "text_config" not in (getattr(config, "sub_configs", None) or {})
+    )
+    if not resolved_alike:
+        return auto.from_config(config, **remote, **model_kwargs)
+    model: Any = model_class.from_pretrained(None, config=config, state_dict={}, **model_kwargs)
+    model.config._name_or_path = config._name_or_path  # from_pretrained(None) writes "None"
+    return model
