@@ -57,6 +57,7 @@ def write_results(results: Path, out: Path) -> Path:
         _screening(_load(results, "screening"), claims),
         _screening_heldout(_load(results, "screening_heldout"), claims),
         _setup_cost(_load(results, "setup_cost"), claims),
+        _memory_estimate(_load(results, "memory_estimate"), claims),
         _ladder_quality(_load(results, "ladder_quality"), claims),
         _fresh_contenders(_load(results, "fresh_contenders"), claims),
     ]
@@ -835,6 +836,52 @@ def _today_took(runs: list[dict[str, Any]]) -> str:
 
 def _stage(run: dict[str, Any], name: str) -> float:
     return float(((run.get("time_breakdown") or {}).get("stages") or {}).get(name) or 0.0)
+
+
+def _memory_estimate(data: dict[str, Any] | None, claims: list[str]) -> str:
+    """`benchmarks/memory_estimate.py`: each trial's estimate against its measured peak, from the
+    eager probe alone and from the measured peaks of earlier trials of its kind."""
+    if data is None:
+        return ""
+    lines = [
+        "## 7b. Memory estimates from the trials' measured peaks\n",
+        _machine(data),
+        f"Command: `python benchmarks/memory_estimate.py --trials {data['trials']}`: per preset one real "
+        f"{data['trials']}-trial search (sequence length {data['seq_len']}, no baseline or finalists) over "
+        "batch 4-32 x `torch_compile` off/inductor x activation checkpointing off/on (sdpa). The probe "
+        "measures one eager forward and backward per kind; a trial of a kind (compile backend "
+        "included) that an earlier trial measured is estimated from those trials' peaks, and stores "
+        "the probe's figure beside it, so both are compared with the same measured peak. Errors are "
+        "|estimate - peak| / peak.\n",
+        "| preset | trained trials | estimated from peaks | their error, from peaks: mean (worst) "
+        "| the same trials' error, probe alone: mean (worst) | every trial, as estimated: mean (worst) "
+        "| every trial, probe alone: mean (worst) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+
+    def cell(spread: dict[str, float] | None) -> str:
+        if not spread:
+            return "-"
+        return f"{100 * spread['mean_abs']:.0f}% ({100 * spread['worst_abs']:.0f}%)"
+
+    for run in data["runs"]:
+        summary = run["summary"]
+        lines.append(
+            f"| {run['preset']} | {summary['trials']} | {summary['from_peaks']} "
+            f"| {cell(summary['from_peaks_error'])} | {cell(summary['from_peaks_probe_error'])} "
+            f"| {cell(summary['all_used_error'])} | {cell(summary['all_probe_error'])} |"
+        )
+        better, probe = summary["from_peaks_error"], summary["from_peaks_probe_error"]
+        if better and probe:
+            claims.append(
+                f"Memory estimate ({run['preset']}, CPU): a trial of a kind the study had measured was "
+                f"estimated within {100 * better['mean_abs']:.0f}% of its peak on average (worst "
+                f"{100 * better['worst_abs']:.0f}%), against {100 * probe['mean_abs']:.0f}% (worst "
+                f"{100 * probe['worst_abs']:.0f}%) from the eager probe alone, over "
+                f"{summary['from_peaks']} trials (section 7b)."
+            )
+    lines.append("")
+    return "\n".join(lines)
 
 
 def _setup_cost(data: dict[str, Any] | None, claims: list[str]) -> str:

@@ -15,7 +15,8 @@ one-off measurement at a small batch (`autotune.measure.estimator`); the process
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from typing import Any
 
 from autotune.space.knobs import optimizer_family
 
@@ -86,18 +87,79 @@ def static_bytes(
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """An estimate of a trial's peak memory, by part (bytes)."""
+    """An estimate of a trial's peak memory, by part (bytes).
+
+    `measured_from`: the trials whose measured peaks gave the activations (`activations_from_peaks`),
+    empty when they come from the probe; `probe_activation_bytes`: then what the probe alone gave."""
 
     baseline_bytes: int
     static_bytes: int
     activation_bytes: int
+    measured_from: tuple[int, ...] = ()
+    probe_activation_bytes: int | None = None
 
     @property
     def total_bytes(self) -> int:
         return self.baseline_bytes + self.static_bytes + self.activation_bytes
 
-    def to_dict(self) -> dict[str, int]:
-        return {**asdict(self), "total_bytes": self.total_bytes}
+    def to_dict(self) -> dict[str, Any]:
+        parts: dict[str, Any] = {
+            "baseline_bytes": self.baseline_bytes,
+            "static_bytes": self.static_bytes,
+            "activation_bytes": self.activation_bytes,
+            "total_bytes": self.total_bytes,
+        }
+        if self.measured_from:
+            parts["activations_from_trials"] = list(self.measured_from)
+            parts["probe_activation_bytes"] = self.probe_activation_bytes
+        return parts
+
+
+@dataclass(frozen=True)
+class MeasuredPeak:
+    """A trained trial's measured peak, less what the estimate counts apart from activations (the
+    baseline and static bytes of its own estimate): its activations as measured, at its batch."""
+
+    number: int
+    batch: int
+    activation_bytes: int
+
+
+def activations_from_peaks(peaks: Sequence[MeasuredPeak], batch: int) -> tuple[int, tuple[int, ...]] | None:
+    """The activation bytes at `batch` from measured peaks of trials of the same kind, and the trials
+    used; None without any. Several peaks at one batch: the largest. Between two measured batch
+    sizes: linear between them. Beyond them: the larger of proportional to the nearest and the line
+    through the two nearest (what a fixed part of the peak, which a proportional figure scales,
+    would give), never more below the smallest batch than at it."""
+    by_batch: dict[int, MeasuredPeak] = {}
+    for peak in peaks:
+        if peak.batch > 0 and (
+            peak.batch not in by_batch or peak.activation_bytes > by_batch[peak.batch].activation_bytes
+        ):
+            by_batch[peak.batch] = peak
+    if not by_batch:
+        return None
+    points = sorted(by_batch.values(), key=lambda p: p.batch)
+    if batch in by_batch:
+        exact = by_batch[batch]
+        return max(0, exact.activation_bytes), (exact.number,)
+    below = [p for p in points if p.batch < batch]
+    above = [p for p in points if p.batch > batch]
+    if below and above:
+        low, high = below[-1], above[0]
+        share = (batch - low.batch) / (high.batch - low.batch)
+        value = low.activation_bytes + share * (high.activation_bytes - low.activation_bytes)
+        return max(0, round(value)), (low.number, high.number)
+    near = points[-2:] if below else points[:2]
+    nearest = near[-1] if below else near[0]
+    value = nearest.activation_bytes * batch / nearest.batch
+    if len(near) == 2:
+        first, second = near
+        slope = (second.activation_bytes - first.activation_bytes) / (second.batch - first.batch)
+        value = max(value, nearest.activation_bytes + slope * (batch - nearest.batch))
+    if not below:
+        value = min(value, nearest.activation_bytes)
+    return max(0, round(value)), tuple(p.number for p in near)
 
 
 def estimate_memory(

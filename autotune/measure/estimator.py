@@ -1,19 +1,28 @@
 """Gathers what the memory estimate needs: the parameter count and, once per kind of activation
 (attention kernel, fp32 or half precision, checkpointing), the activation memory per sample from
-one forward and backward pass at a small batch on the trial device."""
+one forward and backward pass at a small batch on the trial device.
+
+The probe runs eager: what `torch.compile` fuses away, a padding-free batch's fewer tokens, or the
+CUDA graphs of a compile mode are not in it. Once trials have trained, their measured peaks say what
+the probe cannot: a configuration of a kind (the probe's, with the compile backend and mode and
+padding-free batches) that a trial has measured is estimated from the measured peaks of that kind
+(`activations_from_peaks`), the probe's figure kept beside it."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
 
 from autotune.measure.estimate import (
     DTYPE_BYTES,
+    MeasuredPeak,
     MemoryEstimate,
+    activations_from_peaks,
     dtype_name,
     estimate_memory,
     precision_class,
@@ -24,6 +33,8 @@ from autotune.space.defaults import base_knobs, default_attention
 from autotune.workloads.workload import Workload
 
 PROBE_BATCH = 2
+# Beside the probe's kind, what changes a configuration's activations and what the probe does not try.
+MEASURED_KIND_KNOBS = ("torch_compile", "torch_compile_mode", "padding_free")
 
 
 class MemoryEstimator:
@@ -49,6 +60,7 @@ class MemoryEstimator:
         self.device = device
         self.base_args = dict(base_args or {})
         self._activations: dict[tuple[str, str, int], float] = {}
+        self._peaks: dict[tuple[Any, ...], dict[int, MeasuredPeak]] = {}
         self._baseline: int | None = None
 
     @functools.cached_property
@@ -80,26 +92,51 @@ class MemoryEstimator:
         """The estimate for a trial's knob values (missing knobs come from the base config)."""
         chosen = {**self.defaults, **values}
         precision = str(chosen["precision"])
-        optim = str(chosen["optim"])
         batch = int(chosen["per_device_train_batch_size"])
-        attention = str(chosen["attn_implementation"])
-        # 0: no checkpointing; n: every n-th layer checkpointed (1: all).
-        checkpointing = (
-            int(chosen.get("checkpoint_every_n_layers") or 1) if chosen["activation_checkpointing"] else 0
-        )
+        attention, _, checkpointing = kind = _probe_kind(chosen)
         per_sample = self.activation_bytes_per_sample(attention, precision, checkpointing)
-        strategy = str(chosen.get("data_parallel") or "ddp")
-        return estimate_memory(
+        estimate = estimate_memory(
             self.n_params,
             precision,
-            optim,
+            str(chosen["optim"]),
             batch,
             per_sample,
             self.baseline_bytes,
             self.world_size,
-            strategy,
+            str(chosen.get("data_parallel") or "ddp"),
             weights_dtype=self.weights_dtype,
         )
+        measured = activations_from_peaks(
+            list(self._peaks.get(_measured_kind(kind, chosen), {}).values()), batch
+        )
+        if measured is None:
+            return estimate
+        activation_bytes, trials = measured
+        return dataclasses.replace(
+            estimate,
+            activation_bytes=activation_bytes,
+            measured_from=trials,
+            probe_activation_bytes=estimate.activation_bytes,
+        )
+
+    def learn_peaks(self, trials: Iterable[tuple[int, Mapping[str, Any], Mapping[str, Any]]]) -> None:
+        """Take the measured peaks of trained trials (number, params, user attrs) of this device kind:
+        each with a peak and the estimate it was stored with (whose baseline and static bytes come
+        off the peak, as do its data-loader workers', which the estimate does not count); a trial that
+        reused another's result is that trial's peak, not a second one."""
+        for number, params, attrs in trials:
+            estimate = attrs.get("memory_estimate") or {}
+            peak = attrs.get("peak_memory_bytes")
+            if not peak or "duplicate_of" in attrs or "baseline_bytes" not in estimate:
+                continue
+            if _peak_device(attrs) != self.device:
+                continue
+            chosen = {**self.defaults, **params}
+            batch = int(chosen["per_device_train_batch_size"])
+            held = int(peak) - int(attrs.get("peak_children_bytes") or 0)
+            activations = held - int(estimate["baseline_bytes"]) - int(estimate["static_bytes"])
+            kind = _measured_kind(_probe_kind(chosen), chosen)
+            self._peaks.setdefault(kind, {})[number] = MeasuredPeak(number, batch, activations)
 
     def refresh_baseline(self) -> None:
         """Measure the baseline again before the next estimate: a process's baseline grows as
@@ -154,10 +191,8 @@ class MemoryEstimator:
         states' bytes, plus the process's baseline. For a batch size whose estimate is in doubt."""
         chosen = {**self.defaults, **values}
         precision, batch = str(chosen["precision"]), int(chosen["per_device_train_batch_size"])
-        checkpointing = (
-            int(chosen.get("checkpoint_every_n_layers") or 1) if chosen["activation_checkpointing"] else 0
-        )
-        per_sample = self._measure(str(chosen["attn_implementation"]), precision, checkpointing, batch)
+        attention, _, checkpointing = _probe_kind(chosen)
+        per_sample = self._measure(attention, precision, checkpointing, batch)
         return estimate_memory(
             self.n_params,
             precision,
@@ -196,6 +231,24 @@ class MemoryEstimator:
         finally:
             del model
             release_device_memory()
+
+
+def _probe_kind(chosen: Mapping[str, Any]) -> tuple[str, str, int]:
+    """The probe's kind of a configuration's activations: attention kernel, precision class and
+    checkpointing (0: off; n: every n-th layer checkpointed, 1: all)."""
+    checkpointing = (
+        int(chosen.get("checkpoint_every_n_layers") or 1) if chosen["activation_checkpointing"] else 0
+    )
+    return str(chosen["attn_implementation"]), precision_class(str(chosen["precision"])), checkpointing
+
+
+def _peak_device(attrs: Mapping[str, Any]) -> str:
+    """Where a trial's peak was measured: its memory meter's source says (`PeakMemoryMeter.read`)."""
+    return "cuda" if str(attrs.get("memory_source") or "").startswith("cuda") else "cpu"
+
+
+def _measured_kind(kind: tuple[str, str, int], chosen: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (*kind, *(str(chosen.get(name)) for name in MEASURED_KIND_KNOBS))
 
 
 def _batch(workload: Workload, device: str, size: int = PROBE_BATCH) -> dict[str, torch.Tensor]:

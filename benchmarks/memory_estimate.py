@@ -1,0 +1,128 @@
+"""How far a trial's memory estimate is from its measured peak: from the eager probe alone, and from
+the measured peaks of the study's earlier trials of its kind (compile backend and mode included).
+
+    python benchmarks/memory_estimate.py [--trials N] [--seed S]   # about 10 minutes on 2 CPU cores
+
+For each preset, one real search through the CLI (every trial in its own worker) over a space that
+crosses what the probe measures with what it does not (``torch_compile`` off or inductor, activation
+checkpointing off or on, four batch sizes). Every trained trial stores its estimate; a trial of a
+kind an earlier trial measured stores the probe's figure beside it (``probe_activation_bytes``), so
+both estimates of the same trial are compared with the same measured peak. Results go to
+``benchmarks/results/memory_estimate.json`` and RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results" / "memory_estimate.json"
+PRESETS = ("tiny-gpt2", "tiny-llama")
+SPACE = (
+    "description: what the probe measures (eager) against what it does not (compile)\n"
+    "knobs:\n"
+    "  per_device_train_batch_size: [4, 8, 16, 32]\n"
+    "  torch_compile: ['off', inductor]\n"
+    "  activation_checkpointing: [false, true]\n"
+    "  attn_implementation: [sdpa]\n"
+)
+SEQ_LEN = 128
+RUN_TIMEOUT_S = 1800
+
+
+def trial_rows(storage: str) -> list[dict[str, Any]]:
+    """Every trained trial with a measured peak and an estimate, in trial order."""
+    study = optuna.load_study(study_name=None, storage=storage)
+    rows = []
+    for trial in sorted(study.trials, key=lambda t: t.number):
+        attrs = trial.user_attrs
+        peak, parts = attrs.get("peak_memory_bytes"), attrs.get("memory_estimate")
+        if not peak or not parts or "duplicate_of" in attrs:
+            continue
+        probe_total = parts["total_bytes"]
+        if parts.get("activations_from_trials"):
+            probe_total = parts["baseline_bytes"] + parts["static_bytes"] + parts["probe_activation_bytes"]
+        rows.append(
+            {
+                "number": trial.number,
+                "params": trial.params,
+                "peak_bytes": int(peak),
+                "estimate_bytes": int(parts["total_bytes"]),
+                "probe_estimate_bytes": int(probe_total),
+                "from_trials": parts.get("activations_from_trials") or [],
+                "error": (parts["total_bytes"] - peak) / peak,
+                "probe_error": (probe_total - peak) / peak,
+            }
+        )
+    return rows
+
+
+def run(preset: str, trials: int, seed: int, folder: Path) -> dict[str, Any]:
+    space = folder / "space.yaml"
+    space.write_text(SPACE)
+    storage = f"sqlite:///{folder / f'{preset}.db'}"
+    command = [
+        sys.executable, "-m", "autotune", "search", "--model", preset, "--space", str(space),
+        "--seq-len", str(SEQ_LEN), "--trials", str(trials), "--seed", str(seed), "--storage", storage,
+        "--no-baseline", "--finalists", "0", "--screen-ratio", "0",
+    ]  # fmt: skip
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"{preset}: autotune search failed ({done.returncode}): {done.stderr[-2000:]}")
+    return {"preset": preset, "seed": seed, "wall_s": wall, "trials": trial_rows(storage)}
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean and worst |error| of both estimates over the trials estimated from peaks, and of the
+    estimate each trial used over all of them."""
+    calibrated = [r for r in rows if r["from_trials"]]
+
+    def spread(values: list[float]) -> dict[str, float] | None:
+        return {"mean_abs": statistics.fmean(values), "worst_abs": max(values)} if values else None
+
+    return {
+        "trials": len(rows),
+        "from_peaks": len(calibrated),
+        "from_peaks_error": spread([abs(r["error"]) for r in calibrated]),
+        "from_peaks_probe_error": spread([abs(r["probe_error"]) for r in calibrated]),
+        "all_used_error": spread([abs(r["error"]) for r in rows]),
+        "all_probe_error": spread([abs(r["probe_error"]) for r in rows]),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trials", type=int, default=12)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    sys.path.insert(0, str(HERE))
+    from harness import machine
+
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="at-memory-estimate-") as scratch:
+        for preset in PRESETS:
+            folder = Path(scratch) / preset
+            folder.mkdir()
+            result = run(preset, args.trials, args.seed, folder)
+            result["summary"] = summary(result["trials"])
+            runs.append(result)
+            print(json.dumps({"preset": preset, **result["summary"]}), flush=True)
+    data = {"machine": machine(), "space": SPACE, "seq_len": SEQ_LEN, "trials": args.trials, "runs": runs}
+    RESULTS.write_text(json.dumps(data, indent=2) + "\n")
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
