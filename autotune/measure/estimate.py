@@ -125,12 +125,15 @@ class MeasuredPeak:
     activation_bytes: int
 
 
-def activations_from_peaks(peaks: Sequence[MeasuredPeak], batch: int) -> tuple[int, tuple[int, ...]] | None:
+def activations_from_peaks(
+    peaks: Sequence[MeasuredPeak], batch: int, per_sample: float
+) -> tuple[int, tuple[int, ...]] | None:
     """The activation bytes at `batch` from measured peaks of trials of the same kind, and the trials
     used; None without any. Several peaks at one batch: the largest. Between two measured batch
-    sizes: linear between them. Beyond them: the larger of proportional to the nearest and the line
-    through the two nearest (what a fixed part of the peak, which a proportional figure scales,
-    would give), never more below the smallest batch than at it."""
+    sizes: linear between them. Beyond them: the nearest measured peak, plus (or less) the probe's
+    `per_sample` bytes for each sample more (or fewer). A measured peak holds a part that does not
+    grow with the batch (on CPU the compiler's own memory, hundreds of MB for a cold compile), which
+    scaling the peak in proportion would multiply."""
     by_batch: dict[int, MeasuredPeak] = {}
     for peak in peaks:
         if peak.batch > 0 and (
@@ -150,16 +153,9 @@ def activations_from_peaks(peaks: Sequence[MeasuredPeak], batch: int) -> tuple[i
         share = (batch - low.batch) / (high.batch - low.batch)
         value = low.activation_bytes + share * (high.activation_bytes - low.activation_bytes)
         return max(0, round(value)), (low.number, high.number)
-    near = points[-2:] if below else points[:2]
-    nearest = near[-1] if below else near[0]
-    value = nearest.activation_bytes * batch / nearest.batch
-    if len(near) == 2:
-        first, second = near
-        slope = (second.activation_bytes - first.activation_bytes) / (second.batch - first.batch)
-        value = max(value, nearest.activation_bytes + slope * (batch - nearest.batch))
-    if not below:
-        value = min(value, nearest.activation_bytes)
-    return max(0, round(value)), tuple(p.number for p in near)
+    nearest = below[-1] if below else above[0]
+    value = nearest.activation_bytes + per_sample * (batch - nearest.batch)
+    return max(0, round(value)), (nearest.number,)
 
 
 def estimate_memory(

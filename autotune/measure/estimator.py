@@ -4,9 +4,9 @@ one forward and backward pass at a small batch on the trial device.
 
 The probe runs eager: what `torch.compile` fuses away, a padding-free batch's fewer tokens, or the
 CUDA graphs of a compile mode are not in it. Once trials have trained, their measured peaks say what
-the probe cannot: a configuration of a kind (the probe's, with the compile backend and mode and
-padding-free batches) that a trial has measured is estimated from the measured peaks of that kind
-(`activations_from_peaks`), the probe's figure kept beside it."""
+the probe cannot: a configuration of a kind (the probe's, with the compile backend and mode,
+padding-free batches and data-loader workers) that a trial has measured is estimated from the
+measured peaks of that kind (`activations_from_peaks`), the probe's figure kept beside it."""
 
 from __future__ import annotations
 
@@ -33,8 +33,9 @@ from autotune.space.defaults import base_knobs, default_attention
 from autotune.workloads.workload import Workload
 
 PROBE_BATCH = 2
-# Beside the probe's kind, what changes a configuration's activations and what the probe does not try.
-MEASURED_KIND_KNOBS = ("torch_compile", "torch_compile_mode", "padding_free")
+# Beside the probe's kind, what changes a configuration's peak and what the probe does not try (the
+# data-loader workers are processes of their own, which the peak counts).
+MEASURED_KIND_KNOBS = ("torch_compile", "torch_compile_mode", "padding_free", "dataloader_num_workers")
 
 
 class MemoryEstimator:
@@ -106,9 +107,8 @@ class MemoryEstimator:
             str(chosen.get("data_parallel") or "ddp"),
             weights_dtype=self.weights_dtype,
         )
-        measured = activations_from_peaks(
-            list(self._peaks.get(_measured_kind(kind, chosen), {}).values()), batch
-        )
+        peaks = list(self._peaks.get(_measured_kind(kind, chosen), {}).values())
+        measured = activations_from_peaks(peaks, batch, per_sample)
         if measured is None:
             return estimate
         activation_bytes, trials = measured
@@ -122,8 +122,8 @@ class MemoryEstimator:
     def learn_peaks(self, trials: Iterable[tuple[int, Mapping[str, Any], Mapping[str, Any]]]) -> None:
         """Take the measured peaks of trained trials (number, params, user attrs) of this device kind:
         each with a peak and the estimate it was stored with (whose baseline and static bytes come
-        off the peak, as do its data-loader workers', which the estimate does not count); a trial that
-        reused another's result is that trial's peak, not a second one."""
+        off the peak; what its child processes held, data-loader and compile workers, stays in it);
+        a trial that reused another's result is that trial's peak, not a second one."""
         for number, params, attrs in trials:
             estimate = attrs.get("memory_estimate") or {}
             peak = attrs.get("peak_memory_bytes")
@@ -133,8 +133,7 @@ class MemoryEstimator:
                 continue
             chosen = {**self.defaults, **params}
             batch = int(chosen["per_device_train_batch_size"])
-            held = int(peak) - int(attrs.get("peak_children_bytes") or 0)
-            activations = held - int(estimate["baseline_bytes"]) - int(estimate["static_bytes"])
+            activations = int(peak) - int(estimate["baseline_bytes"]) - int(estimate["static_bytes"])
             kind = _measured_kind(_probe_kind(chosen), chosen)
             self._peaks.setdefault(kind, {})[number] = MeasuredPeak(number, batch, activations)
 

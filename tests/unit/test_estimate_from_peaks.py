@@ -18,40 +18,30 @@ def peaks(*points: tuple[int, int, int]) -> list[MeasuredPeak]:
 
 
 def test_none_without_peaks() -> None:
-    assert activations_from_peaks([], 8) is None
+    assert activations_from_peaks([], 8, MiB) is None
 
 
 def test_a_measured_batch_is_its_peak_and_repeats_take_the_largest() -> None:
-    assert activations_from_peaks(peaks((3, 8, 100 * MiB)), 8) == (100 * MiB, (3,))
-    assert activations_from_peaks(peaks((3, 8, 100 * MiB), (5, 8, 120 * MiB), (6, 8, 90 * MiB)), 8) == (
-        120 * MiB,
-        (5,),
-    )
+    assert activations_from_peaks(peaks((3, 8, 100 * MiB)), 8, MiB) == (100 * MiB, (3,))
+    repeats = peaks((3, 8, 100 * MiB), (5, 8, 120 * MiB), (6, 8, 90 * MiB))
+    assert activations_from_peaks(repeats, 8, MiB) == (120 * MiB, (5,))
 
 
 def test_between_two_measured_batches_it_is_linear_between_them() -> None:
     measured = peaks((1, 8, 100 * MiB), (2, 32, 340 * MiB), (3, 64, 700 * MiB))
-    assert activations_from_peaks(measured, 16) == (180 * MiB, (1, 2))
-    assert activations_from_peaks(measured, 48) == (520 * MiB, (2, 3))
+    assert activations_from_peaks(measured, 16, MiB) == (180 * MiB, (1, 2))
+    assert activations_from_peaks(measured, 48, MiB) == (520 * MiB, (2, 3))
 
 
-def test_beyond_the_largest_the_larger_of_proportional_and_the_line() -> None:
-    # A fixed part of 40 MiB: proportional to the largest (800) is above the line (760).
-    fixed = peaks((1, 8, 120 * MiB), (2, 16, 200 * MiB))
-    assert activations_from_peaks(fixed, 64) == (800 * MiB, (1, 2))
-    # Steeper than proportional (the line through the two reaches below zero at batch 0).
-    steep = peaks((1, 8, 60 * MiB), (2, 16, 140 * MiB))
-    assert activations_from_peaks(steep, 32) == (300 * MiB, (1, 2))
-    # One peak: proportional.
-    assert activations_from_peaks(peaks((4, 8, 100 * MiB)), 32) == (400 * MiB, (4,))
-
-
-def test_below_the_smallest_never_more_than_at_it_and_never_negative() -> None:
-    fixed = peaks((1, 8, 120 * MiB), (2, 16, 200 * MiB))
-    assert activations_from_peaks(fixed, 4) == (80 * MiB, (1, 2))  # the line: 40 + 10 per sample
-    flat = peaks((1, 8, 120 * MiB), (2, 16, 100 * MiB))  # noise: the larger batch measured less
-    assert activations_from_peaks(flat, 4) == (120 * MiB, (1, 2))
-    assert activations_from_peaks(peaks((1, 8, -5 * MiB)), 8) == (0, (1,))  # the static part over-counted
+def test_beyond_them_the_nearest_peak_and_the_probes_bytes_per_sample() -> None:
+    # A peak with 200 MiB that does not grow with the batch (a cold compile's memory on CPU) and 5 MiB
+    # a sample: 4x the batch is not 4x the peak.
+    measured = peaks((1, 8, 240 * MiB), (2, 16, 280 * MiB))
+    assert activations_from_peaks(measured, 64, 5 * MiB) == (520 * MiB, (2,))
+    assert activations_from_peaks(measured, 4, 5 * MiB) == (220 * MiB, (1,))
+    assert activations_from_peaks(peaks((4, 8, 100 * MiB)), 32, 10 * MiB) == (340 * MiB, (4,))
+    assert activations_from_peaks(peaks((4, 8, 10 * MiB)), 2, 10 * MiB) == (0, (4,))  # never negative
+    assert activations_from_peaks(peaks((1, 8, -5 * MiB)), 8, MiB) == (0, (1,))  # static over-counted
 
 
 class Fixed(MemoryEstimator):
@@ -101,7 +91,7 @@ def test_a_measured_kind_is_estimated_from_its_peaks_and_keeps_the_probes_figure
     assert estimator.estimate(compiled).activation_bytes == 160 * MiB  # the eager probe's
     estimator.learn_peaks([trained(2, compiled, 60 * MiB)])
     estimate = estimator.estimate({**compiled, "per_device_train_batch_size": 32})
-    assert estimate.activation_bytes == 120 * MiB
+    assert estimate.activation_bytes == 60 * MiB + 16 * 10 * MiB  # the peak, and the probe's 16 samples more
     assert estimate.baseline_bytes == 400 * MiB  # this process's, not the trial's
     assert estimate.static_bytes == STATIC
     assert estimate.measured_from == (2,)
@@ -113,6 +103,7 @@ def test_a_measured_kind_is_estimated_from_its_peaks_and_keeps_the_probes_figure
     assert estimator.estimate({**compiled, "activation_checkpointing": True}).measured_from == ()
     assert estimator.estimate({**compiled, "precision": "bf16"}).measured_from == ()
     assert estimator.estimate({**compiled, "padding_free": True}).measured_from == ()
+    assert estimator.estimate({**compiled, "dataloader_num_workers": 2}).measured_from == ()
     assert "activations_from_trials" not in estimator.estimate({}).to_dict()
 
 
@@ -141,10 +132,11 @@ def test_peaks_that_say_nothing_of_this_process_are_not_learned(attrs: dict[str,
     assert estimator.estimate({}).measured_from == (), why
 
 
-def test_data_loader_workers_memory_is_not_the_models_activations() -> None:
+def test_what_child_processes_held_stays_in_the_peak() -> None:
+    """Compile and data-loader workers are part of what a configuration of that kind needs."""
     estimator = Fixed()
     estimator.learn_peaks([trained(1, {}, 130 * MiB, peak_children_bytes=100 * MiB)])
-    assert estimator.estimate({}).activation_bytes == 30 * MiB
+    assert estimator.estimate({}).activation_bytes == 130 * MiB
 
 
 def test_learning_again_replaces_a_trials_peak_instead_of_adding_it() -> None:
