@@ -91,12 +91,30 @@ def run(preset: str, trials: int, seed: int, folder: Path) -> dict[str, Any]:
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Mean and worst |error| of both estimates over the trials estimated from peaks, and of the
-    estimate each trial used over all of them."""
+    estimate each trial used over all of them; the trials estimated from peaks also by compile
+    (``eager``, ``compiled``), with their signed errors' range and what child processes held in
+    every trial of the group."""
     calibrated = [r for r in rows if r["from_trials"]]
 
     def spread(values: list[float]) -> dict[str, float] | None:
         return {"mean_abs": statistics.fmean(values), "worst_abs": max(values)} if values else None
 
+    def signed(values: list[float]) -> dict[str, float] | None:
+        if not values:
+            return None
+        return {"mean_abs": statistics.fmean(abs(v) for v in values), "low": min(values), "high": max(values)}
+
+    groups = {}
+    for name, compiled in (("eager", False), ("compiled", True)):
+        every = [r for r in rows if (r["params"].get("torch_compile", "off") != "off") == compiled]
+        group = [r for r in every if r["from_trials"]]
+        children = [int(r.get("children_bytes") or 0) for r in every]
+        groups[name] = {
+            "trials": len(group),
+            "error": signed([r["error"] for r in group]),
+            "probe_error": signed([r["probe_error"] for r in group]),
+            "children_bytes": [min(children), max(children)] if children else None,
+        }
     return {
         "trials": len(rows),
         "from_peaks": len(calibrated),
@@ -104,6 +122,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "from_peaks_probe_error": spread([abs(r["probe_error"]) for r in calibrated]),
         "all_used_error": spread([abs(r["error"]) for r in rows]),
         "all_probe_error": spread([abs(r["probe_error"]) for r in rows]),
+        "by_compile": groups,
     }
 
 
@@ -111,7 +130,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=12)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--resummarize", action="store_true", help="recompute the summaries of the stored results, run nothing"
+    )
     args = parser.parse_args()
+    if args.resummarize:
+        data = json.loads(RESULTS.read_text())
+        for stored in data["runs"]:
+            stored["summary"] = summary(stored["trials"])
+        RESULTS.write_text(json.dumps(data, indent=2) + "\n")
+        return
     sys.path.insert(0, str(HERE))
     from harness import machine
 

@@ -875,11 +875,41 @@ def _memory_estimate(data: dict[str, Any] | None, claims: list[str]) -> str:
         if better and probe:
             claims.append(
                 f"Memory estimate ({run['preset']}, CPU): a trial of a kind the study had measured was "
-                f"estimated within {100 * better['mean_abs']:.0f}% of its peak on average (worst "
+                f"estimated {100 * better['mean_abs']:.0f}% off its peak on average (worst "
                 f"{100 * better['worst_abs']:.0f}%), against {100 * probe['mean_abs']:.0f}% (worst "
                 f"{100 * probe['worst_abs']:.0f}%) from the eager probe alone, over "
                 f"{summary['from_peaks']} trials (section 7b)."
             )
+    groups = [(run["preset"], run["summary"].get("by_compile") or {}) for run in data["runs"]]
+    if any(groups_of for _, groups_of in groups):
+        lines += [
+            "",
+            "The trials estimated from peaks, eager and compiled apart (signed errors: + over the peak, "
+            "- under it; *child processes*: what the data-loader and compile workers of every trained "
+            "trial of the group held at their largest, which its peak counts). A compiled trial's peak "
+            "holds inductor's compile workers, which differ between trials of one kind by as much as "
+            "that range: where a compiled trial's estimate is far over its peak, the trial it was "
+            "estimated from had the larger compile workers.\n",
+            "| preset | trials | n | from peaks: mean error, absolute (range) "
+            "| probe alone: mean error, absolute (range) | child processes |",
+            "|---|---|---|---|---|---|",
+        ]
+
+        def ranged(error: dict[str, float] | None) -> str:
+            if not error:
+                return "-"
+            return f"{100 * error['mean_abs']:.0f}% ({100 * error['low']:+.0f}% to {100 * error['high']:+.0f}%)"
+
+        for preset, groups_of in groups:
+            for name, group in groups_of.items():
+                if not group["trials"]:
+                    continue
+                children = group.get("children_bytes")
+                held = f"{children[0] / 2**20:.0f}-{children[1] / 2**20:.0f} MiB" if children else "-"
+                lines.append(
+                    f"| {preset} | {name} | {group['trials']} | {ranged(group['error'])} "
+                    f"| {ranged(group['probe_error'])} | {held} |"
+                )
     lines.append("")
     return "\n".join(lines)
 
