@@ -131,7 +131,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=12)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--resummarize", action="store_true", help="recompute the summaries of the stored results, run nothing"
+        "--resummarize", action="store_true", help="recompute the stored results' summaries only"
     )
     args = parser.parse_args()
     if args.resummarize:

@@ -898,7 +898,8 @@ def _memory_estimate(data: dict[str, Any] | None, claims: list[str]) -> str:
         def ranged(error: dict[str, float] | None) -> str:
             if not error:
                 return "-"
-            return f"{100 * error['mean_abs']:.0f}% ({100 * error['low']:+.0f}% to {100 * error['high']:+.0f}%)"
+            low, high = 100 * error["low"], 100 * error["high"]
+            return f"{100 * error['mean_abs']:.0f}% ({low:+.0f}% to {high:+.0f}%)"
 
         for preset, groups_of in groups:
             for name, group in groups_of.items():

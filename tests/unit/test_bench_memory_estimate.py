@@ -40,7 +40,7 @@ def test_the_summary_compares_both_estimates_on_the_trials_estimated_from_peaks(
 
 def test_eager_and_compiled_trials_apart_with_signed_errors_and_every_trials_workers() -> None:
     rows = [
-        _row(-0.3, -0.3, [], "inductor", children=400 * 2**20),  # not estimated from peaks, but its workers count
+        _row(-0.3, -0.3, [], "inductor", children=400 * 2**20),  # its workers count too
         _row(0.4, -0.3, [0], "inductor", children=60 * 2**20),
         _row(-0.1, -0.35, [0, 1], "inductor", children=100 * 2**20),
         _row(0.02, -0.1, [3]),
