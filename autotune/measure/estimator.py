@@ -5,8 +5,9 @@ one forward and backward pass at a small batch on the trial device.
 The probe runs eager: what `torch.compile` fuses away, a padding-free batch's fewer tokens, or the
 CUDA graphs of a compile mode are not in it. Once trials have trained, their measured peaks say what
 the probe cannot: a configuration of a kind (the probe's, with the compile backend and mode,
-padding-free batches and data-loader workers) that a trial has measured is estimated from the
-measured peaks of that kind (`activations_from_peaks`), the probe's figure kept beside it."""
+padding-free batches, data-loader workers and the data-parallel strategy) that a trial has measured
+is estimated from the measured peaks of that kind (`activations_from_peaks`), the probe's figure
+kept beside it."""
 
 from __future__ import annotations
 
@@ -34,8 +35,15 @@ from autotune.workloads.workload import Workload
 
 PROBE_BATCH = 2
 # Beside the probe's kind, what changes a configuration's peak and what the probe does not try (the
-# data-loader workers are processes of their own, which the peak counts).
-MEASURED_KIND_KNOBS = ("torch_compile", "torch_compile_mode", "padding_free", "dataloader_num_workers")
+# data-loader workers are processes of their own, which the peak counts; a sharding strategy's
+# gathered layers and buffers are not static bytes).
+MEASURED_KIND_KNOBS = (
+    "torch_compile",
+    "torch_compile_mode",
+    "padding_free",
+    "dataloader_num_workers",
+    "data_parallel",
+)
 
 
 class MemoryEstimator:

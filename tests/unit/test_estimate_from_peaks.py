@@ -104,6 +104,7 @@ def test_a_measured_kind_is_estimated_from_its_peaks_and_keeps_the_probes_figure
     assert estimator.estimate({**compiled, "precision": "bf16"}).measured_from == ()
     assert estimator.estimate({**compiled, "padding_free": True}).measured_from == ()
     assert estimator.estimate({**compiled, "dataloader_num_workers": 2}).measured_from == ()
+    assert estimator.estimate({**compiled, "data_parallel": "fsdp_full_shard"}).measured_from == ()
     assert "activations_from_trials" not in estimator.estimate({}).to_dict()
 
 
