@@ -104,17 +104,7 @@ class MemoryEstimator:
         batch = int(chosen["per_device_train_batch_size"])
         attention, _, checkpointing = kind = _probe_kind(chosen)
         per_sample = self.activation_bytes_per_sample(attention, precision, checkpointing)
-        estimate = estimate_memory(
-            self.n_params,
-            precision,
-            str(chosen["optim"]),
-            batch,
-            per_sample,
-            self.baseline_bytes,
-            self.world_size,
-            str(chosen.get("data_parallel") or "ddp"),
-            weights_dtype=self.weights_dtype,
-        )
+        estimate = self._arithmetic(chosen, per_sample)
         peaks = list(self._peaks.get(_measured_kind(kind, chosen), {}).values())
         measured = activations_from_peaks(peaks, batch, per_sample)
         if measured is None:
@@ -197,19 +187,25 @@ class MemoryEstimator:
         its batch size (activations and gradients as they are), plus its weights' and optimizer
         states' bytes, plus the process's baseline. For a batch size whose estimate is in doubt."""
         chosen = {**self.defaults, **values}
-        precision, batch = str(chosen["precision"]), int(chosen["per_device_train_batch_size"])
         attention, _, checkpointing = _probe_kind(chosen)
-        per_sample = self._measure(attention, precision, checkpointing, batch)
+        batch = int(chosen["per_device_train_batch_size"])
+        per_sample = self._measure(attention, str(chosen["precision"]), checkpointing, batch)
+        return self._arithmetic(chosen, per_sample).total_bytes
+
+    def _arithmetic(self, chosen: Mapping[str, Any], per_sample: float) -> MemoryEstimate:
+        """`estimate_memory` of a configuration (every knob given) with these activation bytes per
+        sample: its weights, gradients and optimizer states as its strategy shards them on a rank."""
         return estimate_memory(
             self.n_params,
-            precision,
+            str(chosen["precision"]),
             str(chosen["optim"]),
-            batch,
+            int(chosen["per_device_train_batch_size"]),
             per_sample,
             self.baseline_bytes,
             self.world_size,
+            str(chosen.get("data_parallel") or "ddp"),
             weights_dtype=self.weights_dtype,
-        ).total_bytes
+        )
 
     def _measure(self, attention: str, precision: str, checkpointing: int, size: int = PROBE_BATCH) -> float:
         _ = self.baseline_bytes  # measured before any probe model exists

@@ -148,3 +148,13 @@ def test_learning_again_replaces_a_trials_peak_instead_of_adding_it() -> None:
     )
     assert estimator.estimate({"per_device_train_batch_size": 12}).activation_bytes == 40 * MiB
     assert estimator.probed == 1  # the probe's figure is still made, and kept beside
+
+
+def test_the_ladders_probe_counts_the_static_bytes_as_the_strategy_shards_them() -> None:
+    estimator = Fixed()
+    estimator.world_size = 2
+    sharded = static_bytes(1_000_000, "fp32", "adamw_torch_fused", 2, "fsdp_full_shard")
+    assert sharded < static_bytes(1_000_000, "fp32", "adamw_torch_fused", 2, "ddp")
+    values = {"data_parallel": "fsdp_full_shard", "per_device_train_batch_size": 4}
+    assert estimator.probe(values) == 400 * MiB + sharded + 4 * 10 * MiB
+    assert estimator.estimate(values).total_bytes == estimator.probe(values)
