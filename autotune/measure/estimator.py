@@ -102,10 +102,10 @@ class MemoryEstimator:
         chosen = {**self.defaults, **values}
         precision = str(chosen["precision"])
         batch = int(chosen["per_device_train_batch_size"])
-        attention, _, checkpointing = kind = _probe_kind(chosen)
+        attention, _, checkpointing = _probe_kind(chosen)
         per_sample = self.activation_bytes_per_sample(attention, precision, checkpointing)
         estimate = self._arithmetic(chosen, per_sample)
-        peaks = list(self._peaks.get(_measured_kind(kind, chosen), {}).values())
+        peaks = list(self._peaks.get(_measured_kind(chosen), {}).values())
         measured = activations_from_peaks(peaks, batch, per_sample)
         if measured is None:
             return estimate
@@ -118,10 +118,11 @@ class MemoryEstimator:
         )
 
     def learn_peaks(self, trials: Iterable[tuple[int, Mapping[str, Any], Mapping[str, Any]]]) -> None:
-        """Take the measured peaks of trained trials (number, params, user attrs) of this device kind:
-        each with a peak and the estimate it was stored with (whose baseline and static bytes come
-        off the peak; what its child processes held, data-loader and compile workers, stays in it);
-        a trial that reused another's result is that trial's peak, not a second one."""
+        """Take the measured peaks of finished trials (number, params, user attrs) of this device
+        kind: each that trained, with its peak and the estimate it was stored with (whose baseline
+        and static bytes come off the peak; what its child processes held, data-loader and compile
+        workers, stays in it); a trial that reused another's result is that trial's peak, not a
+        second one."""
         for number, params, attrs in trials:
             estimate = attrs.get("memory_estimate") or {}
             peak = attrs.get("peak_memory_bytes")
@@ -132,8 +133,8 @@ class MemoryEstimator:
             chosen = {**self.defaults, **params}
             batch = int(chosen["per_device_train_batch_size"])
             activations = int(peak) - int(estimate["baseline_bytes"]) - int(estimate["static_bytes"])
-            kind = _measured_kind(_probe_kind(chosen), chosen)
-            self._peaks.setdefault(kind, {})[number] = MeasuredPeak(number, batch, activations)
+            peak_of_kind = self._peaks.setdefault(_measured_kind(chosen), {})
+            peak_of_kind[number] = MeasuredPeak(number, batch, activations)
 
     def refresh_baseline(self) -> None:
         """Measure the baseline again before the next estimate: a process's baseline grows as
@@ -250,8 +251,9 @@ def _peak_device(attrs: Mapping[str, Any]) -> str:
     return "cuda" if str(attrs.get("memory_source") or "").startswith("cuda") else "cpu"
 
 
-def _measured_kind(kind: tuple[str, str, int], chosen: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (*kind, *(str(chosen.get(name)) for name in MEASURED_KIND_KNOBS))
+def _measured_kind(chosen: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The kind whose measured peaks estimate a configuration: the probe's and `MEASURED_KIND_KNOBS`."""
+    return (*_probe_kind(chosen), *(str(chosen.get(name)) for name in MEASURED_KIND_KNOBS))
 
 
 def _batch(workload: Workload, device: str, size: int = PROBE_BATCH) -> dict[str, torch.Tensor]:

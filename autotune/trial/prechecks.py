@@ -6,7 +6,7 @@ the trial with a `NotTrained` exception that says why."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import optuna
@@ -52,10 +52,11 @@ def precheck_trial(
     values: Mapping[str, Any],
     plan: Plan,
     base_args: Mapping[str, Any],
-    estimate: Callable[[], MemoryEstimate | None],
+    estimate: Callable[[Sequence[optuna.trial.FrozenTrial]], MemoryEstimate | None],
 ) -> None:
     """Raise the `NotTrained` that ends `trial` before training, if any (see the module docstring).
-    `estimate` makes the memory estimate; it is called only when the cheaper checks pass.
+    `estimate` makes the memory estimate from the study's finished trials (their measured peaks);
+    it is called only when the cheaper checks pass.
 
     Raises:
         NotTrained: why the trial needs no training.
@@ -74,7 +75,7 @@ def precheck_trial(
     made: list[MemoryEstimate | None] = []
 
     def estimate_bytes() -> int | None:
-        made.append(estimate())
+        made.append(estimate(finished))
         return made[-1].total_bytes if made[-1] is not None else None
 
     cap = plan.cap_bytes

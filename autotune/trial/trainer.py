@@ -201,13 +201,12 @@ class AutotuneTrainer(Trainer):
     def _agreed_precheck(self, trial: Any, values: dict[str, Value]) -> None:
         study = getattr(trial, "study", None) if isinstance(trial, optuna.Trial) else None
 
-        def estimate() -> MemoryEstimate | None:
+        def estimate(finished: Sequence[FrozenTrial]) -> MemoryEstimate | None:
             # The study keeps what earlier processes' probes measured: a kind is probed once a study.
             stored = dict(study.user_attrs.get(ACTIVATION_PROBES) or {}) if study is not None else {}
             self.estimator.learn_activations(stored)
-            if study is not None:  # and what the trials of the study measured
-                trained = study.get_trials(deepcopy=False, states=_TRAINED)
-                self.estimator.learn_peaks((t.number, t.params, t.user_attrs) for t in trained)
+            # and its finished trials what they measured
+            self.estimator.learn_peaks((t.number, t.params, t.user_attrs) for t in finished)
             self._estimate = self._estimate_memory(values)
             known = self.estimator.known_activations()
             if study is not None and known.keys() - stored.keys():
@@ -604,8 +603,6 @@ _MEMORY_KNOBS = ("precision", "optim", "attn_implementation", "activation_checkp
 
 # The study's per-sample activation bytes by kind (`MemoryEstimator.known_activations`).
 ACTIVATION_PROBES = "activation_probes"
-# Trials that trained and measured their peak: complete, or pruned (screened out, over the cap).
-_TRAINED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 
 
 def _study_baseline(trial: Any) -> dict[str, Any]:
