@@ -57,16 +57,19 @@ def show_command(
     ] = False,
     limit: Annotated[int | None, typer.Option("--limit", help="Show at most this many rows.")] = None,
 ) -> None:
-    """Show a study's trials, best first: knob values, tokens/s, samples/s, peak memory, state, reason."""
-    from autotune.cli._render import console, time_breakdown_table, trials_table
+    """Show a study's trials, best first (knob values, tokens/s, samples/s, peak memory, state,
+    reason), then its answer as the search gave it and where the search's time went."""
+    from autotune.cli._render import console, print_answer, time_breakdown_table, trials_table
     from autotune.config import RunConfig
+    from autotune.driver.result import SearchResult
     from autotune.errors import UsageError
-    from autotune.study.store import load_existing_study, ranked_trials
+    from autotune.study.store import best_trial, load_existing_study, ranked_trials
 
     if feasible and failed:
         raise UsageError("--feasible and --failed exclude each other", "pass one of them")
-    loaded = load_existing_study(RunConfig(storage=storage).storage_url, study)
-    trials = ranked_trials(loaded)
+    config = RunConfig(storage=storage)
+    loaded = load_existing_study(config.storage_url, study)
+    everything = trials = ranked_trials(loaded)
     if feasible:
         trials = [t for t in trials if t.state == "COMPLETE" and t.attrs.get("feasible", True)]
     if failed:
@@ -75,6 +78,9 @@ def show_command(
     for trial in trials[:limit] if limit else trials:
         if trial.message and trial.state != "COMPLETE":
             console.print(f"  #{trial.number} {trial.reason}: {trial.message}", highlight=False, markup=False)
+    if everything:
+        answer = SearchResult(loaded, config, everything, best_trial(loaded), 0)
+        print_answer(console, answer, time_line=False, config_json=False)
     if breakdown := loaded.user_attrs.get("time_breakdown"):
         console.print(time_breakdown_table(breakdown))
 

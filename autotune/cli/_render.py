@@ -277,14 +277,6 @@ class RichReporter(Reporter):
             self.progress.advance(self._trials_task)
         self.console.print(trial_line(trial), highlight=False, soft_wrap=True)
 
-    def _print_run(self, result: Any, best: TrialSummary) -> None:
-        """The winner's loss against the baseline, and its predicted run (or compile payoff)."""
-        from autotune.study.objective import run_lines  # with optuna's store: not for `--help`
-        from autotune.study.store import trial_run_facts
-
-        for line in run_lines(trial_run_facts(result.study, best)):
-            self.console.print(line, highlight=False, markup=False, soft_wrap=True)
-
     def on_search_end(self, result: Any) -> None:
         self.progress.stop()
         if not result.trials:
@@ -292,59 +284,76 @@ class RichReporter(Reporter):
             return
         self.console.print()
         self.console.print(trials_table(result.trials, f"Top trials of {result.study.study_name}"))
-        summary = estimate_summary(result.trials)
-        if summary:
-            self.console.print(summary, highlight=False)
-        if result.best is None:
-            self.console.print(no_feasible_trial_line(result.trials), highlight=False, soft_wrap=True)
-            return
-        best = result.best
-        self.console.print(
-            f"\n[bold]best[/]: trial {best.number} ({describe_params(best.params)}), "
-            f"{format_rate(best.tokens_per_s)} tok/s in the search, "
-            f"peak {format_bytes(best.peak_memory_bytes)}",
+        print_answer(self.console, result)
+
+
+def print_answer(out: Console, result: Any, *, time_line: bool = True, config_json: bool = True) -> None:
+    """The search's answer from its stored study: the memory estimate's error, the winner, its
+    re-measured verdict and speedup over the baseline (with its interval), its loss against the
+    baseline and predicted run, the search's time, what it changes in the training math and (with
+    `config_json`) its config. The end of a search and `autotune show` print the same answer."""
+    summary = estimate_summary(result.trials)
+    if summary:
+        out.print(summary, highlight=False)
+    if result.best is None:
+        out.print(no_feasible_trial_line(result.trials), highlight=False, soft_wrap=True)
+        return
+    best = result.best
+    out.print(
+        f"\n[bold]best[/]: trial {best.number} ({describe_params(best.params)}), "
+        f"{format_rate(best.tokens_per_s)} tok/s in the search, "
+        f"peak {format_bytes(best.peak_memory_bytes)}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    if result.verdict:
+        out.print(f"[bold]re-measured[/]: {result.verdict}", highlight=False, soft_wrap=True)
+    if result.speedup_over_baseline is not None:
+        from autotune.study.store import winner_speedup  # optuna: not for `autotune --help`
+
+        paired = winner_speedup(result.study, best)
+        interval = (
+            f" (95% interval {paired['low']:.2f}-{paired['high']:.2f}x over {paired['rounds']} rounds)"
+            if paired and paired.get("rounds", 0) > 1
+            else ""
+        )
+        out.print(
+            f"[bold]speedup over the baseline[/] ({describe_params(baseline_params(result))}): "
+            f"{result.speedup_over_baseline:.2f}x{interval}",
             highlight=False,
             soft_wrap=True,
         )
-        if result.verdict:
-            self.console.print(f"[bold]re-measured[/]: {result.verdict}", highlight=False, soft_wrap=True)
-        if result.speedup_over_baseline is not None:
-            from autotune.study.store import winner_speedup  # optuna: not for `autotune --help`
-
-            paired = winner_speedup(result.study, best)
-            interval = (
-                f" (95% interval {paired['low']:.2f}-{paired['high']:.2f}x over {paired['rounds']} rounds)"
-                if paired and paired.get("rounds", 0) > 1
-                else ""
-            )
-            self.console.print(
-                f"[bold]speedup over the baseline[/] ({describe_params(baseline_params(result))}): "
-                f"{result.speedup_over_baseline:.2f}x{interval}",
+        if paired and not paired.get("beats_baseline"):
+            where = "the export below" if config_json else "what `autotune export` writes"
+            out.print(
+                f"[bold yellow]nothing beat the defaults measurably[/]: keep them ({where} "
+                "is the best measured, within the noise of the baseline)",
                 highlight=False,
                 soft_wrap=True,
             )
-            if paired and not paired.get("beats_baseline"):
-                self.console.print(
-                    "[bold yellow]nothing beat the defaults measurably[/]: keep them (the export "
-                    "below is the best measured, within the noise of the baseline)",
-                    highlight=False,
-                    soft_wrap=True,
-                )
-        self._print_run(result, best)
-        spent = describe_time_breakdown(result.study.user_attrs.get("time_breakdown"))
-        if spent:
-            self.console.print(spent, highlight=False, markup=False, soft_wrap=True)
-        changes = study_changes(result.study.user_attrs, best.params, best.attrs.get("training_args"))
-        if changes:
-            self.console.print(
-                "[bold]changes the training math[/] (compared with the baseline):", highlight=False
-            )
-            for change in changes:
-                self.console.print(f"  {change.text()}", highlight=False, markup=False, soft_wrap=True)
-        else:
-            self.console.print(
-                "[bold]training math unchanged[/]: same precision, optimizer family and effective batch "
-                "as the baseline",
-                highlight=False,
-            )
-        self.console.print_json(json.dumps(result.best_config()))
+    _print_run(out, result, best)
+    spent = describe_time_breakdown(result.study.user_attrs.get("time_breakdown"))
+    if spent and time_line:
+        out.print(spent, highlight=False, markup=False, soft_wrap=True)
+    changes = study_changes(result.study.user_attrs, best.params, best.attrs.get("training_args"))
+    if changes:
+        out.print("[bold]changes the training math[/] (compared with the baseline):", highlight=False)
+        for change in changes:
+            out.print(f"  {change.text()}", highlight=False, markup=False, soft_wrap=True)
+    else:
+        out.print(
+            "[bold]training math unchanged[/]: same precision, optimizer family and effective batch "
+            "as the baseline",
+            highlight=False,
+        )
+    if config_json:
+        out.print_json(json.dumps(result.best_config()))
+
+
+def _print_run(out: Console, result: Any, best: TrialSummary) -> None:
+    """The winner's loss against the baseline, and its predicted run (or compile payoff)."""
+    from autotune.study.objective import run_lines  # with optuna's store: not for `--help`
+    from autotune.study.store import trial_run_facts
+
+    for line in run_lines(trial_run_facts(result.study, best)):
+        out.print(line, highlight=False, markup=False, soft_wrap=True)

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 import autotune
+from autotune.cli import main
 from autotune.study.export import expected_lines, export_config
 from tests.helpers import FAST, FixedStepTime, write_space
 
 
-def test_a_space_as_fast_as_the_baseline_answers_that_nothing_beat_the_defaults(tmp_path: Path) -> None:
+def test_a_space_as_fast_as_the_baseline_answers_that_nothing_beat_the_defaults(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # Every configuration (the baseline's batch of 8 included) takes the same time per step.
     space = write_space(
         tmp_path, {"attn_implementation": ["eager", "sdpa"], "optim": ["adamw_torch", "adamw_torch_fused"]}
@@ -40,3 +45,14 @@ def test_a_space_as_fast_as_the_baseline_answers_that_nothing_beat_the_defaults(
     low, high = config["expected"]["speedup_interval"]
     assert low <= 1.01 <= high or high < 1.01
     assert any("nothing beat the defaults measurably" in line for line in expected_lines(config))
+    # `autotune show` gives the same answer from the store: the tie, its interval, the loss delta.
+    with pytest.raises(SystemExit) as exit_info:
+        main(["show", result.study.study_name, "--storage", f"sqlite:///{tmp_path / 'tie.db'}"])
+    out = capsys.readouterr().out
+    assert exit_info.value.code in (0, None)
+    assert f"best: trial {winner['number']}" in out
+    assert f"re-measured: {winner['verdict']}" in " ".join(out.split())
+    assert f"{speedup['low']:.2f}-{speedup['high']:.2f}x over {speedup['rounds']} rounds" in out
+    assert "nothing beat the defaults measurably: keep them (what `autotune export` writes" in out
+    assert "loss vs the baseline at equal tokens" in out
+    assert '"training_args"' not in out  # the config is `autotune export`'s
