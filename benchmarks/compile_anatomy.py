@@ -213,24 +213,29 @@ def main() -> None:
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout.splitlines()
     presets: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-compile-anatomy-") as temp:
+        # One wrapper and log for the whole run, set before the first search: the workers' fork
+        # server starts once per process and keeps the environment it started with.
+        wrapper, log = Path(temp) / "cxx", Path(temp) / "cxx.jsonl"
+        wrapper.write_text(WRAPPER.format(python=sys.executable, compiler=compiler, log=str(log)))
+        wrapper.chmod(0o755)
+        os.environ["CXX"] = str(wrapper)
         for model in models:
             folder = Path(temp) / model
             folder.mkdir()
-            wrapper, log = folder / "cxx", folder / "cxx.jsonl"
-            wrapper.write_text(WRAPPER.format(python=sys.executable, compiler=compiler, log=str(log)))
-            wrapper.chmod(0o755)
-            os.environ["CXX"] = str(wrapper)  # the search's workers inherit it
-            rows = []
+            rows, first_runs = [], []
             for batch in BATCHES:
                 seen = len(compiler_runs(log))
                 row = trial(model, batch, folder)
-                row["compiler"] = summary(compiler_runs(log)[seen:])
+                runs = compiler_runs(log)[seen:]
+                row["compiler"] = summary(runs)
                 rows.append(row)
+                first_runs = first_runs or kernel_runs(runs)
                 print(json.dumps({"model": model, **row}), flush=True)
-            first = kernel_runs(compiler_runs(log))[0]
-            timed_run = one_compiler_run(compiler, first, folder, args.repeats)
+            if not first_runs:
+                raise RuntimeError(f"{model}: inductor ran no C++ compile through {wrapper}")
+            timed_run = one_compiler_run(compiler, first_runs[0], folder, args.repeats)
             presets[model] = {"trials": rows, "one_run": timed_run}
-            print(json.dumps({"model": model, "one_run": presets[model]["one_run"]}), flush=True)
+            print(json.dumps({"model": model, "one_run": timed_run}), flush=True)
     import torch._inductor.config as inductor_config
 
     data = {
