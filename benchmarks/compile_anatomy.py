@@ -188,10 +188,12 @@ def section(data: dict[str, Any]) -> str:
     for model, rows in data["presets"].items():
         one, later = rows["one_run"], rows["trials"][-1]
         fixed = one["empty_with_header"]["median_s"] / one["kernel"]["median_s"]
+        compile_s, compiler_s = float(later["compile_s"] or 0), later["compiler"]["kernel_s"]
         lines.append(
             f"- {model}: a new compiled configuration ran the compiler {later['compiler']['kernel_runs']} "
-            f"times ({later['compiler']['kernel_s']:.0f} s of compiler time over "
-            f"{data['compile_threads']} threads, inside a {float(later['compile_s'] or 0):.0f} s compile). "
+            f"times: {compiler_s:.0f} s of compiler time over {data['compile_threads']} threads, "
+            f"about {compiler_s / data['compile_threads']:.0f} s of its {compile_s:.0f} s compile "
+            "(the rest is dynamo, AOTAutograd and inductor's own Python). "
             f"One run costs {one['kernel']['median_s']:.2f} s, of which {fixed:.0%} is what an empty "
             "file with the same flags and torch's header costs: the header, not the kernel's code. "
             "The precompiled header does not shorten it here (without it: "
@@ -207,7 +209,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", action="append", default=None)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--resummarize", action="store_true", help="rewrite the section from the results")
     args = parser.parse_args()
+    if args.resummarize:
+        SECTION.write_text(section(json.loads(RESULTS.read_text())))
+        print(SECTION.read_text())
+        return
     models = args.model or ["tiny-gpt2", "tiny-llama"]
     compiler = os.environ.get("CXX") or shutil.which("g++") or "g++"
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout.splitlines()

@@ -1119,6 +1119,10 @@ def _compile_weight(presets: list[dict[str, Any]]) -> list[str]:
             f"({compile_s / tb['wall_s']:.0%} of the wall) | {median_window(compiled)} | "
             f"{median_window(eager)} | {windows / (tb['wall_s'] - compile_s):.0%} |"
         )
+    lines.append(
+        "\nWhere one of those cold compiles goes (the C++ compiler's runs, and what each pays before "
+        "any kernel code): *Where a cold compile goes* below."
+    )
     return lines
 
 
