@@ -35,7 +35,6 @@ RESULTS = HERE / "results" / "compile_anatomy.json"
 SECTION = HERE / "sections" / "compile_anatomy.md"
 BATCHES = (8, 16)
 TIMED = ("kernel", "kernel_without_header", "empty_with_header", "empty_without_header")
-KEYS = ("compile_s", "compile_cache", "warmup_excess_s", "setup_s", "window_s", "tokens_per_s")
 # The wrapper: the real compiler's exit status, and one JSON line per run in the log.
 WRAPPER = """#!{python}
 import json, subprocess, sys, time
@@ -84,27 +83,12 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def trial(model: str, batch: int, folder: Path) -> dict[str, Any]:
-    import optuna
+    """A compiled trial at `batch` (`compile_cache.compiled_trial`), with its search's wall time."""
+    from compile_cache import compiled_trial
 
-    import autotune
-
-    space = folder / f"space-{batch}.yaml"
-    space.write_text(
-        "description: one compiled configuration\nknobs:\n  torch_compile: [inductor]\n"
-        f"  per_device_train_batch_size: [{batch}]\n"
-    )
-    storage = f"sqlite:///{folder / 'store.db'}"
-    study = f"bs{batch}"
     start = time.perf_counter()
-    autotune.search(
-        model=model, space=str(space), trials=1, storage=storage, study=study,
-        finalists=0, measure_baseline=False,
-    )  # fmt: skip
-    wall = time.perf_counter() - start
-    stored = optuna.load_study(study_name=study, storage=storage).trials[0]
-    if stored.state != optuna.trial.TrialState.COMPLETE:
-        raise RuntimeError(f"{model} batch {batch}: {stored.user_attrs.get('message')}")
-    return {"batch": batch, "search_wall_s": wall, **{k: stored.user_attrs.get(k) for k in KEYS}}
+    recorded = compiled_trial(model, folder, f"bs{batch}", batch)
+    return {"batch": batch, "search_wall_s": time.perf_counter() - start, **recorded}
 
 
 def timed(command: list[str], repeats: int) -> dict[str, float]:
@@ -204,7 +188,7 @@ def section(data: dict[str, Any]) -> str:
 
 def main() -> None:
     sys.path.insert(0, str(HERE))
-    from harness import machine
+    from harness import machine, write_section
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", action="append", default=None)
@@ -252,10 +236,7 @@ def main() -> None:
         "repeats": args.repeats,
         "presets": presets,
     }
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    SECTION.write_text(section(data))
-    print(SECTION.read_text())
+    write_section(data, RESULTS, SECTION, section)
 
 
 if __name__ == "__main__":

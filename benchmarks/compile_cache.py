@@ -32,27 +32,33 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "compile_cache.json"
 SECTION = HERE / "sections" / "compile_cache.md"
 SPACE = "description: one compiled configuration\nknobs:\n  torch_compile: [inductor]\n"
-SPACE += "  per_device_train_batch_size: [8]\n"
+SPACE += "  per_device_train_batch_size: [{batch}]\n"
 STUDIES = ("cold", "warm-1", "warm-2")
 KEYS = ("compile_s", "compile_cache", "warmup_excess_s", "setup_s", "warmup_s", "window_s", "tokens_per_s")
 
 
-def one_round(model: str, folder: Path) -> dict[str, dict[str, Any]]:
+def compiled_trial(model: str, folder: Path, study: str, batch: int = 8) -> dict[str, Any]:
+    """One real trial of `model` with `torch_compile: inductor` at `batch`, alone in study `study`
+    of the store in `folder` (its compile cache next to it): what the trial recorded (`KEYS`)."""
     import autotune
 
-    space = folder / "space.yaml"
-    space.write_text(SPACE)
+    space = folder / f"space-{batch}.yaml"
+    space.write_text(SPACE.format(batch=batch))
     storage = f"sqlite:///{folder / 'store.db'}"
+    autotune.search(
+        model=model, space=str(space), trials=1, storage=storage, study=study,
+        finalists=0, measure_baseline=False,
+    )  # fmt: skip
+    trial = optuna.load_study(study_name=study, storage=storage).trials[0]
+    if trial.state != optuna.trial.TrialState.COMPLETE:
+        raise RuntimeError(f"{model} {study}: {trial.user_attrs.get('message')}")
+    return {key: trial.user_attrs.get(key) for key in KEYS}
+
+
+def one_round(model: str, folder: Path) -> dict[str, dict[str, Any]]:
     out = {}
     for study in STUDIES:
-        autotune.search(
-            model=model, space=str(space), trials=1, storage=storage, study=study,
-            finalists=0, measure_baseline=False,
-        )  # fmt: skip
-        trial = optuna.load_study(study_name=study, storage=storage).trials[0]
-        if trial.state != optuna.trial.TrialState.COMPLETE:
-            raise RuntimeError(f"{model} {study}: {trial.user_attrs.get('message')}")
-        out[study] = {key: trial.user_attrs.get(key) for key in KEYS}
+        out[study] = compiled_trial(model, folder, study)
         print(json.dumps({"model": model, "study": study, **out[study]}), flush=True)
     return out
 
@@ -98,7 +104,7 @@ def section(data: dict[str, Any]) -> str:
 
 def main() -> None:
     sys.path.insert(0, str(HERE))
-    from harness import machine
+    from harness import machine, write_section
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
@@ -113,10 +119,7 @@ def main() -> None:
                 folder.mkdir()
                 presets[model].append(one_round(model, folder))
     data = {"machine": machine(), "rounds": args.rounds, "presets": presets}
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    SECTION.write_text(section(data))
-    print(SECTION.read_text())
+    write_section(data, RESULTS, SECTION, section)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ trial records what its DDP wrapper really ran with (``ddp``). Results go to
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 import time
@@ -75,7 +74,7 @@ def section(data: dict[str, Any]) -> str:
 
 def main() -> None:
     sys.path.insert(0, str(HERE))
-    from harness import enqueued_rounds, machine
+    from harness import enqueued_rounds, machine, write_section
 
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bench-ddp-") as temp:
@@ -89,10 +88,7 @@ def main() -> None:
             nproc_per_node=2,
         )
     result = {"machine": machine(), "wall_s": time.monotonic() - began, "rounds": ROUNDS, **measured}
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    SECTION.write_text(section(result))
-    print(SECTION.read_text())
+    write_section(result, RESULTS, SECTION, section)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import platform
 import shutil
 import subprocess
@@ -184,6 +185,15 @@ def machine() -> dict[str, Any]:
         "optuna": optuna.__version__,
         "commit": commit,
     }
+
+
+def write_section(data: dict[str, Any], results: Path, section_path: Path, render: Any) -> None:
+    """Store a benchmark's results as JSON and its RESULTS.md section (`render(data)`), and print
+    the section."""
+    results.parent.mkdir(exist_ok=True)
+    results.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    section_path.write_text(render(data))
+    print(section_path.read_text())
 
 
 def enqueued_rounds(

@@ -113,7 +113,7 @@ def section(data: dict[str, Any]) -> str:
 
 def main() -> None:
     sys.path.insert(0, str(HERE))
-    from harness import enqueued_rounds, machine
+    from harness import enqueued_rounds, machine, write_section
 
     texts = paragraphs()
     began = time.monotonic()
@@ -146,10 +146,7 @@ def main() -> None:
         },
         **measured,
     }
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    SECTION.write_text(section(result))
-    print(SECTION.read_text())
+    write_section(result, RESULTS, SECTION, section)
 
 
 if __name__ == "__main__":
