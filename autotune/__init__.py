@@ -41,8 +41,8 @@ def __getattr__(name: str):  # torch and transformers load only when a search is
         from autotune.driver import tune
 
         return getattr(tune, name)
-    if name == "RichReporter":  # the CLI's live view of a search, for scripts that call search/tune
-        from autotune.cli._render import RichReporter
+    if name == "RichReporter":  # the live view of a search (the CLI's too), for scripts that call search/tune
+        from autotune.view import RichReporter
 
         return RichReporter
     raise AttributeError(f"module 'autotune' has no attribute {name!r}")

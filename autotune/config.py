@@ -79,65 +79,163 @@ def parse_memory_cap(text: str) -> MemoryCap:
     return MemoryCap("bytes", size, raw)
 
 
+# The groups of run options, in the order they are shown: the panels of `autotune search --help`
+# and the sections of docs/reference/options.md.
+GROUPS = {
+    "workload": "The workload: what is trained",
+    "execution": "Where trials run",
+    "measurement": "How a trial is measured",
+    "choice": "How the answer is chosen",
+    "store": "The store",
+}
+
+
+def option(
+    default: Any = None,
+    *,
+    help: str,
+    group: str,
+    flag: str | None = "",
+    short: str | None = None,
+    negative: str | None = None,
+    envvar: str | None = None,
+    default_text: str | None = None,
+) -> Any:
+    """Declare a run option once, as a field of `RunConfig` or `MeasureSettings`: its default, its
+    help and group, and its command-line flag in the field's metadata (as transformers'
+    `HfArgumentParser` reads them). `autotune.options` derives the ``autotune search`` flags, the
+    keywords of `search()` and `tune()` and docs/reference/options.md from these fields.
+
+    Args:
+        default: the value when the option is not given (immutable: a tuple, not a list).
+        help: what the option does, for ``--help`` and the reference; ``{name}`` mentions another
+            option (shown as its flag on the command line).
+        group: a key of `GROUPS`.
+        flag: its long flag; ``""``: ``--`` and the field's name with dashes; None: the command
+            line does not offer it (Python callers only).
+        short: a one-letter alias (``-n``).
+        negative: a boolean's off switch (``--no-baseline``), where its default is on.
+        envvar: an environment variable the command line reads where the flag is not given.
+        default_text: how a default that is computed later reads (``the preset's``).
+    """
+    if group not in GROUPS:
+        raise ValueError(f"unknown option group {group!r}")
+    metadata = {
+        "help": help,
+        "group": group,
+        "flag": flag,
+        "short": short,
+        "negative": negative,
+        "envvar": envvar,
+        "default_text": default_text,
+    }
+    return field(default=default, metadata=metadata)
+
+
 @dataclass(frozen=True)
 class MeasureSettings:
-    """How one trial is measured (DESIGN.md, "Measurement protocol").
+    """How one trial is measured (DESIGN.md, "Measurement protocol"). Each field is a run option
+    declared with its help (docs/reference/options.md)."""
 
-    Attributes:
-        warmup_steps: optimizer steps always run before the measured window and never scored.
-        max_warmup_steps: warm-up goes on while step times still fall (compilation) up to this.
-        min_steps: measured steps before the stability rule may end the window.
-        max_steps: the measured window ends after this many optimizer steps at the latest.
-        max_seconds: ... or after this many seconds of measured window.
-        target_rel_ci: the window ends once the 95% confidence half-width of the throughput,
-            relative to its mean, is below this.
-        trial_timeout_s: a trial still training after this many seconds (warm-up included) ends
-            with reason ``timeout`` at its next step.
-        screen_ratio: screening: a search trial whose fastest step so far, from its second step
-            on (a compiled trial: once its minimum warm-up is done), runs at less than this
-            fraction of the best throughput the study has measured (its trials and its baseline)
-            stops there with reason ``screened_out`` instead of taking its full window; 0 turns
-            screening off, the promotion line too: every trial gets its full window.
-        promote_ratio: the promotion line: a search trial's window that, after `min_steps`
-            steps, measures it clearly under this fraction of the study's best (the upper end of
-            its 95% interval is) ends there: the trial is measured, less precisely, and does not
-            earn the rest of its window; 0 gives every trial that passed screening its window.
-    """
-
-    warmup_steps: int = 3
-    max_warmup_steps: int = 20
-    min_steps: int = 5
-    max_steps: int = 30
-    max_seconds: float = 60.0
-    target_rel_ci: float = 0.03
-    trial_timeout_s: float = 900.0
-    screen_ratio: float = 0.5
-    promote_ratio: float = 0.8
+    warmup_steps: int = option(
+        3,
+        help="Optimizer steps always run before the measured window and never scored; warm-up goes on "
+        "while step times still fall (compilation), up to {max_warmup_steps}.",
+        group="measurement",
+    )
+    max_warmup_steps: int = option(
+        20,
+        help="Warm-up goes on while step times still fall (compilation) up to this many steps; where "
+        "not given, raised to {warmup_steps}.",
+        group="measurement",
+        flag=None,
+    )
+    min_steps: int = option(
+        5,
+        help="Measured steps before the stability rule may end the window; where not given, lowered "
+        "to {max_steps}.",
+        group="measurement",
+        flag=None,
+    )
+    max_steps: int = option(
+        30,
+        help="The measured window ends after this many optimizer steps at the latest.",
+        group="measurement",
+    )
+    max_seconds: float = option(
+        60.0, help="... or after this many seconds of measured window.", group="measurement"
+    )
+    target_rel_ci: float = option(
+        0.03,
+        help="... or as soon as the 95% confidence half-width of tokens/s is below this fraction of it.",
+        group="measurement",
+        flag="--target-ci",
+    )
+    trial_timeout_s: float = option(
+        900.0,
+        help="Seconds a trial may train (warm-up included) before it ends with reason timeout at its "
+        "next step.",
+        group="measurement",
+        flag="--trial-timeout",
+    )
+    screen_ratio: float = option(
+        0.5,
+        help="Screening: a search trial whose fastest step, from its second step on (a compiled "
+        "trial: once its minimum warm-up is done), runs under this fraction of the best tokens/s "
+        "the study has measured (its trials and its baseline) stops there, reason screened_out, "
+        "instead of taking its full window; 0: every trial gets its full window (the promotion "
+        "line is off too).",
+        group="measurement",
+    )
+    promote_ratio: float = option(
+        0.8,
+        help="The promotion line: a search trial's window that, after {min_steps} steps, measures it "
+        "clearly under this fraction of the study's best (the upper end of its 95% interval is) "
+        "ends there: the trial keeps its figure, less precise, and does not earn the rest of its "
+        "window; 0: every trial that passed screening gets its full window.",
+        group="measurement",
+    )
 
     def __post_init__(self) -> None:
         if not 0 <= self.screen_ratio < 1:
             raise UsageError(
-                f"--screen-ratio must be in [0, 1), got {self.screen_ratio}",
+                f"screen_ratio must be in [0, 1), got {self.screen_ratio}",
                 "use 0.5 (stop trials under half the best throughput) or 0 (no screening)",
+                field="screen_ratio",
             )
         if not 0 <= self.promote_ratio < 1:
             raise UsageError(
-                f"--promote-ratio must be in [0, 1), got {self.promote_ratio}",
+                f"promote_ratio must be in [0, 1), got {self.promote_ratio}",
                 "use 0.8 (end the windows of trials clearly under 0.8x the best) or 0 (full windows)",
+                field="promote_ratio",
             )
         if self.trial_timeout_s <= 0:
-            raise UsageError(f"--trial-timeout must be positive, got {self.trial_timeout_s}")
+            raise UsageError(
+                f"trial_timeout_s must be positive, got {self.trial_timeout_s}", field="trial_timeout_s"
+            )
         if self.warmup_steps < 1:
-            raise UsageError(f"warmup_steps must be >= 1, got {self.warmup_steps}")
+            raise UsageError(f"warmup_steps must be >= 1, got {self.warmup_steps}", field="warmup_steps")
         if self.max_warmup_steps < self.warmup_steps:
-            raise UsageError("max_warmup_steps must be >= warmup_steps")
+            raise UsageError(
+                f"max_warmup_steps must be >= warmup_steps, got {self.max_warmup_steps} and "
+                f"{self.warmup_steps}",
+                field=("max_warmup_steps", "warmup_steps"),
+            )
+        if self.max_steps < 2:
+            raise UsageError(
+                f"max_steps must be at least 2, got {self.max_steps}",
+                "a confidence interval needs two measured steps",
+                field="max_steps",
+            )
         if not 2 <= self.min_steps <= self.max_steps:
             raise UsageError(
-                f"need 2 <= min_steps <= max_steps (--max-steps), "
-                f"got min_steps={self.min_steps}, max_steps={self.max_steps}"
+                f"need 2 <= min_steps <= max_steps, got min_steps={self.min_steps}, "
+                f"max_steps={self.max_steps}",
+                field=("min_steps", "max_steps"),
             )
-        if self.max_seconds <= 0 or self.target_rel_ci <= 0:
-            raise UsageError("max_seconds and target_rel_ci must be positive")
+        for name in ("max_seconds", "target_rel_ci"):
+            if not getattr(self, name) > 0:
+                raise UsageError(f"{name} must be positive, got {getattr(self, name)}", field=name)
 
     @property
     def step_budget(self) -> int:
@@ -149,210 +247,356 @@ class MeasureSettings:
 class RunConfig:
     """Everything a search needs; the CLI builds one from flags, Python callers directly.
 
-    Attributes:
-        model: a built-in preset (``tiny-gpt2``), a local model directory or a hub id.
-        space: a shipped space name or a YAML path.
-        trials: the study's total trial budget (finished trials already stored count towards it).
-        storage: an optuna RDB URL; default from ``AUTOTUNE_STORAGE`` or ``sqlite:///autotune.db``.
-        study: the study name; default derived from model, space and sequence length.
-        seq_len: tokens per sample; default from the model preset.
-        memory_cap: text as given (``20GiB``, ``90%``); parsed by `memory_cap_parsed`.
-        seed: seeds the sampler and the model initialisation.
-        output_dir: scratch folder for the Trainer (nothing is saved there by default).
-        measure: the measurement protocol settings.
-        global_batch_size: hold per-device batch x accumulation x world size at this value.
-        keep_semantics: hold precision, optimizer family and effective batch at the base config.
-        base_args: a JSON/YAML file of `TrainingArguments` kwargs every trial starts from.
-        finalists: how many of the best trials are re-measured before the winner is declared
-            (0 or 1: none).
-        finalist_rounds: interleaved re-measurement rounds (A B C A B C ...).
-        allow_mismatch: fingerprint fields allowed to differ when continuing a stored study.
-        measure_baseline: measure the base config (or the Transformers defaults) once, before a new
-            study's first trial, so the result can state its speedup.
-        isolation: ``"process"``: every trial, the baseline and every re-measurement runs in a
-            fresh worker process; ``"none"``: all in this process (debugging).
-        workers: worker processes at once (None: one per visible GPU, or one on CPU).
-        nproc_per_node: processes per trial: above 1, each trial is a fresh `torchrun` group of
-            this many DDP processes (rank 0 asks the study, every rank applies its values).
-        ddp_timeout_s: how long a collective may wait before a desynchronised group fails.
-        backend: ``"optuna"``: trials in autotune's worker processes; ``"ray"``: trials in Ray Tune
-            actors through ``Trainer.hyperparameter_search(backend="ray")`` (`autotune.executors.ray`).
-        ray_address: the Ray cluster to join (``ray://...`` or ``HOST:PORT``); None: start a local
-            Ray instance for the search and shut it down at the end.
-        task: ``causal-lm``, ``masked-lm`` or ``seq-classification``; default from the model.
-        pretrained: load the model's real weights (default: random weights built from its config).
-        trust_remote_code: allow code from the model's hub repository.
-        dataset: a local text/JSON lines/CSV/Parquet file or folder, or a hub dataset; default
-            synthetic tokens.
-        dataset_config: the hub dataset's configuration name.
-        split: the dataset split to train on.
-        text_column: the column holding the text; default ``text``, else the first string column.
-        tokenizer: tokenizer folder or hub id for `dataset`; default the model's.
-        pad_to_multiple_of: pad classification batches to a multiple of this.
-        packing: how language-model text becomes samples: ``"blocks"`` concatenates it and cuts
-            ``seq_len`` blocks (every token real, as ``run_clm.py`` does); ``"examples"`` keeps each
-            text as one sample, truncated to ``seq_len`` and padded per batch (fine-tuning and chat
-            data), where the ``padding_free`` and ``group_by_length`` knobs apply.
-        compile_cache: the folder every trial process of the study compiles into (inductor's and
-            Triton's caches), shared storage for pools on several hosts; default: next to a SQLite
-            store's file, else under the user's cache directory by study name
-            (`autotune.trial.compile_cache.compile_cache_folder`).
-        loss_tolerance: a trial whose loss is worse than the baseline's at equal tokens by more
-            than this fraction is infeasible (reason ``loss_diverged``).
-        train_tokens: the length of the user's run in tokens: trials are then scored on its
-            predicted wall time (set-up + compilation + tokens / throughput), not on throughput.
-        train_steps: the same in optimizer steps of the baseline's batch (needs the baseline).
-        price_per_hour: the price of an hour of this machine: the answer states the run's cost.
+    Each field is a run option declared once with its help, group and flag (`option`; the list is
+    docs/reference/options.md), but `measure`, whose fields are options of their own.
     """
 
-    model: str = "tiny-gpt2"
-    space: str = "quick"
-    trials: int = 8
-    storage: str | None = None
-    study: str | None = None
-    seq_len: int | None = None
-    memory_cap: str | None = None
-    seed: int = 0
-    output_dir: str | None = None
-    measure: MeasureSettings = field(default_factory=MeasureSettings)
-    global_batch_size: int | None = None
-    keep_semantics: bool = False
-    base_args: str | None = None
-    finalists: int = 3
-    finalist_rounds: int = 3
-    allow_mismatch: tuple[str, ...] = ()
-    measure_baseline: bool = True
-    isolation: Literal["process", "none"] = "process"
-    workers: int | None = None
-    nproc_per_node: int = 1
-    ddp_timeout_s: float = 300.0
-    backend: Literal["optuna", "ray"] = "optuna"
-    ray_address: str | None = None
-    task: str | None = None
-    pretrained: bool = False
-    trust_remote_code: bool = False
-    dataset: str | None = None
-    dataset_config: str | None = None
-    split: str = "train"
-    text_column: str | None = None
-    tokenizer: str | None = None
-    pad_to_multiple_of: int | None = None
-    packing: str = "blocks"
-    compile_cache: str | None = None
-    loss_tolerance: float = 0.05
-    train_tokens: int | None = None
-    train_steps: int | None = None
-    price_per_hour: float | None = None
+    model: str = option(
+        "tiny-gpt2",
+        help="A built-in preset (tiny-gpt2, tiny-llama, ...), a local model directory, or a hub id "
+        "(needs network).",
+        group="workload",
+        short="-m",
+    )
+    space: str = option(
+        "quick",
+        help="A shipped search space (quick, cpu, default) or the path of a YAML space.",
+        group="choice",
+        short="-s",
+    )
+    trials: int = option(
+        8,
+        help="The study's total budget of measured trials: with 20 stored, 30 runs 10 more. Trials "
+        "skipped because a combination cannot run here cost milliseconds and do not count.",
+        group="choice",
+        short="-n",
+    )
+    storage: str | None = option(
+        help=f"The study store, an optuna RDB URL (also {STORAGE_ENV}); PostgreSQL or MySQL for "
+        "pools of workers on several hosts.",
+        group="store",
+        envvar=STORAGE_ENV,
+        default_text=DEFAULT_STORAGE,
+    )
+    study: str | None = option(
+        help="The study name; running again with the same name continues the study.",
+        group="store",
+        default_text="MODEL-SPACE-seqLEN",
+    )
+    seq_len: int | None = option(help="Tokens per sample.", group="workload", default_text="the preset's")
+    memory_cap: str | None = option(
+        help="Peak memory cap: 20GiB, 20GB, 20000MiB, 90% or 0.9 of the device (of the machine's RAM "
+        "on CPU): a trial whose measured peak is over it is infeasible.",
+        group="choice",
+        default_text="none",
+    )
+    seed: int = option(0, help="Seeds the sampler and the model initialisation.", group="choice")
+    output_dir: str | None = option(
+        help="The folder under which trials make their scratch folders (nothing is saved there).",
+        group="execution",
+        flag=None,
+        default_text="the system's temporary folder",
+    )
+    measure: MeasureSettings = field(default_factory=MeasureSettings, metadata={"group": "measurement"})
+    global_batch_size: int | None = option(
+        help="Only try splits with per-device batch x accumulation x processes = this; an unreachable "
+        "size is an error before any trial.",
+        group="choice",
+        default_text="free",
+    )
+    keep_semantics: bool = option(
+        False,
+        help="Hold what changes the training math at the base config (precision, optimizer family, "
+        "effective batch) and search only speed knobs.",
+        group="choice",
+    )
+    base_args: str | None = option(
+        help="A JSON or YAML file of TrainingArguments kwargs (learning rate, precision, batch, ...) "
+        "every trial starts from.",
+        group="workload",
+        default_text="none",
+    )
+    finalists: int = option(
+        3,
+        help="How many of the best feasible trials are re-measured before the winner is declared "
+        "(0 or 1: none).",
+        group="choice",
+    )
+    finalist_rounds: int = option(
+        3,
+        help="Interleaved re-measurement rounds of the finalists (A B C A B C ...); up to twice as many "
+        "for the contestants of an undecided answer that more rounds could decide.",
+        group="choice",
+    )
+    allow_mismatch: tuple[str, ...] = option(
+        (),
+        help="A fingerprint field allowed to differ when continuing a stored study (repeatable).",
+        group="store",
+        default_text="none",
+    )
+    measure_baseline: bool = option(
+        True,
+        help="Measure the base config (or the Transformers defaults) once, before a new study's first "
+        "trial, to state the speedup against it.",
+        group="choice",
+        flag="--baseline",
+        negative="--no-baseline",
+    )
+    isolation: Literal["process", "none"] = option(
+        "process",
+        help="process: every trial, the baseline and every re-measurement in a fresh worker process; "
+        "none: all in this process (debugging).",
+        group="execution",
+    )
+    workers: int | None = option(
+        help="Worker processes measuring trials at once (each its own GPU, or its share of the CPU cores).",
+        group="execution",
+        short="-w",
+        default_text="one per visible GPU, or one on CPU",
+    )
+    nproc_per_node: int = option(
+        1,
+        help="Processes per trial: above 1, each trial is a fresh torchrun group of this many DDP "
+        "processes (rank 0 asks the study, every rank applies its values).",
+        group="execution",
+    )
+    ddp_timeout_s: float = option(
+        300.0,
+        help="Seconds a DDP collective may wait before a desynchronised group fails (on CPU too).",
+        group="execution",
+        flag="--ddp-timeout",
+    )
+    backend: Literal["optuna", "ray"] = option(
+        "optuna",
+        help="optuna: trials in autotune's worker processes; ray: trials in Ray Tune actors, through "
+        "the Trainer's hyperparameter_search with its ray backend.",
+        group="execution",
+    )
+    ray_address: str | None = option(
+        help="With {backend='ray'}: the Ray cluster to join (HOST:PORT or ray://HOST:10001).",
+        group="execution",
+        default_text="a local Ray instance for the search",
+    )
+    task: str | None = option(
+        help="causal-lm, masked-lm or seq-classification.", group="workload", default_text="the model's"
+    )
+    pretrained: bool = option(
+        False,
+        help="Load the model's real weights (default: random weights built from its config).",
+        group="workload",
+    )
+    trust_remote_code: bool = option(
+        False, help="Allow code from the model's hub repository.", group="workload"
+    )
+    dataset: str | None = option(
+        help="A local text, JSON lines, CSV or Parquet file or folder, or a hub dataset.",
+        group="workload",
+        default_text="synthetic tokens",
+    )
+    dataset_config: str | None = option(help="The hub dataset's configuration name.", group="workload")
+    split: str = option("train", help="The dataset split to train on.", group="workload")
+    text_column: str | None = option(
+        help="The column holding the text.",
+        group="workload",
+        default_text="text, else the first string column",
+    )
+    tokenizer: str | None = option(
+        help="A tokenizer folder or hub id for the dataset.", group="workload", default_text="the model's"
+    )
+    pad_to_multiple_of: int | None = option(
+        help="Pad classification batches to a multiple of this.", group="workload"
+    )
+    packing: str = option(
+        "blocks",
+        help="How language-model text becomes samples: blocks concatenates it and cuts {seq_len} blocks "
+        "(every token real, as run_clm.py does); examples keeps each text as one sample, truncated "
+        "to {seq_len} and padded per batch (fine-tuning and chat data), where the padding_free and "
+        "group_by_length knobs apply.",
+        group="workload",
+    )
+    compile_cache: str | None = option(
+        help="The folder every trial process of the study compiles into (inductor's and Triton's "
+        "caches): a configuration compiles cold once for all workers, the finalists and a resume; "
+        "shared storage for pools on several hosts.",
+        group="execution",
+        default_text="next to a SQLite store's file, else ~/.cache/autotune/compile-cache/STUDY",
+    )
+    loss_tolerance: float = option(
+        0.05,
+        help="A trial whose loss is worse than the baseline's at equal tokens by more than this "
+        "fraction is infeasible, reason loss_diverged.",
+        group="choice",
+    )
+    train_tokens: int | None = option(
+        help="The length of your whole run in tokens: trials are then chosen by its predicted wall "
+        "time (set-up + compilation + tokens / throughput), not by throughput.",
+        group="choice",
+        default_text="none",
+    )
+    train_steps: int | None = option(
+        help="The same in optimizer steps of the baseline's batch (its measured tokens per step; needs "
+        "the baseline).",
+        group="choice",
+        default_text="none",
+    )
+    price_per_hour: float | None = option(
+        help="The price of an hour of this machine: with a run length, the answer and the export "
+        "state its cost.",
+        group="choice",
+        default_text="none",
+    )
 
     def __post_init__(self) -> None:
         self._check_workload()
         self._check_run_length()
-        if self.isolation not in ("process", "none"):
-            raise UsageError(f"invalid isolation {self.isolation!r}", "use --isolation process or none")
-        if self.workers is not None and self.workers < 1:
-            raise UsageError(f"--workers must be at least 1, got {self.workers}")
-        if self.nproc_per_node < 1 or self.ddp_timeout_s <= 0:
+        self._check_execution()
+        self._check_backend()
+        for name, least in (("finalists", 0), ("finalist_rounds", 1), ("trials", 1)):
+            if getattr(self, name) < least:
+                raise UsageError(f"{name} must be at least {least}, got {getattr(self, name)}", field=name)
+        if self.global_batch_size is not None and self.global_batch_size < 1:
             raise UsageError(
-                f"--nproc-per-node must be at least 1 and --ddp-timeout positive, got "
-                f"{self.nproc_per_node} and {self.ddp_timeout_s}"
+                f"global_batch_size must be at least 1, got {self.global_batch_size}",
+                field="global_batch_size",
+            )
+        if self.keep_semantics and self.global_batch_size is not None:
+            raise UsageError(
+                "keep_semantics already holds the global batch at the base config's",
+                "drop global_batch_size, or set the batch in base_args",
+                field=("keep_semantics", "global_batch_size", "base_args"),
+            )
+        if self.seq_len is not None and self.seq_len < 2:
+            raise UsageError(f"seq_len must be at least 2, got {self.seq_len}", field="seq_len")
+        if self.memory_cap is not None:
+            try:
+                parse_memory_cap(self.memory_cap)
+            except UsageError as exc:
+                raise UsageError(exc.message, exc.hint, field="memory_cap") from None
+
+    def _check_execution(self) -> None:
+        if self.isolation not in ("process", "none"):
+            raise UsageError(
+                f"isolation must be 'process' or 'none', got {self.isolation!r}", field="isolation"
+            )
+        if self.workers is not None and self.workers < 1:
+            raise UsageError(f"workers must be at least 1, got {self.workers}", field="workers")
+        if self.nproc_per_node < 1:
+            raise UsageError(
+                f"nproc_per_node must be at least 1, got {self.nproc_per_node}", field="nproc_per_node"
+            )
+        if self.ddp_timeout_s <= 0:
+            raise UsageError(
+                f"ddp_timeout_s must be positive, got {self.ddp_timeout_s}", field="ddp_timeout_s"
             )
         if self.nproc_per_node > 1 and (self.isolation == "none" or self.workers not in (None, 1)):
             raise UsageError(
-                f"--nproc-per-node {self.nproc_per_node} runs each trial as its own torchrun group",
-                "drop --isolation none and --workers",
+                f"nproc_per_node={self.nproc_per_node} runs each trial as its own torchrun group",
+                "drop isolation='none' and workers",
+                field=("nproc_per_node", "isolation", "workers"),
             )
         if self.workers not in (None, 1) and self.isolation == "none":
             raise UsageError(
-                f"--workers {self.workers} needs worker processes", "drop --isolation none, or --workers"
+                f"workers={self.workers} needs worker processes",
+                "drop isolation='none', or workers",
+                field=("workers", "isolation"),
             )
-        self._check_backend()
-        if self.finalists < 0 or self.finalist_rounds < 1:
-            raise UsageError(
-                f"--finalists must be >= 0 and --finalist-rounds >= 1, got {self.finalists} and "
-                f"{self.finalist_rounds}"
-            )
-        if self.global_batch_size is not None and self.global_batch_size < 1:
-            raise UsageError(f"--global-batch-size must be at least 1, got {self.global_batch_size}")
-        if self.keep_semantics and self.global_batch_size is not None:
-            raise UsageError(
-                "--keep-semantics already holds the global batch at the base config's",
-                "drop --global-batch-size, or set the batch in --base-args",
-            )
-        if self.trials < 1:
-            raise UsageError(f"--trials must be at least 1, got {self.trials}")
-        if self.seq_len is not None and self.seq_len < 2:
-            raise UsageError(f"--seq-len must be at least 2, got {self.seq_len}")
-        if self.memory_cap is not None:
-            parse_memory_cap(self.memory_cap)
 
     def _check_run_length(self) -> None:
         if not self.loss_tolerance > 0:
-            raise UsageError(f"--loss-tolerance must be positive, got {self.loss_tolerance}")
+            raise UsageError(
+                f"loss_tolerance must be positive, got {self.loss_tolerance}", field="loss_tolerance"
+            )
         if self.train_tokens is not None and self.train_steps is not None:
-            raise UsageError("give --train-tokens or --train-steps, not both", "drop one of them")
-        for flag, value in (("--train-tokens", self.train_tokens), ("--train-steps", self.train_steps)):
+            raise UsageError(
+                "give train_tokens or train_steps, not both",
+                "drop one of them",
+                field=("train_tokens", "train_steps"),
+            )
+        for name in ("train_tokens", "train_steps"):
+            value = getattr(self, name)
             if value is not None and value < 1:
-                raise UsageError(f"{flag} must be at least 1, got {value}")
+                raise UsageError(f"{name} must be at least 1, got {value}", field=name)
         if self.train_steps is not None and not self.measure_baseline:
             raise UsageError(
-                "--train-steps counts steps of the baseline's batch, which --no-baseline does not measure",
-                "drop --no-baseline, or give --train-tokens",
+                "train_steps counts steps of the baseline's batch, which measure_baseline=False does "
+                "not measure",
+                "drop measure_baseline=False, or give train_tokens",
+                field=("train_steps", "measure_baseline", "train_tokens"),
             )
         if self.price_per_hour is not None and not self.price_per_hour > 0:
-            raise UsageError(f"--price-per-hour must be positive, got {self.price_per_hour}")
+            raise UsageError(
+                f"price_per_hour must be positive, got {self.price_per_hour}", field="price_per_hour"
+            )
 
     def _check_backend(self) -> None:
         if self.backend not in ("optuna", "ray"):
-            raise UsageError(f"invalid backend {self.backend!r}", "use --backend optuna or ray")
+            raise UsageError(f"backend must be 'optuna' or 'ray', got {self.backend!r}", field="backend")
         if self.backend != "ray":
             if self.ray_address is not None:
-                raise UsageError("--ray-address only applies with --backend ray", "add --backend ray")
+                raise UsageError(
+                    "ray_address only applies with backend='ray'",
+                    "add backend='ray'",
+                    field=("ray_address", "backend"),
+                )
             return
         if self.isolation == "none":
             raise UsageError(
-                "--backend ray runs trials in Ray actors, not in this process",
-                "drop --isolation none, or --backend ray",
+                "backend='ray' runs trials in Ray actors, not in this process",
+                "drop isolation='none', or backend='ray'",
+                field=("backend", "isolation"),
             )
         if self.workers is not None:
             raise UsageError(
-                f"--workers {self.workers} does not apply with --backend ray: Ray runs one trial per GPU "
+                f"workers={self.workers} does not apply with backend='ray': Ray runs one trial per GPU "
                 "(or per CPU machine)",
-                "drop --workers",
+                "drop workers",
+                field=("workers", "backend"),
             )
         if self.nproc_per_node > 1:
             raise UsageError(
-                "--nproc-per-node runs trials as torchrun groups, not Ray actors",
-                "drop --nproc-per-node, or --backend ray",
+                "nproc_per_node runs trials as torchrun groups, not Ray actors",
+                "drop nproc_per_node, or backend='ray'",
+                field=("nproc_per_node", "backend"),
             )
 
     def _check_workload(self) -> None:
         if self.task is not None and self.task not in ("causal-lm", "masked-lm", "seq-classification"):
             raise UsageError(
-                f"unknown --task {self.task!r}", "use causal-lm, masked-lm or seq-classification"
+                f"unknown task {self.task!r}", "use causal-lm, masked-lm or seq-classification", field="task"
             )
         if self.pad_to_multiple_of is not None and self.pad_to_multiple_of < 1:
-            raise UsageError(f"--pad-to-multiple-of must be at least 1, got {self.pad_to_multiple_of}")
+            raise UsageError(
+                f"pad_to_multiple_of must be at least 1, got {self.pad_to_multiple_of}",
+                field="pad_to_multiple_of",
+            )
         if self.packing not in ("blocks", "examples"):
-            raise UsageError(f"unknown --packing {self.packing!r}", "use --packing blocks or examples")
+            raise UsageError(
+                f"unknown packing {self.packing!r}", "use 'blocks' or 'examples'", field="packing"
+            )
         if self.packing == "examples" and self.task == "seq-classification":
             raise UsageError(
-                "--packing examples applies to language-model text; classification samples are always "
+                "packing='examples' applies to language-model text; classification samples are always "
                 "one text each",
-                "drop --packing",
+                "drop packing",
+                field="packing",
             )
         given = [
-            flag
-            for flag, value in (
-                ("--dataset-config", self.dataset_config),
-                ("--text-column", self.text_column),
-                ("--tokenizer", self.tokenizer),
-                ("--pad-to-multiple-of", self.pad_to_multiple_of),
-                ("--packing", None if self.packing == "blocks" else self.packing),
+            name
+            for name, value in (
+                ("dataset_config", self.dataset_config),
+                ("text_column", self.text_column),
+                ("tokenizer", self.tokenizer),
+                ("pad_to_multiple_of", self.pad_to_multiple_of),
+                ("packing", None if self.packing == "blocks" else self.packing),
             )
             if value is not None
         ]
         if given and self.dataset is None:
-            raise UsageError(f"{given[0]} only applies with --dataset", "add --dataset PATH_OR_HUB_ID")
+            raise UsageError(
+                f"{given[0]} only applies with dataset",
+                "give dataset (a file, a folder or a hub id)",
+                field=(given[0], "dataset"),
+            )
 
     @property
     def storage_url(self) -> str:
@@ -361,7 +605,7 @@ class RunConfig:
     @property
     def storage_display(self) -> str:
         """The storage URL as it may be printed or stored: its password hidden."""
-        from autotune.study.urls import display_url
+        from autotune.urls import display_url  # SQLAlchemy: not for `autotune --help`
 
         return display_url(self.storage_url)
 
@@ -488,8 +732,9 @@ def refuse_stored_remote_code(stored: dict[str, Any], allowed: bool) -> None:
     if stored.get("trust_remote_code") and not allowed:
         raise UsageError(
             f"the study's run configuration runs code from the hub repository of {stored.get('model')!r} "
-            "(trust_remote_code), which this worker was not allowed to run",
-            "read that code, then start the worker with --trust-remote-code",
+            "(trust_remote_code=True), which this worker was not allowed to run",
+            "read that code, then start the worker with trust_remote_code=True",
+            field="trust_remote_code",
         )
 
 
@@ -524,20 +769,29 @@ def load_base_args(path: str) -> dict[str, Any]:
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
     except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read --base-args {path}: {exc}", "pass a JSON or YAML file") from None
+        raise UsageError(
+            f"cannot read base_args {path}: {exc}", "pass a JSON or YAML file", field="base_args"
+        ) from None
     try:
         data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError):
-        raise UsageError(f"--base-args {path} is not valid JSON/YAML", "fix the file's syntax") from None
+        raise UsageError(
+            f"base_args {path} is not valid JSON/YAML", "fix the file's syntax", field="base_args"
+        ) from None
     if not isinstance(data, dict):
-        raise UsageError(f"--base-args {path} must hold a mapping of TrainingArguments fields")
+        raise UsageError(
+            f"base_args {path} must hold a mapping of TrainingArguments fields", field="base_args"
+        )
     fields = {f.name for f in dataclasses.fields(TrainingArguments)}
     for key in data:
         if key not in fields:
             raise UsageError(
-                f"--base-args {path}: {key!r} is not a TrainingArguments field",
+                f"base_args {path}: {key!r} is not a TrainingArguments field",
                 "see `python -c 'import transformers; help(transformers.TrainingArguments)'`",
+                field="base_args",
             )
         if key in _RESERVED_ARGS:
-            raise UsageError(f"--base-args {path}: {key!r} is set by the search itself", f"remove {key}")
+            raise UsageError(
+                f"base_args {path}: {key!r} is set by the search itself", f"remove {key}", field="base_args"
+            )
     return dict(data)

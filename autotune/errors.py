@@ -7,23 +7,35 @@ class AutotuneError(Exception):
     """Base class of every error autotune raises on purpose.
 
     Args:
-        message: what is wrong, naming the bad value.
+        message: what is wrong, naming the bad value; a run option by its field name
+            (``train_steps``), as a caller of `autotune.search` or `autotune.tune` spells it.
         hint: what to do about it (ideally a command), shown after the message.
+        field: the run option(s) the message and hint name (`RunConfig` or `MeasureSettings`
+            fields), by which a caller tells what was refused; the CLI prints each one's flag in
+            its place (`autotune.options.command_line_text`).
     """
 
     exit_code = 1
 
-    def __init__(self, message: str, hint: str | None = None) -> None:
+    def __init__(
+        self, message: str, hint: str | None = None, *, field: str | tuple[str, ...] | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.fields: tuple[str, ...] = (field,) if isinstance(field, str) else tuple(field or ())
+
+    @property
+    def field(self) -> str | None:
+        """The (first) run option the error is about; None when it names none."""
+        return self.fields[0] if self.fields else None
 
     def __str__(self) -> str:
         return f"{self.message} ({self.hint})" if self.hint else self.message
 
 
 class UsageError(AutotuneError):
-    """The user asked for something invalid: a bad flag value, space file or model name (exit code 2)."""
+    """The user asked for something invalid: a bad option value, space file or model name (exit code 2)."""
 
     exit_code = 2
 

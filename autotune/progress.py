@@ -2,35 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
+from autotune.records import TrialRecord
 
-@dataclass(frozen=True)
-class TrialSummary:
-    """One finished trial, as reporters and result tables show it.
-
-    Attributes:
-        number: optuna's trial number.
-        params: knob name -> value.
-        state: ``"COMPLETE"``, ``"PRUNED"`` (skipped or infeasible) or ``"FAIL"``.
-        tokens_per_s: the score (None when the trial has no measurement).
-        samples_per_s: samples per second of the whole job.
-        peak_memory_bytes: the trial's measured peak.
-        reason: machine-readable reason of a trial that did not complete.
-        message: one human line about that reason.
-    """
-
-    number: int
-    params: dict[str, Any]
-    state: str
-    tokens_per_s: float | None = None
-    samples_per_s: float | None = None
-    peak_memory_bytes: int | None = None
-    rel_ci_halfwidth: float | None = None
-    reason: str | None = None
-    message: str | None = None
-    attrs: dict[str, Any] = field(default_factory=dict, repr=False)
+# One finished trial, as reporters and result tables show it: the trial's stored record.
+TrialSummary = TrialRecord
 
 
 _SHORT = {

@@ -29,8 +29,8 @@ from autotune.plan.build import plan_search
 from autotune.plan.resolved import Plan, baseline_values
 from autotune.progress import Reporter
 from autotune.space.knobs import Value
+from autotune.trial.compose import build_trainer
 from autotune.trial.errors import failure_reason
-from autotune.trial.trainer import build_trainer
 
 
 @dataclasses.dataclass

@@ -130,8 +130,8 @@ class Isolated:
         from autotune.executors.forkserver import ForkserverExecutor
         from autotune.executors.warm import start_forkserver
         from autotune.plan.build import plan_search
+        from autotune.plan.resolved import study_fingerprint
         from autotune.progress import Reporter
-        from autotune.study.fingerprint import fingerprint
 
         self._stack = contextlib.ExitStack()
         self.scratch = Path(self._stack.enter_context(tempfile.TemporaryDirectory(prefix="autotune-iso-")))
@@ -153,7 +153,7 @@ class Isolated:
         study = optuna.create_study(
             storage=plan.storage, study_name=plan.study_name, direction="maximize", load_if_exists=True
         )
-        describe_study(study, plan, fingerprint(plan))
+        describe_study(study, plan, study_fingerprint(plan))
         executor = self._stack.enter_context(ForkserverExecutor(plan, Reporter()))
         self.supervisor = Supervisor(plan, study, executor, Reporter())
 

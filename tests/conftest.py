@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy
 import torch
 
-from autotune.study.urls import display_url, engine_url
+from autotune.urls import display_url, engine_url
 
 POSTGRES_SERVER = os.environ.get("AUTOTUNE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
 MYSQL_SERVER = os.environ.get("AUTOTUNE_TEST_MYSQL", "mysql://root@127.0.0.1:3306")

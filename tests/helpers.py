@@ -157,16 +157,25 @@ class FixedStepTime(TrainerCallback):
     """Makes every optimizer step of every configuration take `seconds` (the step's own work must
     be shorter): after the measuring callback has taken its step edge, sleep until the next edge is
     due. Configurations of one batch size then all measure the same tokens/s, within a millisecond
-    of scheduling. Pickled into worker processes like the other probes."""
+    of scheduling. `by_params` gives some configurations their own step time: ``[(params,
+    seconds), ...]``, the first whose params the trial's arguments match (`_applied`). Pickled into
+    worker processes like the other probes."""
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, by_params: list[tuple[dict[str, Any], float]] | None = None) -> None:
         self.seconds = seconds
+        self.by_params = [(dict(params), s) for params, s in by_params or []]
         self._due: float | None = None
+        self._step_s = seconds
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         import time
 
-        self._due = time.perf_counter() + self.seconds
+        applied = _applied(args)
+        self._step_s = next(
+            (s for params, s in self.by_params if all(applied.get(k, v) == v for k, v in params.items())),
+            self.seconds,
+        )
+        self._due = time.perf_counter() + self._step_s
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         import time
@@ -174,7 +183,7 @@ class FixedStepTime(TrainerCallback):
         now = time.perf_counter()
         due = self._due if self._due is not None else now
         time.sleep(max(0.0, due - now))
-        self._due = max(due, now) + self.seconds
+        self._due = max(due, now) + self._step_s
 
 
 class SlowParams(TrainerCallback):

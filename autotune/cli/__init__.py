@@ -14,6 +14,7 @@ import typer
 from autotune.cli import _estimate, _export, _inspect, _knobs, _report, _search, _worker
 from autotune.cli._render import print_error
 from autotune.errors import AutotuneError
+from autotune.options import command_line_text
 
 app = typer.Typer(
     name="autotune",
@@ -111,14 +112,15 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _run(args: list[str]) -> int:
-    """Run the app; the exit code. Errors are one line (exit 1, 2, or the error's own code)."""
+    """Run the app; the exit code. Errors are one line (exit 1, 2, or the error's own code); a
+    library error names run options by their fields (``train_steps``), printed as their flags."""
     debug = "--debug" in args
     try:
         code = app(args=args, prog_name="autotune", standalone_mode=False)
     except AutotuneError as exc:
         if debug:
             raise
-        print_error(f"error: {exc}")
+        print_error(f"error: {command_line_text(exc)}")  # the options it names, as flags
         return exc.exit_code
     except KeyboardInterrupt as exc:
         return 143 if isinstance(exc, Terminated) else 130

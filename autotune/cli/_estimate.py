@@ -26,13 +26,13 @@ def estimate_command(
     base_args: BaseArgsOpt = None,
 ) -> None:
     """Print the estimated peak memory of each configuration of the space, before running any."""
-    from autotune.cli._render import console, format_bytes
     from autotune.config import RunConfig
     from autotune.logs import quiet_libraries
     from autotune.measure.estimate import clearly_over
     from autotune.measure.estimator import MemoryEstimator
     from autotune.plan.build import plan_search
-    from autotune.progress import short_name
+    from autotune.progress import format_bytes, short_name
+    from autotune.view import console
 
     plan = plan_search(
         RunConfig(model=model, space=space, seq_len=seq_len, memory_cap=memory_cap, base_args=base_args),

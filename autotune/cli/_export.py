@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from autotune.cli._options import StorageOpt
+from autotune.cli._options import StorageOpt, run_option
 
 
 def export_command(
@@ -26,27 +26,29 @@ def export_command(
     ] = None,
     memory_cap: Annotated[
         str | None,
-        typer.Option(
-            "--memory-cap",
-            help="Export the best trial whose measured peak fits this cap (20GiB, 90%): "
-            "re-selected from the stored trials, nothing runs.",
+        run_option(
+            "memory_cap",
+            "Export the answer under this cap (20GiB, 90%): decided again from the stored "
+            "measurements by the same rules, nothing runs.",
             show_default=False,
         ),
     ] = None,
 ) -> None:
-    """Export the best trial of a study (or the best under --memory-cap) as a ready-to-use config."""
-    from autotune.cli._render import console
+    """Export a study's answer (or its answer under --memory-cap) as a ready-to-use config: the
+    defaults when nothing beat them measurably, with the best measured named beside them."""
     from autotune.config import RunConfig
     from autotune.errors import UsageError
-    from autotune.study.export import FORMATS, export_config, notes, render, resolve_cap, select_trial
+    from autotune.driver.answer import study_answer
+    from autotune.study.export import FORMATS, export_config, notes, render, resolve_cap
     from autotune.study.store import load_existing_study
+    from autotune.view import console
 
     if format not in FORMATS:
         raise typer.BadParameter(f"{format!r} is not one of {', '.join(FORMATS)}", param_hint="'--format'")
     loaded = load_existing_study(RunConfig(storage=storage).storage_url, study)
     cap_bytes = resolve_cap(loaded, memory_cap) if memory_cap is not None else None
-    trial = select_trial(loaded, cap_bytes, cap_text=memory_cap)
-    config = export_config(loaded, trial)
+    answer = study_answer(loaded, cap_bytes)
+    config = export_config(loaded, answer, cap_text=memory_cap)
     text = render(config, format)
     if output is None:
         typer.echo(text, nl=False)
@@ -56,7 +58,8 @@ def export_command(
                 handle.write(text)
         except OSError as exc:
             raise UsageError(f"cannot write {output}: {exc.strerror or exc}", "check the path") from None
-        console.print(f"wrote trial {trial.number} of {study} as {format} to {output}", highlight=False)
+        which = "the defaults" if answer.keeps_defaults else f"trial {config['expected']['trial']}"
+        console.print(f"wrote {which} of {study} as {format} to {output}", highlight=False)
     # What the format cannot hold (the flags file is flags alone) goes beside it, on stderr.
     for line in notes(config, format):
         typer.echo(line, err=True)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from autotune.cli._options import DebugOpt, StorageOpt, StoreRetryOpt, apply_store_retry
+from autotune.cli._options import DebugOpt, StorageOpt, StoreRetryOpt, apply_store_retry, run_option
 
 
 def studies_command(storage: StorageOpt = None) -> None:
@@ -14,9 +14,11 @@ def studies_command(storage: StorageOpt = None) -> None:
     import optuna
     from rich.table import Table
 
-    from autotune.cli._render import console, format_rate
     from autotune.config import RunConfig
+    from autotune.progress import format_rate
+    from autotune.records import read_study
     from autotune.study.store import best_trial, measured_count, open_storage
+    from autotune.view import console
 
     config = RunConfig(storage=storage)
     store = open_storage(config.storage_url)
@@ -29,9 +31,9 @@ def studies_command(storage: StorageOpt = None) -> None:
         table.add_column(column)
     for name in names:
         study = optuna.load_study(study_name=name, storage=store)
-        attrs = study.user_attrs
-        workload, device = attrs.get("workload", {}), attrs.get("device", {})
-        budget = (attrs.get("run_config") or {}).get("trials")
+        record = read_study(study)
+        workload, device = record.workload, record.device
+        budget = record.run_config.get("trials")
         done = measured_count(study)
         best = best_trial(study)
         running = any(t.state == optuna.trial.TrialState.RUNNING for t in study.get_trials(deepcopy=False))
@@ -59,11 +61,13 @@ def show_command(
 ) -> None:
     """Show a study's trials, best first (knob values, tokens/s, samples/s, peak memory, state,
     reason), then its answer as the search gave it and where the search's time went."""
-    from autotune.cli._render import console, print_answer, time_breakdown_table, trials_table
     from autotune.config import RunConfig
+    from autotune.driver.answer import study_answer
     from autotune.driver.result import SearchResult
     from autotune.errors import UsageError
+    from autotune.records import read_study
     from autotune.study.store import best_trial, load_existing_study, ranked_trials
+    from autotune.view import console, print_answer, time_breakdown_table, trials_table
 
     if feasible and failed:
         raise UsageError("--feasible and --failed exclude each other", "pass one of them")
@@ -71,17 +75,21 @@ def show_command(
     loaded = load_existing_study(config.storage_url, study)
     everything = trials = ranked_trials(loaded)
     if feasible:
-        trials = [t for t in trials if t.state == "COMPLETE" and t.attrs.get("feasible", True)]
+        trials = [t for t in trials if t.state == "COMPLETE" and t.is_feasible]
     if failed:
-        trials = [t for t in trials if t.state != "COMPLETE" or not t.attrs.get("feasible", True)]
-    console.print(trials_table(trials, f"Trials of {study} ({len(trials)})", limit=limit))
+        trials = [t for t in trials if t.state != "COMPLETE" or not t.is_feasible]
+    record = read_study(loaded)
+    remeasured = record.remeasured_tokens_per_s()
+    console.print(
+        trials_table(trials, f"Trials of {study} ({len(trials)})", limit=limit, remeasured=remeasured)
+    )
     for trial in trials[:limit] if limit else trials:
         if trial.message and trial.state != "COMPLETE":
             console.print(f"  #{trial.number} {trial.reason}: {trial.message}", highlight=False, markup=False)
     if everything:
-        answer = SearchResult(loaded, config, everything, best_trial(loaded), 0)
-        print_answer(console, answer, time_line=False, config_json=False)
-    if breakdown := loaded.user_attrs.get("time_breakdown"):
+        result = SearchResult(loaded, config, everything, best_trial(loaded), 0, study_answer(loaded))
+        print_answer(console, result, time_line=False, config_json=False)
+    if breakdown := record.time_breakdown:
         console.print(time_breakdown_table(breakdown))
 
 
@@ -89,29 +97,27 @@ def resume_command(
     study: Annotated[str, typer.Argument(help="Study name (see `autotune studies`).")],
     storage: StorageOpt = None,
     trials: Annotated[
-        int | None, typer.Option("--trials", "-n", help="A new total budget (default: the stored one).")
+        int | None, run_option("trials", "A new total budget.", show_default="the stored one")
     ] = None,
-    allow_mismatch: Annotated[
-        list[str] | None,
-        typer.Option("--allow-mismatch", help="A fingerprint field allowed to differ (repeatable)."),
-    ] = None,
+    allow_mismatch: Annotated[list[str] | None, run_option("allow_mismatch")] = None,
     store_retry_s: StoreRetryOpt = None,
     debug: DebugOpt = False,
 ) -> None:
     """Continue a stored study with the run configuration it was started with."""
     apply_store_retry(store_retry_s)
-    from autotune.cli._render import RichReporter
     from autotune.config import RunConfig
     from autotune.driver.search import search
     from autotune.errors import UsageError
     from autotune.plan.build import refuse_user_trainer_study
+    from autotune.records import read_study
     from autotune.study.store import load_existing_study
+    from autotune.view import RichReporter
 
     url = RunConfig(storage=storage).storage_url
-    attrs = load_existing_study(url, study).user_attrs
-    refuse_user_trainer_study(study, attrs)
-    stored = attrs.get("run_config")
-    if stored is None:
+    record = read_study(load_existing_study(url, study))
+    refuse_user_trainer_study(study, record)
+    stored = record.run_config
+    if not stored:
         raise UsageError(
             f"study {study!r} has no stored run configuration", "continue it with `autotune search`"
         )

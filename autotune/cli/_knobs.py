@@ -4,22 +4,24 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import typer
 from rich.table import Table
 
+from autotune.cli._options import run_option
 from autotune.space.knobs import Knob
 
 
 def knobs_command(
     model: Annotated[
         str | None,
-        typer.Option("--model", "-m", help="Also check what this model supports (attention, checkpointing)."),
+        run_option(
+            "model", "Also check what this model supports (attention, checkpointing).", show_default=False
+        ),
     ] = None,
 ) -> None:
     """List every knob, where it lands, whether it changes the training math, and what runs here."""
-    from autotune.cli._render import console
     from autotune.space.availability import ModelSupport, detect_hardware, model_support, value_unavailable
     from autotune.space.knobs import CATALOGUE
+    from autotune.view import console
 
     hardware = detect_hardware()
     support = ModelSupport()

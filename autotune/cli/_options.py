@@ -1,57 +1,58 @@
-"""Options shared by several commands, declared once."""
+"""Options shared by several commands, declared once.
+
+A run option's flag, short alias, environment variable, help and group come from its one
+declaration (a `RunConfig` or `MeasureSettings` field, read by `autotune.options`): `run_option`
+turns it into a typer option; the options here that no run declares (``--debug``,
+``--store-retry-s``) are the command line's own.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-ModelOpt = Annotated[
-    str,
-    typer.Option("--model", "-m", help="Preset (tiny-gpt2, tiny-llama, ...), local directory or hub id."),
-]
-SpaceOpt = Annotated[str, typer.Option("--space", "-s", help="Shipped space name or YAML path.")]
-SeqLenOpt = Annotated[
-    int | None,
-    typer.Option("--seq-len", help="Tokens per sample. Default: the preset's.", show_default=False),
-]
-MemoryCapOpt = Annotated[
-    str | None,
-    typer.Option("--memory-cap", help="Peak memory cap: 20GiB, 20000MiB, 90% or 0.9 of the device."),
-]
-BaseArgsOpt = Annotated[
-    str | None,
-    typer.Option("--base-args", help="JSON/YAML file of TrainingArguments kwargs every trial starts from."),
-]
-StorageOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--storage",
-        envvar="AUTOTUNE_STORAGE",
-        help="Study store URL (optuna RDB). Default: sqlite:///autotune.db.",
-        show_default=False,
-    ),
-]
-StudyOpt = Annotated[
-    str | None,
-    typer.Option("--study", help="Study name. Default: derived from model, space and sequence length."),
-]
+from autotune.config import GROUPS
+from autotune.options import BY_NAME, help_text
+
+
+def run_option(name: str, help: str | None = None, *, panel: bool = False, **settings: Any) -> Any:
+    """The typer option of the run option `name`: its flag (with its short alias, a boolean's off
+    switch and its environment variable) and help, as declared.
+
+    Args:
+        help: the flag's help where a command gives it a meaning of its own (``export
+            --memory-cap`` re-selects from stored trials); default the declared help.
+        panel: list it under its group's title in ``--help`` (``autotune search``).
+        settings: more `typer.Option` settings.
+    """
+    from rich.markup import escape  # help is rich markup: its brackets are text
+
+    option = BY_NAME[name]
+    if option.flag is None:
+        raise ValueError(f"run option {name!r} has no flag")
+    declared = f"{option.flag}/{option.negative}" if option.negative else option.flag
+    computed = option.default is None or option.default == ()
+    settings.setdefault("show_default", (option.default_text or False) if computed else True)
+    return typer.Option(
+        declared,
+        *([option.short] if option.short else []),
+        help=escape(help or help_text(option, command_line=True)),
+        envvar=option.envvar,
+        rich_help_panel=GROUPS[option.group] if panel else None,
+        **settings,
+    )
+
+
+ModelOpt = Annotated[str, run_option("model")]
+SpaceOpt = Annotated[str, run_option("space")]
+SeqLenOpt = Annotated[int | None, run_option("seq_len")]
+MemoryCapOpt = Annotated[str | None, run_option("memory_cap")]
+BaseArgsOpt = Annotated[str | None, run_option("base_args")]
+StorageOpt = Annotated[str | None, run_option("storage")]
+StudyOpt = Annotated[str | None, run_option("study")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks of errors.")]
-WorkersOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--workers",
-        "-w",
-        help="Worker processes at once. Default: one per visible GPU, or one on CPU.",
-        show_default=False,
-    ),
-]
-IsolationOpt = Annotated[
-    str,
-    typer.Option(
-        "--isolation", help="process: each trial in a fresh worker process; none: all in this process."
-    ),
-]
+WorkersOpt = Annotated[int | None, run_option("workers")]
 StoreRetryOpt = Annotated[
     float | None,
     typer.Option(

@@ -21,11 +21,11 @@ def report_command(
     ] = False,
 ) -> None:
     """Write an HTML report of a study: history, throughput vs memory, importances, trial table."""
-    from autotune.cli._render import console
     from autotune.config import RunConfig
     from autotune.errors import UsageError
     from autotune.study.report import write_report
     from autotune.study.store import load_existing_study
+    from autotune.view import console
 
     try:
         import plotly  # noqa: F401

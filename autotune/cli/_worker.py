@@ -6,13 +6,21 @@ from typing import Annotated
 
 import typer
 
-from autotune.cli._options import DebugOpt, StorageOpt, StoreRetryOpt, WorkersOpt, apply_store_retry
+from autotune.cli._options import (
+    DebugOpt,
+    StorageOpt,
+    StoreRetryOpt,
+    WorkersOpt,
+    apply_store_retry,
+    run_option,
+)
 
+# The flag of the run option, with this command's meaning: an opt-in of this host's.
 TrustRemoteCodeOpt = Annotated[
     bool,
-    typer.Option(
-        "--trust-remote-code",
-        help="Allow the code from the model's hub repository that the study's run configuration asks "
+    run_option(
+        "trust_remote_code",
+        "Allow the code from the model's hub repository that the study's run configuration asks "
         "for. Without it, a study that asks for remote code is refused: the store does not choose "
         "what code runs here.",
     ),
@@ -33,9 +41,9 @@ def worker_command(
     match the study's hardware and library versions. The supervisor that created the study
     measures the baseline and re-measures the finalists; a worker only measures trials.
     """
-    from autotune.cli._render import RichReporter
     from autotune.config import RunConfig
     from autotune.driver.pool import join_study
+    from autotune.view import RichReporter
 
     apply_store_retry(store_retry_s)
     url = RunConfig(storage=storage).storage_url

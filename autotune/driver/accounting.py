@@ -17,36 +17,38 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import optuna
 
+from autotune.records import TrialRecord, measured_record, read_trial, write_study
 from autotune.study.store import was_trained
 
 PHASES = ("setup_s", "compile_s", "warmup_s", "window_s", "screening_s", "between_s")
 STAGES = ("baseline_s", "search_s", "finalists_s")
 
 
-def job_phases(attrs: Mapping[str, Any]) -> dict[str, float]:
-    """The set-up, compile, warm-up and window seconds of one measured job (its attrs). Compiling
+def job_phases(record: TrialRecord) -> dict[str, float]:
+    """The set-up, compile, warm-up and window seconds of one measured job (its record). Compiling
     happens in the first steps: the compile seconds are counted out of the warm-up (at most all
     of it; a recompile inside the window stays part of the window, as it was measured)."""
-
-    def seconds(key: str) -> float:
-        value = attrs.get(key)
-        return float(value) if isinstance(value, int | float) and math.isfinite(value) and value > 0 else 0.0
-
-    warmup_s = seconds("warmup_s")
-    compile_s = min(seconds("compile_s"), warmup_s)
+    measured = record.measurement
+    warmup_s = _seconds(measured.warmup_s)
+    compile_s = min(_seconds(record.compile.seconds), warmup_s)
     return {
-        "setup_s": seconds("setup_s"),
+        "setup_s": _seconds(measured.setup_s),
         "compile_s": compile_s,
         "warmup_s": warmup_s - compile_s,
-        "window_s": seconds("window_s"),
+        "window_s": _seconds(measured.window_s),
         # A trial screening stopped: its steps (compile and warm-up included) until it was stopped.
-        "screening_s": seconds("screen_s"),
+        "screening_s": _seconds(record.screening.seconds),
     }
+
+
+def _seconds(value: Any) -> float:
+    """A stored duration, 0 where it is missing or not a positive finite number."""
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) and value > 0 else 0.0
 
 
 def breakdown(
@@ -86,7 +88,7 @@ class TimeAccount:
 
         def accounted(*args: Any, **kwargs: Any) -> dict[str, Any]:
             measured = measure(*args, **kwargs)
-            self.jobs.append(job_phases(measured))
+            self.jobs.append(job_phases(measured_record(measured)))
             return measured
 
         return accounted
@@ -103,8 +105,8 @@ class TimeAccount:
         """Write this search's breakdown as the study's ``time_breakdown`` (a resumed search writes
         its own) and return it."""
         trials = [t for t in study.get_trials(deepcopy=False) if t.number not in self.before]
-        trained = [t for t in trials if was_trained(t) and "duplicate_of" not in t.user_attrs]
-        jobs = [*self.jobs, *(job_phases(t.user_attrs) for t in trained)]
+        trained = [read_trial(t) for t in trials if was_trained(t)]
+        jobs = [*self.jobs, *(job_phases(t) for t in trained if not t.reused)]
         result = breakdown(time.monotonic() - self.started_s, self.slots, jobs, self.stages)
-        study.set_user_attr("time_breakdown", result)
+        write_study(study, time_breakdown=result)
         return result

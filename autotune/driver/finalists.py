@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import optuna
@@ -16,7 +17,17 @@ from autotune.measure.ranks import distributed, from_rank_zero, is_rank_zero
 from autotune.measure.stats import MIN_GAIN, paired_speedup, rank_finalists, verdict
 from autotune.plan.resolved import Plan, baseline_values
 from autotune.progress import Reporter, describe_params
-from autotune.study.objective import score, study_run_tokens
+from autotune.records import (
+    Baseline,
+    FinalistRecord,
+    TrialRecord,
+    Winner,
+    measured_record,
+    read_study,
+    write_study,
+)
+from autotune.study.objective import score
+from autotune.study.semantics import record_changes
 from autotune.study.store import ranked_trials
 
 Measure = Callable[..., dict[str, Any]]  # (params, number, verbatim=...) -> measurements
@@ -31,48 +42,34 @@ def measure_baseline(measure: Measure, plan: Plan, study: optuna.Study, reporter
     except Exception as exc:  # a baseline that fails is a fact to report, not a reason to stop
         if distributed():
             raise  # unless one rank alone failed and the others wait for it: end the group
-        study.set_user_attr("baseline", {"params": values, "error": f"{type(exc).__name__}: {exc}"[:300]})
+        write_study(study, baseline=Baseline(params=values, error=f"{type(exc).__name__}: {exc}"[:300]))
         reporter.on_note(f"the baseline failed: {type(exc).__name__}: {exc}"[:300])
         return
     if not is_rank_zero():
         return
-    study.set_user_attr(
-        "baseline",
-        {
-            "params": values,
-            "tokens_per_s": measured["tokens_per_s"],
-            "samples_per_s": measured["samples_per_s"],
-            "peak_memory_bytes": measured["peak_memory_bytes"],
-            "rel_ci_halfwidth": measured["rel_ci_halfwidth"],
-            # what its loss parity and its predicted run time are judged from
-            **{key: measured.get(key) for key in _RUN_ATTRS},
-        },
-    )
+    # what its loss parity and its predicted run time are judged from, too
+    write_study(study, baseline=Baseline.from_attrs({**measured, "params": values}))
     peak_mib = measured["peak_memory_bytes"] / 2**20
     reporter.on_note(f"baseline: {measured['tokens_per_s'] / 1000:.1f}k tok/s, peak {peak_mib:.0f} MiB")
 
 
 BASELINE = -1  # the baseline's number among the finalists
-_RUN_ATTRS = ("tokens_per_step", "setup_s", "warmup_excess_s", "compile_s", "loss_curve")
 
 
 def remeasure_finalists(measure: Measure, plan: Plan, study: optuna.Study, reporter: Reporter) -> None:
     """Re-measure the best few trials, and the baseline, in interleaved rounds (A B C A B C ...)
     and declare the winner by median: a single window's luck (or a neighbour's noise) does not pick
     the answer, and the speedup over the baseline is measured under the same conditions."""
-    candidates = [
-        t for t in ranked_trials(study) if t.attrs.get("feasible") and "duplicate_of" not in t.attrs
-    ]
-    finalists = candidates[: plan.config.finalists]
-    baseline = study.user_attrs.get("baseline") or {}
+    finalists = choose_finalists(study, plan.config.finalists)
+    baseline = read_study(study).baseline
     contestants: dict[int, tuple[dict[str, Any], bool]] = {f.number: (f.params, False) for f in finalists}
-    if baseline.get("tokens_per_s") and finalists:
-        contestants[BASELINE] = (baseline["params"], True)
+    if baseline.measured and finalists:
+        contestants[BASELINE] = (baseline.params, True)
     contestants = from_rank_zero(contestants)  # every rank of a launched group measures the same
     if len(contestants) < 2:
         return
     # With the user's run length, finalists are compared on its predicted time, not on tokens/s.
-    tokens = study_run_tokens(study.user_attrs)
+    tokens = read_study(study).train_tokens
     rounds = plan.config.finalist_rounds
     # Rounds go on (up to twice as many) while the answer is not decided: the leader's speedup over
     # the baseline (its interval wholly above or below the gain worth a change), or its lead over
@@ -84,6 +81,7 @@ def remeasure_finalists(measure: Measure, plan: Plan, study: optuna.Study, repor
     reporter.on_note(f"re-measuring trials {named} in {rounds} interleaved rounds")
     by_round: dict[int, dict[int, float]] = {number: {} for number in contestants}
     throughput: dict[int, list[float]] = {number: [] for number in contestants}
+    peaks: dict[int, list[int | None]] = {number: [] for number in contestants}
     measured_now = list(contestants)
     round_number = 0
     while round_number < max_rounds:
@@ -97,8 +95,9 @@ def remeasure_finalists(measure: Measure, plan: Plan, study: optuna.Study, repor
                     raise  # unless one rank alone failed and the others wait for it
                 reporter.on_remeasure(number, round_number, None, f"{type(exc).__name__}: {exc}")
                 continue
-            by_round[number][round_number] = score(measured, tokens) or 0.0
+            by_round[number][round_number] = score(measured_record(measured), tokens) or 0.0
             throughput[number].append(measured["tokens_per_s"])
+            peaks[number].append(measured.get("peak_memory_bytes"))
             reporter.on_remeasure(number, round_number, measured["tokens_per_s"], None)
         if round_number >= rounds:
             pending = from_rank_zero(_undecided(by_round, max_rounds) if is_rank_zero() else None)
@@ -122,17 +121,40 @@ def remeasure_finalists(measure: Measure, plan: Plan, study: optuna.Study, repor
         "objective": "tokens_per_s" if tokens is None else "run_time",
     }
     if remeasured_baseline is not None:
-        study.set_user_attr(
-            "baseline", {**baseline, "remeasured_median": statistics.median(throughput[BASELINE])}
-        )
+        remeasured = replace(baseline, remeasured_median=statistics.median(throughput[BASELINE]))
+        write_study(study, baseline=remeasured)
         speedup = paired_speedup(by_round[winner.number], by_round[BASELINE])
         if speedup is not None:
             answer["speedup"] = speedup.to_dict()
-            if not speedup.beats_baseline:
-                text += f"; nothing beat the defaults measurably (speedup {speedup.describe()}): keep them"
-    # each with the rounds it was measured in (extra rounds race only some of them)
-    study.set_user_attr("finalists", [{**f.to_dict(), "rounds": list(by_round[f.number])} for f in ranked])
-    study.set_user_attr("winner", {**answer, "verdict": text})
+    # each with the rounds it was measured in (extra rounds race only some of them), its score
+    # and its peak in each
+    records = [
+        FinalistRecord(
+            number=f.number,
+            tokens_per_s=throughput[f.number],
+            rounds=list(by_round[f.number]),
+            scores=list(by_round[f.number].values()),
+            peaks=peaks[f.number],
+        )
+        for f in ranked
+    ]
+    write_study(study, finalists=records, winner=Winner(**answer, verdict=text))
+
+
+def choose_finalists(study: optuna.Study, count: int) -> list[TrialRecord]:
+    """The best `count` feasible trials by their search score (reused duplicates left out); when
+    the first of them changes the training math, the best one that keeps it joins them (the
+    answer hands back a math change only when it measurably beats that one, `MATH_GAIN`)."""
+    if count <= 0:
+        return []
+    record = read_study(study)
+    candidates = [t for t in ranked_trials(study) if t.feasible and not t.reused]
+    chosen = candidates[:count]
+    if chosen and record_changes(record, chosen[0]) and all(record_changes(record, t) for t in chosen):
+        keeping = next((t for t in candidates[count:] if not record_changes(record, t)), None)
+        if keeping is not None:
+            chosen.append(keeping)
+    return chosen
 
 
 def _undecided(by_round: dict[int, dict[int, float]], max_rounds: int) -> tuple[list[int], str] | None:

@@ -26,8 +26,8 @@ from autotune.logs import quiet_libraries
 from autotune.measure.ranks import from_rank_zero, init_group, is_rank_zero
 from autotune.plan.build import plan_search
 from autotune.progress import Reporter
-from autotune.study.urls import display_url
 from autotune.trial.errors import one_line
+from autotune.urls import display_url
 
 
 class GroupFailed(AutotuneError):
@@ -44,8 +44,9 @@ def search_in_group(
     """Run (or continue) a search on every rank of the launched process group."""
     if config.nproc_per_node > 1:
         raise UsageError(
-            "--nproc-per-node starts its own torchrun groups: do not launch the search under torchrun too",
-            "drop --nproc-per-node, or run `autotune search` without a launcher",
+            "nproc_per_node starts its own torchrun groups: do not launch the search under torchrun too",
+            "drop nproc_per_node, or run `autotune search` without a launcher",
+            field="nproc_per_node",
         )
     config = dataclasses.replace(config, isolation="none")  # trials run in the launched processes
     rank, _ = init_group(config.ddp_timeout_s)

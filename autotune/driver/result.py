@@ -8,8 +8,7 @@ from typing import Any
 import optuna
 
 from autotune.config import RunConfig
-from autotune.progress import TrialSummary
-from autotune.study.store import speedup_over_baseline
+from autotune.records import Answer, TrialRecord, read_study
 
 
 @dataclass
@@ -20,33 +19,53 @@ class SearchResult:
         study: the optuna study (in the store, readable by optuna's CLI and dashboard).
         config: the run configuration used.
         trials: every finished trial of the study, best first.
-        best: the best completed trial, or None if none completed.
+        best: the best measured trial (the one the finalists' re-measurement put first), or None
+            if none completed. Not necessarily the answer: see `answer`.
         ran: how many trials this call measured (0 when the budget was already spent).
+        answer: what the study hands back (`autotune.driver.answer.decide`): the configuration to
+            use (the defaults when nothing beat them measurably), its verdict and figures, and the
+            alternative beside it.
     """
 
     study: optuna.Study
     config: RunConfig
-    trials: list[TrialSummary]
-    best: TrialSummary | None
+    trials: list[TrialRecord]
+    best: TrialRecord | None
     ran: int
+    answer: Answer
 
     @property
     def speedup_over_baseline(self) -> float | None:
-        """The winner's throughput over the baseline's (see `autotune.study.store.speedup_over_baseline`)."""
-        compared = speedup_over_baseline(self.study, self.best) if self.best is not None else None
-        return compared[0] if compared else None
+        """The speedup over the baseline of what the answer hands back (1.0 for the defaults): the
+        paired re-measured ratio, else the search windows' ratio. None without a baseline."""
+        choice = self.answer.choice
+        return choice.speedup.value if choice is not None and choice.speedup is not None else None
 
     @property
-    def verdict(self) -> str | None:
-        """How sure the answer is, when the finalists were re-measured."""
-        winner = self.study.user_attrs.get("winner")
-        return winner["verdict"] if winner and self.best and winner["number"] == self.best.number else None
+    def verdict(self) -> str:
+        """The answer in one line."""
+        return self.answer.verdict
+
+    @property
+    def race(self) -> str | None:
+        """How the finalists' re-measurement placed the best measured trial: its median, spread and
+        lead over the runner-up (None when nothing was re-measured)."""
+        winner = read_study(self.study).winner
+        if winner is None or self.best is None or winner.number != self.best.number:
+            return None
+        # stores written before the answer was stored appended the tie to the race
+        return (winner.verdict or "").split("; nothing beat the defaults measurably")[0] or None
+
+    @property
+    def remeasured(self) -> dict[int, float]:
+        """Trial number -> its re-measured median tokens/s, for the finalists (not the baseline)."""
+        return read_study(self.study).remeasured_tokens_per_s()
 
     def best_config(self) -> dict[str, Any]:
-        """The best trial as ``{"training_args": {...}, "model_kwargs": {...}}``."""
-        if self.best is None:
+        """What the answer hands back, as ``{"training_args": {...}, "model_kwargs": {...}}`` (the
+        knobs' `TrainingArguments` kwargs and model-load kwargs; the defaults' when nothing beat
+        them); empty when there is nothing to hand back."""
+        choice = self.answer.choice
+        if choice is None:
             return {}
-        return {
-            "training_args": dict(self.best.attrs.get("training_args", {})),
-            "model_kwargs": dict(self.best.attrs.get("model_kwargs", {})),
-        }
+        return {"training_args": dict(choice.training_args), "model_kwargs": dict(choice.model_kwargs)}

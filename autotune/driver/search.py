@@ -6,7 +6,7 @@ cli -> config -> plan (space, workload, hardware) -> supervisor over an executor
 
 from __future__ import annotations
 
-import dataclasses
+import inspect
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -18,6 +18,7 @@ from autotune.driver.result import SearchResult
 from autotune.driver.study import finish, open_study
 from autotune.executors.warm import start_forkserver_for
 from autotune.logs import quiet_libraries
+from autotune.options import run_config, with_option_keywords
 from autotune.plan.build import plan_search
 from autotune.progress import Reporter
 
@@ -34,18 +35,21 @@ def search(
     """Run (or continue) a throughput search and return the study's result.
 
     Args:
-        config: the run configuration; keyword `overrides` replace its fields
-            (``search(model="tiny-llama", trials=4)`` works without a config).
+        config: the run configuration (default `RunConfig()`).
+        overrides: run options that replace the config's: every field of `RunConfig` and of
+            `MeasureSettings` by its name (``search(model="tiny-llama", trials=4, max_steps=10)``),
+            as docs/reference/options.md lists them; the keywords of this signature.
         reporter: receives progress events; the default prints nothing.
         callbacks: extra Trainer callbacks added to every trial.
         enqueue: knob values to run first (optuna `enqueue_trial`), e.g. a baseline.
         debug: keep tracebacks of failed trials in their user attrs.
 
     Raises:
-        UsageError: a bad space, model, flag value or storage URL.
+        UsageError: an unknown option, a bad option value (its `field` names the option), space,
+            model or storage URL.
         StoreError: the store cannot be opened, or the study is not a throughput study.
     """
-    config = dataclasses.replace(config or RunConfig(), **overrides)
+    config = run_config(config, **overrides)
     reporter = reporter or Reporter()
     # The trial machinery (torch, the Trainer) is imported once the input is known to be good: a
     # bad model, space or store fails in seconds.
@@ -62,3 +66,6 @@ def search(
 
             run_trials(plan, study, remaining, reporter, callbacks, debug)
     return finish(study, config, done_before, reporter)
+
+
+search.__signature__ = with_option_keywords(inspect.signature(search))  # type: ignore[attr-defined]

@@ -8,12 +8,21 @@ from typing import Any
 
 import optuna
 
+from autotune.driver.answer import decide
 from autotune.driver.result import SearchResult
-from autotune.errors import StoreError
-from autotune.plan.resolved import Plan, data_notes, trial_world_size, weights_notes
+from autotune.errors import StoreError, UsageError
+from autotune.measure.ranks import is_rank_zero
+from autotune.plan.resolved import Plan, data_notes, study_fingerprint, trial_world_size, weights_notes
 from autotune.progress import Reporter
-from autotune.study.fingerprint import check_resume, fingerprint
-from autotune.study.store import best_trial, fail_interrupted_trials, measured_count, ranked_trials
+from autotune.records import read_study, write_study
+from autotune.study.fingerprint import check_resume
+from autotune.study.store import (
+    best_trial,
+    fail_interrupted_trials,
+    measured_count,
+    ranked_trials,
+    read_trials,
+)
 
 
 def open_study(
@@ -24,15 +33,18 @@ def open_study(
     many more the budget asks for.
 
     Raises:
-        UsageError: the stored study was measured differently.
+        UsageError: the stored study was measured differently, or written by a newer autotune.
         StoreError: the study is not a throughput study.
     """
     study = optuna.create_study(
         storage=plan.storage, study_name=plan.study_name, direction="maximize", load_if_exists=True
     )
     check_direction(study)
-    current = fingerprint(plan)
-    stored = study.user_attrs.get("fingerprint")
+    current = study_fingerprint(plan)
+    try:
+        stored = read_study(study).fingerprint
+    except ValueError as exc:  # a newer autotune's store
+        raise UsageError(str(exc), "pip install -U autotune") from None
     if stored is None:
         describe_study(study, plan, current)
     else:
@@ -51,9 +63,16 @@ def open_study(
 
 
 def finish(study: optuna.Study, config: Any, done_before: int, reporter: Reporter) -> SearchResult:
-    """The search's result, told to the reporter."""
+    """Decide the study's answer from its records (`autotune.driver.answer.decide`), store it
+    (rank zero of a launched group), and tell the reporter the result."""
+    trials = read_trials(study)
+    answer = decide(read_study(study), trials)
+    if is_rank_zero():
+        write_study(study, answer=answer)
     ranked = ranked_trials(study)
-    result = SearchResult(study, config, ranked, best_trial(study), measured_count(study) - done_before)
+    result = SearchResult(
+        study, config, ranked, best_trial(study), measured_count(study) - done_before, answer
+    )
     reporter.on_search_end(result)
     return result
 
@@ -61,21 +80,25 @@ def finish(study: optuna.Study, config: Any, done_before: int, reporter: Reporte
 def check_direction(study: optuna.Study) -> None:
     if study.direction != optuna.study.StudyDirection.MAXIMIZE:
         raise StoreError(
-            f"study {study.study_name!r} exists but minimizes its objective: it is not an autotune study",
-            "pick another --study name",
+            f"study={study.study_name!r} exists but minimizes its objective: it is not an autotune one",
+            "pick another study name",
+            field="study",
         )
 
 
 def describe_study(study: optuna.Study, plan: Plan, fingerprint: dict[str, Any]) -> None:
     """Store what the study measures (once, at creation), for inspection, export and resume."""
-    study.set_user_attr("fingerprint", fingerprint)
-    study.set_user_attr("run_config", plan.config.to_dict())
-    study.set_user_attr("workload", plan.workload.describe())
-    study.set_user_attr("space", plan.space.describe())
-    study.set_user_attr("memory_cap", plan.config.memory_cap)
-    study.set_user_attr("base_args", plan.base_args)
-    study.set_user_attr("device", plan.hardware.to_dict())
-    study.set_user_attr("not_searched", plan.not_searched)
+    write_study(
+        study,
+        fingerprint=fingerprint,
+        run_config=plan.config.to_dict(),
+        workload=plan.workload.describe(),
+        space=plan.space.describe(),
+        memory_cap=plan.config.memory_cap,
+        base_args=plan.base_args,
+        device=plan.hardware.to_dict(),
+        not_searched=plan.not_searched,
+    )
 
 
 def header(plan: Plan, done_before: int, remaining: int) -> dict[str, Any]:

@@ -25,7 +25,8 @@ from autotune.errors import AutotuneError, StoreError
 from autotune.executors.base import Ended, Executor
 from autotune.measure.ranks import from_rank_zero, is_rank_zero
 from autotune.plan.resolved import Plan
-from autotune.progress import Reporter, TrialSummary
+from autotune.progress import Reporter
+from autotune.records import trial_record
 from autotune.study.outcomes import STORE_LOST, TrialOutcome, fail_running_trial
 from autotune.study.owner import OWNER_ATTR, this_process
 from autotune.study.store import fail_interrupted_trials, measured_count, running_trials, trials_of_job
@@ -243,9 +244,7 @@ class Supervisor:
             outcome = TrialOutcome.process_ended(result.reason, result.message)
             if fail_running_trial(self.study, trial._trial_id, outcome):
                 self.reporter.on_trial_end(
-                    TrialSummary(
-                        trial.number, dict(trial.params), "FAIL", reason=result.reason, message=result.message
-                    )
+                    trial_record(trial.number, trial.params, "FAIL", outcome.user_attrs(None))
                 )
         if trials:
             self.failed_starts = 0

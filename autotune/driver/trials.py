@@ -20,9 +20,10 @@ from autotune.executors.torchrun import TorchrunExecutor
 from autotune.measure.ranks import from_rank_zero, is_rank_zero
 from autotune.plan.resolved import Plan
 from autotune.progress import Reporter
+from autotune.records import Baseline, read_study, write_study
 from autotune.study.owner import member_seed, this_process
 from autotune.study.store import fail_interrupted_trials, measured_count
-from autotune.study.urls import sqlite_file
+from autotune.urls import sqlite_file
 
 
 def executor_for(
@@ -85,7 +86,7 @@ def run_trials(
             measure = account.measuring(supervisor.measure)
             resolve_batch_ladder(plan, study, supervisor, reporter)
             # Under a launcher every rank runs this: what is read from the study is rank 0's.
-            if from_rank_zero(plan.config.measure_baseline and "baseline" not in study.user_attrs):
+            if from_rank_zero(plan.config.measure_baseline and not _baseline_stored(study)):
                 with account.stage("baseline"):
                     measure_baseline(measure, plan, study, reporter)
             with account.stage("search"):
@@ -97,6 +98,12 @@ def run_trials(
     finally:
         if is_rank_zero():  # the trials of jobs the executor ended on the way out (Ctrl-C, an error)
             fail_interrupted_trials(study)
+
+
+def _baseline_stored(study: optuna.Study) -> bool:
+    """Whether the study holds its baseline: measured, or why it could not be (a resumed search
+    does not measure it again)."""
+    return read_study(study).baseline != Baseline()
 
 
 def _probe_note(probe: dict[str, Any]) -> str:
@@ -121,7 +128,7 @@ def resolve_batch_ladder(plan: Plan, study: optuna.Study, supervisor: Supervisor
     candidates = plan.space.ladder_candidates()
     if not candidates:
         return
-    rungs = from_rank_zero(study.user_attrs.get("batch_ladder") if is_rank_zero() else None)
+    rungs = from_rank_zero(read_study(study).batch_ladder if is_rank_zero() else None)
     if rungs is None:
         probe = None
         try:
@@ -133,13 +140,13 @@ def resolve_batch_ladder(plan: Plan, study: optuna.Study, supervisor: Supervisor
             rungs = []
         rungs = from_rank_zero(rungs)
         if is_rank_zero():
-            study.set_user_attr("batch_ladder", rungs)
+            write_study(study, batch_ladder=rungs)
             if probe is not None:
-                study.set_user_attr("batch_ladder_probe", probe)
+                write_study(study, batch_ladder_probe=probe)
                 reporter.on_note(_probe_note(probe))
     plan.space = plan.space.with_ladder(rungs)
     if is_rank_zero():
-        study.set_user_attr("space", plan.space.describe())
+        write_study(study, space=plan.space.describe())
     reporter.on_note(plan.space.notes[-1])
 
 

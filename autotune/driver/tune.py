@@ -33,7 +33,7 @@ from typing import Any
 from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_callback import DefaultFlowCallback, PrinterCallback, ProgressCallback
 
-from autotune.config import _RESERVED_ARGS, RunConfig
+from autotune.config import _RESERVED_ARGS
 from autotune.driver.result import SearchResult
 from autotune.driver.study import finish, open_study
 from autotune.driver.trials import run_trials
@@ -41,8 +41,10 @@ from autotune.errors import UsageError
 from autotune.executors.warm import start_forkserver
 from autotune.logs import quiet_libraries
 from autotune.measure.memory import release_device_memory
+from autotune.options import KEYWORDS, run_config, with_option_keywords
 from autotune.plan.build import plan_for
 from autotune.progress import Reporter
+from autotune.records import Answer, read_study
 from autotune.space.defaults import training_arguments
 from autotune.study.semantics import SemanticChange, study_changes
 from autotune.workloads.tasks import Task
@@ -73,7 +75,8 @@ _NOT_OPTIONS = {
     "ray_address",
     "nproc_per_node",
 }
-OPTIONS = tuple(f.name for f in dataclasses.fields(RunConfig) if f.name not in _NOT_OPTIONS)
+OPTIONS = tuple(name for name in KEYWORDS if name not in _NOT_OPTIONS)
+"""The run options `tune` takes as keywords (docs/reference/options.md), by their field names."""
 
 # The callbacks every Trainer adds itself: the trial Trainer adds its own.
 _STOCK_CALLBACKS = (DefaultFlowCallback, PrinterCallback, ProgressCallback)
@@ -89,17 +92,21 @@ class TuneResult:
     """What `tune` found.
 
     Attributes:
-        training_args: the Trainer's `TrainingArguments` with the winner's knobs applied.
-        model_kwargs: model-load kwargs of the winner (``attn_implementation``): pass them to
-            ``from_pretrained`` (or to `model_init`'s load).
-        semantic_changes: the winner's differences from the baseline that change the training math.
+        training_args: the Trainer's `TrainingArguments` with the answer's knobs applied.
+        model_kwargs: model-load kwargs of the answer (``attn_implementation``): pass them to
+            ``from_pretrained`` (or to `model_init`'s load); empty when it keeps the defaults.
+        semantic_changes: the answer's differences from the baseline that change the training math.
         search: the underlying search result (the study, every trial, speedup and verdict).
+        answer: the study's answer these arguments apply: the defaults (the Trainer's own
+            arguments, unchanged) when nothing beat them measurably, with the best measured
+            configuration named as its alternative.
     """
 
     training_args: TrainingArguments
     model_kwargs: dict[str, Any]
     semantic_changes: list[SemanticChange]
     search: SearchResult
+    answer: Answer
 
 
 def tune(
@@ -132,25 +139,29 @@ def tune(
         reporter: receives progress events (`autotune.RichReporter` prints them).
         callbacks: extra Trainer callbacks added to every trial.
         debug: keep tracebacks of failed trials in their user attrs.
-        options: more `RunConfig` fields, as for ``autotune search``: ``memory_cap``, ``measure``,
-            ``keep_semantics``, ``global_batch_size``, ``finalists``, ``measure_baseline``,
-            ``isolation`` (``"none"``: trials in this process), ``workers``, ``output_dir``, ...
-            (`OPTIONS`).
+        options: more run options, by their field names as for `autotune.search`:
+            ``memory_cap``, ``max_steps`` (or a whole ``measure``), ``keep_semantics``,
+            ``global_batch_size``, ``finalists``, ``measure_baseline``, ``isolation`` (``"none"``:
+            trials in this process), ``workers``, ``output_dir``, ... (`OPTIONS`; the keywords of
+            this signature).
 
     Raises:
         UsageError: not a `Trainer`, no train dataset, an optimizer given to the Trainer (the
-            optimizer is a knob), an unknown option, a bad space or store.
+            optimizer is a knob), an unknown option, a bad option value (its `field` names the
+            option), a bad space or store.
         AutotuneError: what ``autotune search`` raises.
     """
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise UsageError(
-            f"tune() takes no option {unknown[0]!r}", f"options are the RunConfig fields {', '.join(OPTIONS)}"
+            f"tune() takes no option {unknown[0]!r}",
+            f"its options are {', '.join(OPTIONS)} (docs/reference/options.md)",
         )
     workload = user_workload(trainer, callbacks)
     user_kwargs = given_training_args(trainer.args)
     base = {k: v for k, v in user_kwargs.items() if k not in _RESERVED_ARGS}
-    config = RunConfig(
+    config = run_config(
+        None,
         model=workload.name,
         space=space,
         trials=n_trials,
@@ -186,6 +197,9 @@ def tune(
         result = finish(study, config, done_before, reporter)
     # Measured without a GPU: the arguments say so, or TrainingArguments refuses bf16 on a CPU.
     return _answer(result, user_kwargs if plan.hardware.cuda else {**user_kwargs, "use_cpu": True})
+
+
+tune.__signature__ = with_option_keywords(inspect.signature(tune), OPTIONS)  # type: ignore[attr-defined]
 
 
 @contextlib.contextmanager
@@ -348,9 +362,11 @@ def given_training_args(args: TrainingArguments) -> dict[str, Any]:
 
 
 def _answer(result: SearchResult, user_kwargs: dict[str, Any]) -> TuneResult:
-    best = result.best_config()
-    if result.best is None:
-        return TuneResult(training_arguments(**user_kwargs), {}, [], result)
-    tuned = training_arguments(**{**user_kwargs, **best["training_args"]})
-    changes = study_changes(result.study.user_attrs, result.best.params, best["training_args"])
-    return TuneResult(tuned, best["model_kwargs"], changes, result)
+    """The Trainer's arguments with what the study's answer hands back applied: the user's own
+    when the answer keeps the defaults (they are the baseline)."""
+    choice = result.answer.choice
+    if choice is None or choice.is_defaults:
+        return TuneResult(training_arguments(**user_kwargs), {}, [], result, result.answer)
+    tuned = training_arguments(**{**user_kwargs, **choice.training_args})
+    changes = study_changes(read_study(result.study), choice.params, choice.training_args)
+    return TuneResult(tuned, dict(choice.model_kwargs), changes, result, result.answer)

@@ -17,9 +17,10 @@ from autotune.measure.memory import frozen_heap
 from autotune.plan.resolved import Plan
 from autotune.progress import Reporter
 from autotune.trial.compile_cache import shared_compile_cache, study_compile_cache
+from autotune.trial.compose import build_trainer
 from autotune.trial.entry import run_on
 from autotune.trial.job import Job
-from autotune.trial.trainer import AutotuneTrainer, build_trainer
+from autotune.trial.trainer import AutotuneTrainer
 
 
 class InProcessExecutor(Executor):

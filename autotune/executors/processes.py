@@ -56,14 +56,16 @@ def worker_slots(plan: Plan, workers: int | None) -> list[Slot]:
         count = workers or len(devices)
         if count > len(devices):
             raise UsageError(
-                f"--workers {count} but {len(devices)} GPU(s) visible", "one worker per GPU at most"
+                f"workers={count} but {len(devices)} GPU(s) visible",
+                "one worker per GPU at most",
+                field="workers",
             )
         return [Slot(cuda_device=devices[i]) for i in range(count)]
     count = workers or 1
     cores = sorted(os.sched_getaffinity(0))
     if count > len(cores):
         raise UsageError(
-            f"--workers {count} but {len(cores)} CPU core(s) here", f"use --workers {len(cores)}"
+            f"workers={count} but {len(cores)} CPU core(s) here", f"use workers={len(cores)}", field="workers"
         )
     if count == 1:
         return [Slot()]

@@ -39,7 +39,7 @@ try:
     import ray.tune
 except ImportError:  # an optional extra: say how to get it, before anything is measured
     raise UsageError(
-        "--backend ray needs Ray Tune, which is not installed", "pip install 'autotune[ray]'"
+        "backend='ray' needs Ray Tune, which is not installed", "pip install 'autotune[ray]'", field="backend"
     ) from None
 from autotune.executors.base import Ended, Executor, watchdog_seconds
 from autotune.executors.processes import descendants
@@ -48,8 +48,8 @@ from autotune.plan.resolved import Plan
 from autotune.progress import Reporter
 from autotune.study.outcomes import CRASHED, KILLED, OOM
 from autotune.study.store import FINISHED, summarize_trial
-from autotune.study.urls import sqlite_file
 from autotune.trial.job import Job, JobFailed, JobResult, TrialDone
+from autotune.urls import sqlite_file
 
 # Set for the search's process while Ray runs: no usage report (no network), and Ctrl-C raised in
 # the driver (Tune would otherwise swallow it and return normally, and the search would go on).
@@ -291,6 +291,7 @@ def ray_instance(address: str | None) -> Iterator[str | None]:
             raise UsageError(
                 f"cannot start or join Ray at {address or 'a local instance'}: {str(exc).splitlines()[0]}",
                 ADDRESS_HINT,
+                field="ray_address",
             ) from None
         if address is None:  # the daemons this search started: ended with it, even on SIGKILL
             daemons = [d for d in descendants(os.getpid()) if d[0] not in before]
@@ -323,7 +324,7 @@ def _start_time_of(pid: int) -> str:
     return text[text.rfind(")") + 2 :].split()[19]
 
 
-ADDRESS_HINT = "check --ray-address (HOST:PORT of the head, or ray://HOST:10001)"
+ADDRESS_HINT = "check ray_address (HOST:PORT of the head, or ray://HOST:10001)"
 
 
 def probe_address(address: str, timeout_s: float = 5.0) -> None:
@@ -340,13 +341,15 @@ def probe_address(address: str, timeout_s: float = 5.0) -> None:
     host, _, port = target.rpartition(":")
     host = host.strip("[]")  # [IPv6]:PORT
     if not port.isdigit():
-        raise UsageError(f"--ray-address {address}: {port!r} is not a port number", ADDRESS_HINT)
+        raise UsageError(
+            f"ray_address={address!r}: {port!r} is not a port number", ADDRESS_HINT, field="ray_address"
+        )
     try:
         with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
             pass
     except OSError as exc:
         why = exc.strerror or str(exc) or type(exc).__name__
-        raise UsageError(f"cannot reach Ray at {address}: {why}", ADDRESS_HINT) from None
+        raise UsageError(f"cannot reach Ray at {address}: {why}", ADDRESS_HINT, field="ray_address") from None
 
 
 @contextlib.contextmanager

@@ -25,13 +25,13 @@ import torch
 from transformers import Trainer, TrainingArguments
 
 from autotune.progress import Reporter
+from autotune.records import RAY_TRIAL_KEY, read_trial
 from autotune.study.outcomes import HUNG, TrialOutcome, fail_running_trial
 from autotune.study.owner import this_process
 from autotune.study.store import load_existing_study, running_trials_of
 from autotune.trial.entry import run_job
 from autotune.trial.job import Job, TrialDone
 
-RAY_TRIAL_ATTR = "ray_trial_id"  # the Ray trial that ran an optuna trial: links the two tables
 JOB_KEY = "autotune_job"  # a Ray trial's config: the id of the job it runs
 
 
@@ -86,7 +86,7 @@ class _TagRayTrial(Reporter):
     def on_trial_start(self, number: int, params: dict[str, Any]) -> None:
         storage = self.study._storage
         trial_id = storage.get_trial_id_from_study_id_trial_number(self.study._study_id, number)
-        storage.set_trial_user_attr(trial_id, RAY_TRIAL_ATTR, self.ray_trial_id)
+        storage.set_trial_user_attr(trial_id, RAY_TRIAL_KEY, self.ray_trial_id)
 
 
 def run_trial_in_actor(job: Job, ray_trial_id: str, trial_dir: str | None = None) -> dict[str, Any]:
@@ -108,15 +108,14 @@ def run_trial_in_actor(job: Job, ray_trial_id: str, trial_dir: str | None = None
     if not done.trained or done.number is None:
         return {"objective": math.nan, "trial": -1, "why": done.why}
     trial = study.trials[done.number]
-    attrs = trial.user_attrs
-    feasible = bool(attrs.get("feasible"))
+    record = read_trial(trial)
     return {
-        "objective": float(trial.value) if feasible and trial.value is not None else math.nan,
+        "objective": float(trial.value) if record.feasible and trial.value is not None else math.nan,
         "trial": trial.number,
         "state": trial.state.name,
-        "reason": attrs.get("reason") or "",
-        "tokens_per_s": attrs.get("tokens_per_s") or math.nan,
-        "peak_memory_bytes": attrs.get("peak_memory_bytes") or 0,
+        "reason": record.reason or "",
+        "tokens_per_s": record.tokens_per_s or math.nan,
+        "peak_memory_bytes": record.peak_memory_bytes or 0,
     }
 
 

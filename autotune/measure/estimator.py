@@ -29,6 +29,7 @@ from autotune.measure.estimate import (
     precision_class,
 )
 from autotune.measure.memory import PeakMemoryMeter, release_device_memory, rss_bytes
+from autotune.records import TrialRecord
 from autotune.space.availability import model_support
 from autotune.space.defaults import base_knobs, default_attention
 from autotune.workloads.workload import Workload
@@ -117,20 +118,20 @@ class MemoryEstimator:
             probe_activation_bytes=estimate.activation_bytes,
         )
 
-    def learn_peaks(self, trials: Iterable[tuple[int, Mapping[str, Any], Mapping[str, Any]]]) -> None:
-        """Take the measured peaks of finished trials (number, params, user attrs) of this device
-        kind: each that trained, with its peak and the estimate it was stored with (whose baseline
-        and static bytes come off the peak; what its child processes held, data-loader and compile
-        workers, stays in it); a trial that reused another's result is that trial's peak, not a
-        second one."""
-        for number, params, attrs in trials:
-            estimate = attrs.get("memory_estimate") or {}
-            peak = attrs.get("peak_memory_bytes")
-            if not peak or "duplicate_of" in attrs or "baseline_bytes" not in estimate:
+    def learn_peaks(self, trials: Iterable[TrialRecord]) -> None:
+        """Take the measured peaks of finished trials of this device kind: each that trained, with
+        its peak and the estimate it was stored with (whose baseline and static bytes come off the
+        peak; what its child processes held, data-loader and compile workers, stays in it); a trial
+        that reused another's result is that trial's peak, not a second one."""
+        for trial in trials:
+            estimate = trial.memory.estimate or {}
+            peak = trial.peak_memory_bytes
+            if not peak or trial.reused or "baseline_bytes" not in estimate:
                 continue
-            if _peak_device(attrs) != self.device:
+            if _peak_device(trial.memory.source) != self.device:
                 continue
-            chosen = {**self.defaults, **params}
+            number = trial.number
+            chosen = {**self.defaults, **trial.params}
             batch = int(chosen["per_device_train_batch_size"])
             activations = int(peak) - int(estimate["baseline_bytes"]) - int(estimate["static_bytes"])
             peak_of_kind = self._peaks.setdefault(_measured_kind(chosen), {})
@@ -246,9 +247,9 @@ def _probe_kind(chosen: Mapping[str, Any]) -> tuple[str, str, int]:
     return str(chosen["attn_implementation"]), precision_class(str(chosen["precision"])), checkpointing
 
 
-def _peak_device(attrs: Mapping[str, Any]) -> str:
+def _peak_device(source: str | None) -> str:
     """Where a trial's peak was measured: its memory meter's source says (`PeakMemoryMeter.read`)."""
-    return "cuda" if str(attrs.get("memory_source") or "").startswith("cuda") else "cpu"
+    return "cuda" if str(source or "").startswith("cuda") else "cpu"
 
 
 def _measured_kind(chosen: Mapping[str, Any]) -> tuple[Any, ...]:

@@ -3,7 +3,6 @@ rules, base config and store every trial of a search (and every worker) works fr
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -12,10 +11,11 @@ import optuna
 
 from autotune.config import RunConfig, load_base_args, refuse_stored_remote_code
 from autotune.errors import UsageError
-from autotune.plan.resolved import Plan, trial_world_size
+from autotune.plan.resolved import Plan, study_fingerprint, trial_world_size
+from autotune.records import StudyRecord, read_study
 from autotune.space import SearchSpace, builtin_spaces, load_space, parse_space
 from autotune.space.availability import detect_hardware, model_support, value_unavailable
-from autotune.study.fingerprint import check_resume, fingerprint
+from autotune.study.fingerprint import check_resume
 from autotune.study.store import default_study_name, load_existing_study, open_storage
 from autotune.workloads.data import DataSource
 from autotune.workloads.workload import Workload, resolve_workload
@@ -24,7 +24,7 @@ from autotune.workloads.workload import Workload, resolve_workload
 def plan_search(
     config: RunConfig,
     open_store: bool = True,
-    stored: Mapping[str, Any] | None = None,
+    stored: StudyRecord | None = None,
     workload: Workload | None = None,
 ) -> Plan:
     """Resolve a run configuration: space, workload, hardware rules, base config, store.
@@ -32,7 +32,7 @@ def plan_search(
     Args:
         config: the run configuration.
         open_store: open (and create) the store at ``config.storage_url``.
-        stored: the user attrs of the study this run continues, where a worker takes the base
+        stored: the record of the study this run continues, where a worker takes the base
             config and, when the space file is not on this host, the space from.
         workload: the workload, already built (a worker of the Python API's own Trainer pieces);
             None: the one `config` names.
@@ -41,8 +41,8 @@ def plan_search(
         UsageError: a bad space, model, base config, or an unreachable global batch size.
         StoreError: the store cannot be opened.
     """
-    if stored is not None and "base_args" in stored:
-        base = dict(stored["base_args"])
+    if stored is not None and stored.base_args:
+        base = dict(stored.base_args)
     else:
         base = load_base_args(config.base_args) if config.base_args else {}
     return plan_for(config, workload or workload_of(config), base, open_store, stored)
@@ -53,7 +53,7 @@ def plan_for(
     workload: Workload,
     base: dict[str, Any],
     open_store: bool = True,
-    stored: Mapping[str, Any] | None = None,
+    stored: StudyRecord | None = None,
 ) -> Plan:
     """`plan_search` for an already resolved workload and base config (the Python API's own
     model and data, which a run configuration cannot name)."""
@@ -66,8 +66,8 @@ def plan_for(
         space = space.keep_semantics(base, world_size)
     elif config.global_batch_size is not None:
         space = space.with_global_batch(config.global_batch_size, world_size)
-    if stored is not None and stored.get("batch_ladder") is not None:
-        space = space.with_ladder(stored["batch_ladder"])  # as the study's first process resolved it
+    if stored is not None and stored.batch_ladder is not None:
+        space = space.with_ladder(stored.batch_ladder)  # as the study's first process resolved it
     # Values that cannot run on this machine are not offered to the sampler at all; rules on
     # combinations are checked per trial (a skipped trial with a reason and a constraint).
     space, single_rank = space.for_world_size(world_size)
@@ -87,10 +87,10 @@ def plan_for(
     )
 
 
-def _space(name_or_path: str, stored: Mapping[str, Any] | None) -> SearchSpace:
-    if stored is not None and stored.get("space") and not _exists_here(name_or_path):
+def _space(name_or_path: str, stored: StudyRecord | None) -> SearchSpace:
+    if stored is not None and stored.space and not _exists_here(name_or_path):
         # The file form stored with the study (already resolved for the study's hardware).
-        described = dict(stored["space"])
+        described = dict(stored.space)
         return parse_space(
             {"description": described.get("description", ""), "knobs": described.get("knobs", {})},
             name=Path(name_or_path).stem,
@@ -124,32 +124,32 @@ def plan_from_study(
             that asks for remote code this process was not allowed.
     """
     study = load_existing_study(storage_url, study_name, existing)
-    attrs = study.user_attrs
-    if "run_config" not in attrs:
+    record = read_study(study)
+    if not record.run_config:
         raise UsageError(
             f"study {study_name!r} has no stored run configuration: it was not made by autotune search",
             "start it with `autotune search`",
         )
     if trust_remote_code is not None:  # before the workload is resolved, which runs that code
-        refuse_stored_remote_code(attrs["run_config"], trust_remote_code)
+        refuse_stored_remote_code(record.run_config, trust_remote_code)
     if workload is None:
-        refuse_user_trainer_study(study_name, attrs)
-    config = RunConfig.from_dict(attrs["run_config"], storage=storage_url, study=study_name)
-    plan = plan_search(config, open_store=False, stored=attrs, workload=workload)
+        refuse_user_trainer_study(study_name, record)
+    config = RunConfig.from_dict(record.run_config, storage=storage_url, study=study_name)
+    plan = plan_search(config, open_store=False, stored=record, workload=workload)
     plan.storage = study._storage
-    if check_fingerprint and attrs.get("fingerprint"):
-        check_resume(study_name, attrs["fingerprint"], fingerprint(plan), config.allow_mismatch)
+    if check_fingerprint and record.fingerprint:
+        check_resume(study_name, record.fingerprint, study_fingerprint(plan), config.allow_mismatch)
     return plan, optuna.load_study(study_name=study_name, storage=plan.storage)
 
 
-def refuse_user_trainer_study(study_name: str, attrs: Mapping[str, Any]) -> None:
+def refuse_user_trainer_study(study_name: str, record: StudyRecord) -> None:
     """Refuse to continue, from the store alone, a study that `autotune.tune` made on a user's own
     Trainer (its stored workload names the Trainer class): its model and data are not in the store.
 
     Raises:
         UsageError: such a study.
     """
-    trainer = (attrs.get("workload") or {}).get("trainer")
+    trainer = (record.workload or {}).get("trainer")
     if trainer:
         raise UsageError(
             f"study {study_name!r} was made by autotune.tune() on your own Trainer ({trainer}), whose "

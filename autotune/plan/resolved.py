@@ -15,6 +15,7 @@ from autotune.space import SearchSpace
 from autotune.space.availability import Hardware, ModelSupport
 from autotune.space.defaults import knob_defaults
 from autotune.space.knobs import CATALOGUE
+from autotune.study.fingerprint import fingerprint
 
 if TYPE_CHECKING:  # the workload module imports torch; a plan's readers need not
     from autotune.workloads.workload import Workload
@@ -34,6 +35,18 @@ class Plan:
     storage: Any
     not_searched: list[str] = dataclasses.field(default_factory=list)
     cap_bytes: int | None = None
+
+
+def study_fingerprint(plan: Plan) -> dict[str, Any]:
+    """What the plan's measurements are measurements of (`autotune.study.fingerprint`): stored
+    with its study, compared on resume (imports torch and transformers for their versions)."""
+    return fingerprint(
+        workload=plan.workload,
+        hardware=plan.hardware,
+        space=plan.space,
+        base_args=plan.base_args,
+        memory_cap=plan.config.memory_cap,
+    )
 
 
 def trial_world_size(config: RunConfig) -> int:

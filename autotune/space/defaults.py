@@ -88,7 +88,9 @@ def knob_defaults(base_args: Mapping[str, Any] | None = None, *, sdpa: bool, cud
             args = training_arguments(**{**(base_args or {}), "output_dir": output_dir, "use_cpu": not cuda})
         except (TypeError, ValueError) as exc:
             raise UsageError(
-                f"the base config is not valid TrainingArguments on this machine: {exc}", "change --base-args"
+                f"the base config is not valid TrainingArguments on this machine: {exc}",
+                "change base_args",
+                field="base_args",
             ) from None
     # A Trainer pads its batches unless it is given a flattening collator.
     values = {**knobs_of(vars(args)), "attn_implementation": default_attention(sdpa), "padding_free": False}

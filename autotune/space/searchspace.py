@@ -288,7 +288,9 @@ class SearchSpace:
             reason = reason_of(name, value)
             if reason is not None:
                 raise UsageError(
-                    f"the base config's {name}={value} cannot run here: {reason}", "change --base-args"
+                    f"the base config's {name}={value} cannot run here: {reason}",
+                    "change base_args",
+                    field="base_args",
                 )
         return replace(self, knobs=knobs), dropped
 

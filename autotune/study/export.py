@@ -14,28 +14,20 @@ prints on stderr.
 from __future__ import annotations
 
 import json
-import math
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import optuna
 
 from autotune.errors import UsageError
-from autotune.progress import TrialSummary, describe_time_breakdown, format_bytes
+from autotune.progress import describe_params, describe_time_breakdown, format_bytes
+from autotune.records import BEATS_DEFAULTS, CHOSEN, KEEPS_MATH, Answer, Interval, TrialRecord, read_study
 from autotune.space.defaults import training_args_defaults
-from autotune.study.objective import run_lines, score, study_run_tokens
-from autotune.study.outcomes import OVER_MEMORY_CAP
+from autotune.study.choices import measured_in_full, search_choice
+from autotune.study.objective import defaults_run_facts, run_lines
 from autotune.study.semantics import study_changes
-from autotune.study.store import (
-    FINISHED,
-    best_trial,
-    speedup_over_baseline,
-    study_cap_bytes,
-    summarize_trial,
-    trial_run_facts,
-    winner_speedup,
-)
+from autotune.study.store import read_trials, study_cap_bytes, trial_run_facts
 
 FORMATS = ("json", "yaml", "flags", "accelerate", "python", "deepspeed")
 
@@ -47,7 +39,7 @@ _PRECISION_FLAGS = ("bf16", "fp16")
 _EFFECTIVE_DEFAULTS: dict[str, Any] = {"activation_checkpointing": False, "gradient_checkpointing": False}
 
 
-# -- selection ---------------------------------------------------------------------------------
+# -- the answer's config -----------------------------------------------------------------------
 
 
 def resolve_cap(study: optuna.Study, text: str) -> int:
@@ -55,151 +47,134 @@ def resolve_cap(study: optuna.Study, text: str) -> int:
     return study_cap_bytes(study, text)
 
 
-def select_trial(study: optuna.Study, cap_bytes: int | None, *, cap_text: str | None = None) -> TrialSummary:
-    """The trial to export: the study's best, or with `cap_bytes` the best whose measured peak fits.
-
-    Without a cap this is `autotune.study.store.best_trial` (the re-measured winner, never an infeasible
-    trial). With a cap the choice is remade from the stored measurements: the winner if it fits,
-    else the highest tokens/s among completed, non-duplicate trials with a finite loss and a peak
-    <= cap. The stored ``feasible`` flag was judged against the study's own cap, so it is not used;
-    trials pruned only for being over that cap were fully measured and count too.
-
-    Raises:
-        UsageError: no trial qualifies (the message names the cap and the smallest measured peak).
-    """
-    if cap_bytes is None:
-        best = best_trial(study)
-        if best is None:
-            raise UsageError(
-                f"study {study.study_name!r} has no feasible completed trial to export",
-                f"run more trials: {_search_command(study)}",
-            )
-        return best
-    summaries = [summarize_trial(t) for t in study.get_trials(deepcopy=False, states=FINISHED)]
-    measured = [s for s in summaries if _measured(s)]
-    fitting = [s for s in measured if int(s.peak_memory_bytes or 0) <= cap_bytes]
-    if not fitting:
-        cap_shown = cap_text or format_bytes(cap_bytes)
-        smallest = min(measured, key=lambda s: int(s.peak_memory_bytes or 0), default=None)
+def no_answer_error(study: optuna.Study, answer: Answer, cap_text: str | None = None) -> UsageError:
+    """What exporting an answer with nothing to hand back says."""
+    if cap_text is not None:
+        measured = [t for t in read_trials(study) if measured_in_full(t, recapped=True)]
+        smallest = min(measured, key=lambda t: int(t.peak_memory_bytes or 0), default=None)
         seen = (
             f"the smallest measured peak is {format_bytes(int(smallest.peak_memory_bytes or 0))} "
             f"(trial {smallest.number})"
             if smallest is not None
             else "no trial has a measured peak"
         )
-        raise UsageError(
-            f"no trial of study {study.study_name!r} fits the memory cap {cap_shown}: {seen}",
-            f"search under that cap: {_search_command(study, cap_text or _cap_arg(cap_bytes))}",
+        return UsageError(
+            f"no trial of study {study.study_name!r} fits the memory cap {cap_text}: {seen}",
+            f"search under that cap: {_search_command(study, cap_text)}",
         )
-    winner = study.user_attrs.get("winner")
-    if winner is not None:
-        for summary in fitting:
-            if summary.number == winner.get("number"):
-                return summary
-    tokens = study_run_tokens(study.user_attrs)
-    return max(fitting, key=lambda s: (score(s.attrs, tokens) or 0.0, -s.number))
-
-
-def _measured(summary: TrialSummary) -> bool:
-    """A trial with full measurements that could be exported under some cap."""
-    if "duplicate_of" in summary.attrs or summary.tokens_per_s is None or summary.peak_memory_bytes is None:
-        return False
-    loss = summary.attrs.get("train_loss")
-    if loss is not None and not (isinstance(loss, (int, float)) and math.isfinite(loss)):
-        return False
-    if summary.state == "COMPLETE":
-        return True
-    return (
-        summary.state == "PRUNED" and summary.reason == OVER_MEMORY_CAP
-    )  # fully measured: a larger cap can take it
+    return UsageError(
+        f"study {study.study_name!r} has no feasible completed trial to export ({answer.verdict})",
+        f"run more trials: {_search_command(study)}",
+    )
 
 
 def _search_command(study: optuna.Study, cap: str | None = None) -> str:
-    run = study.user_attrs.get("run_config") or {}
-    workload = study.user_attrs.get("workload") or {}
+    record = read_study(study)
     parts = ["autotune", "search"]
-    model = workload.get("model") or run.get("model")
-    if model:
-        parts += ["--model", str(model)]
-    if run.get("space"):
-        parts += ["--space", str(run["space"])]
-    if workload.get("seq_len"):
-        parts += ["--seq-len", str(workload["seq_len"])]
+    if record.model:
+        parts += ["--model", str(record.model)]
+    if record.run_config.get("space"):
+        parts += ["--space", str(record.run_config["space"])]
+    if record.workload.get("seq_len"):
+        parts += ["--seq-len", str(record.workload["seq_len"])]
     if cap is not None:
         parts += ["--memory-cap", cap]
     return " ".join(shlex.quote(p) for p in parts)
 
 
-def _cap_arg(cap_bytes: int) -> str:
-    return f"{math.floor(cap_bytes / 2**20)}MiB"
+def export_config(
+    study: optuna.Study, answer: Answer | TrialRecord, *, cap_text: str | None = None
+) -> dict[str, Any]:
+    """``{"training_args", "model_kwargs", "expected"}`` of what `answer` hands back (given a trial
+    instead: that trial, as its search window measured it, chosen by the caller).
 
+    ``training_args`` is the choice's applied `TrainingArguments` kwargs over the study's base
+    config, less what equals the `TrainingArguments` default (the batch split and optimizer are
+    always kept, bf16/fp16 when on): the defaults' own when the answer keeps them.
+    ``model_kwargs`` are the model-load kwargs (normally ``attn_implementation``; a ``dtype`` only
+    when the base config asked for one). ``expected`` holds the answer's figures: the re-measured
+    medians with their intervals (the search window's only where nothing was re-measured, and
+    ``remeasured`` says which), its speedup, verdict, the alternative, and what it changes.
 
-# -- the exported config -----------------------------------------------------------------------
-
-
-def export_config(study: optuna.Study, trial: TrialSummary) -> dict[str, Any]:
-    """``{"training_args", "model_kwargs", "expected"}`` for one trial of `study`.
-
-    ``training_args`` is the trial's applied `TrainingArguments` kwargs over the study's base config,
-    less what equals the `TrainingArguments` default (the batch split and optimizer are always kept,
-    bf16/fp16 when on). ``model_kwargs`` are the model-load kwargs (normally ``attn_implementation``;
-    a ``dtype`` only when the base config asked for one). ``expected`` is what the search measured.
+    Raises:
+        UsageError: the answer has nothing to hand back.
     """
-    base_args = dict(study.user_attrs.get("base_args") or {})
-    applied = dict(trial.attrs.get("training_args") or {})
-    training_args = _minimal_args({**base_args, **applied})
-
-    base_model = dict(study.user_attrs.get("base_model_kwargs") or {})
-    model_kwargs = {**base_model, **dict(trial.attrs.get("model_kwargs") or {})}
+    record = read_study(study)
+    if isinstance(answer, TrialRecord):
+        answer = Answer(
+            CHOSEN,
+            f"trial {answer.number}, as chosen (its search window's figures)",
+            search_choice(record, answer),
+            baseline_tokens_per_s=record.baseline.tokens_per_s,
+        )
+    choice = answer.choice
+    if choice is None:
+        raise no_answer_error(study, answer, cap_text)
+    training_args = _minimal_args({**record.base_args, **choice.training_args})
+    model_kwargs = {**record.base_model_kwargs, **choice.model_kwargs}
     for key in ("dtype", "torch_dtype"):
-        if key not in base_model:
+        if key not in record.base_model_kwargs:
             model_kwargs.pop(key, None)
-
-    workload = study.user_attrs.get("workload") or {}
-    run = study.user_attrs.get("run_config") or {}
-    tokens = float(trial.tokens_per_s) if trial.tokens_per_s is not None else None
-    compared = speedup_over_baseline(study, trial)
-    speedup, base_tokens = (round(compared[0], 3), compared[1]) if compared else (None, None)
-    winner = study.user_attrs.get("winner") or {}
-    remeasured = winner.get("median_tokens_per_s") if winner.get("number") == trial.number else None
-    paired = winner_speedup(study, trial)
-    ci = trial.rel_ci_halfwidth
+    trial = next((t for t in read_trials(study) if t.number == choice.trial), None)
+    tokens = choice.tokens_per_s
+    speedup = choice.speedup
     expected = {
-        "tokens_per_s": tokens,
-        # the 95% confidence half-width of the trial's throughput, relative to it
-        "rel_ci_halfwidth": float(ci) if ci is not None and math.isfinite(ci) else None,
-        "peak_memory_bytes": trial.peak_memory_bytes,
-        "speedup_over_baseline": speedup,
-        # the re-measured speedup's 95% interval, and whether it lies above the gain worth a change
-        "speedup_interval": [paired["low"], paired["high"]] if paired else None,
-        "beats_baseline": paired["beats_baseline"] if paired else None,
-        "baseline_tokens_per_s": float(base_tokens) if base_tokens else None,
-        "remeasured_tokens_per_s": remeasured,
-        "trial": trial.number,
+        "verdict": answer.verdict,
+        "rule": answer.rule,
+        "trial": choice.trial,  # None: the defaults
+        "params": dict(choice.params),
+        "tokens_per_s": tokens.value if tokens else None,
+        # the re-measured median's 95% interval over its rounds, or the search window's own
+        "tokens_per_s_interval": [tokens.low, tokens.high] if tokens and tokens.low is not None else None,
+        "remeasured": choice.remeasured,
+        "rounds": tokens.rounds if tokens and choice.remeasured else None,
+        "peak_memory_bytes": choice.peak_memory_bytes,
+        "speedup_over_baseline": round(speedup.value, 3) if speedup else None,
+        "speedup_interval": [speedup.low, speedup.high] if speedup and speedup.low is not None else None,
+        "beats_baseline": answer.rule in (BEATS_DEFAULTS, KEEPS_MATH) and not choice.is_defaults,
+        "baseline_tokens_per_s": answer.baseline_tokens_per_s,
+        "alternative": _alternative(answer),
+        "memory_cap_bytes": answer.memory_cap_bytes,
         "study": study.study_name,
-        "model": workload.get("model") or run.get("model"),
-        "task": workload.get("task", "causal-lm"),
-        "seq_len": workload.get("seq_len") or run.get("seq_len"),
-        "device": (study.user_attrs.get("device") or {}).get("device"),
+        "model": record.model,
+        "task": record.workload.get("task", "causal-lm"),
+        "seq_len": record.seq_len,
+        "device": record.device.get("device"),
         # processes per trial (a DDP/FSDP/ZeRO group); the accelerate export launches as many
-        "world_size": int(trial.attrs.get("world_size") or run.get("nproc_per_node") or 1),
-        "semantic_changes": [
-            c.to_dict()
-            for c in study_changes(study.user_attrs, trial.params, trial.attrs.get("training_args"))
-        ],
+        "world_size": int(
+            (trial.measurement.world_size if trial else None) or record.run_config.get("nproc_per_node") or 1
+        ),
+        "semantic_changes": [c.to_dict() for c in study_changes(record, choice.params, choice.training_args)],
         # loss delta vs the baseline at equal tokens; predicted run time and cost, or compile payoff
-        **trial_run_facts(study, trial),
+        **(trial_run_facts(study, trial) if trial is not None else defaults_run_facts(record)),
         # what the search that found it cost (`autotune.driver.accounting`)
-        "search_time": study.user_attrs.get("time_breakdown"),
+        "search_time": record.time_breakdown,
     }
     config: dict[str, Any] = {
         "training_args": training_args,
         "model_kwargs": model_kwargs,
         "expected": expected,
     }
-    if trial.params.get("padding_free"):
+    if choice.params.get("padding_free"):
         config["data_collator"] = FLATTENING
     return config
+
+
+def _alternative(answer: Answer) -> dict[str, Any] | None:
+    other = answer.alternative
+    if other is None:
+        return None
+    return {
+        "trial": other.trial,
+        "params": dict(other.params),
+        "tokens_per_s": other.tokens_per_s.value if other.tokens_per_s else None,
+        "remeasured": other.remeasured,
+        "peak_memory_bytes": other.peak_memory_bytes,
+        "speedup_over_baseline": other.speedup.value if other.speedup else None,
+        "gain_over_answer": answer.alternative_gain.to_dict() if answer.alternative_gain else None,
+        "answer_label": answer.choice.label if answer.choice else None,
+        "semantic_changes": list(other.changes),
+    }
 
 
 # The collator of a padding-free trial, as the user's script constructs it.
@@ -240,37 +215,31 @@ _MISSING = object()
 
 
 def expected_lines(config: dict[str, Any]) -> list[str]:
-    """What the search expects of the config, in words: the comment lines the yaml, accelerate and
+    """What the answer expects of the config, in words: the comment lines the yaml, accelerate and
     python formats start with (without the comment marker), and the flags format's `notes`."""
     exp = config["expected"]
-    what = f"study {exp['study']}, trial {exp['trial']}, model {exp['model']}"
+    which = "the defaults" if exp.get("trial") is None else f"trial {exp['trial']}"
+    what = f"study {exp['study']}, {which}, model {exp['model']}"
     if exp.get("seq_len"):
         what += f" ({exp.get('task')}, seq len {exp['seq_len']})"
-    tokens = exp.get("tokens_per_s")
-    parts = [f"{tokens:,.0f} tokens/s" if tokens is not None else "throughput not measured"]
-    if tokens is not None and exp.get("rel_ci_halfwidth") is not None:
-        parts[0] += f" ±{100 * exp['rel_ci_halfwidth']:.1f}% (95% interval)"
-    if exp.get("remeasured_tokens_per_s"):
-        parts[0] += f" (re-measured median {exp['remeasured_tokens_per_s']:,.0f})"
-    peak = exp.get("peak_memory_bytes")
-    parts.append(f"peak memory {format_bytes(int(peak))}" if peak is not None else "peak memory not measured")
-    speedup = exp.get("speedup_over_baseline")
-    interval = exp.get("speedup_interval")
-    if speedup is not None:
-        within = f", 95% interval {interval[0]:.2f}-{interval[1]:.2f}x" if interval else ""
-        parts.append(
-            f"{speedup:.2f}x the baseline{within} (measured at {exp['baseline_tokens_per_s']:,.0f} tokens/s)"
-        )
-    else:
-        parts.append("no baseline measured")
-    lines = [f"autotune export: {what}", f"expected: {', '.join(parts)}"]
-    if exp.get("beats_baseline") is False:
-        lines.append(
-            "nothing beat the defaults measurably: keeping them is as fast (this is the best measured)"
-        )
+    return [f"autotune export: {what}", *answer_lines(config)]
+
+
+def answer_lines(config: dict[str, Any], *, time_line: bool = True) -> list[str]:
+    """The answer of an exported config in words, one line each: its verdict, what it hands back,
+    its figures, the alternative, its loss and predicted run, the search's time (with
+    `time_line`) and its changes to the training math. The search's end, ``autotune show`` and
+    every export format say these same lines."""
+    exp = config["expected"]
+    which = "the defaults" if exp.get("trial") is None else f"trial {exp['trial']}"
+    lines = [f"answer: {exp['verdict']}", f"use: {which} ({describe_params(exp.get('params') or {})})"]
+    lines.append(f"expected: {figures_text(exp)}")
+    alternative = exp.get("alternative")
+    if alternative:
+        lines.append(f"alternative, not handed back: {alternative_text(alternative)}")
     lines += run_lines(exp)
     spent = describe_time_breakdown(exp.get("search_time"))
-    if spent:
+    if spent and time_line:
         lines.append(spent)
     changes = exp.get("semantic_changes") or []
     if changes:
@@ -279,6 +248,54 @@ def expected_lines(config: dict[str, Any]) -> list[str]:
     else:
         lines.append("training math as the baseline's (precision, optimizer family, effective batch)")
     return lines
+
+
+def figures_text(exp: Mapping[str, Any]) -> str:
+    """``18,242 tokens/s (re-measured median, 95% interval ... over 3 rounds), peak 433 MiB, 1.05x
+    the baseline (...)``: the figures of an exported answer."""
+    tokens = exp.get("tokens_per_s")
+    if tokens is None:
+        parts = ["throughput not measured"]
+    else:
+        interval = exp.get("tokens_per_s_interval")
+        within = f", 95% interval {interval[0]:,.0f}-{interval[1]:,.0f}" if interval else ""
+        source = (
+            f"re-measured median{within} over {exp.get('rounds')} rounds"
+            if exp.get("remeasured")
+            else f"the search window's, not re-measured{within}"
+        )
+        parts = [f"{tokens:,.0f} tokens/s ({source})"]
+    peak = exp.get("peak_memory_bytes")
+    parts.append(f"peak memory {format_bytes(int(peak))}" if peak is not None else "peak memory not measured")
+    speedup = exp.get("speedup_over_baseline")
+    base = exp.get("baseline_tokens_per_s")
+    if exp.get("trial") is None:
+        parts.append("the baseline itself")
+    elif speedup is not None and base:
+        interval = exp.get("speedup_interval")
+        within = f", 95% interval {interval[0]:.2f}-{interval[1]:.2f}x" if interval else ""
+        parts.append(f"{speedup:.2f}x the baseline{within} (the baseline at {base:,.0f} tokens/s)")
+    else:
+        parts.append("no baseline measured")
+    return ", ".join(parts)
+
+
+def alternative_text(alternative: Mapping[str, Any]) -> str:
+    """The alternative an answer names, in one line."""
+    who = "the defaults" if alternative.get("trial") is None else f"trial {alternative['trial']}"
+    text = f"{who} ({describe_params(alternative.get('params') or {})})"
+    tokens = alternative.get("tokens_per_s")
+    if tokens is not None:
+        measured = "re-measured median" if alternative.get("remeasured") else "search window"
+        text += f", {tokens:,.0f} tokens/s ({measured})"
+    gain = alternative.get("gain_over_answer")
+    if gain:
+        described = Interval.from_dict(gain)
+        text += f", {described.describe()} over {alternative.get('answer_label')}" if described else ""
+    changes = alternative.get("semantic_changes") or []
+    if changes:
+        text += "; changes the training math: " + "; ".join(changes)
+    return text
 
 
 def _comment(config: dict[str, Any]) -> str:
@@ -351,7 +368,8 @@ def to_flags(config: dict[str, Any]) -> str:
             )
             raise UsageError(
                 f"{flag}={word!r} cannot be a flag read by `$(cat FILE)`: the shell would split or expand it",
-                "export with --format json or yaml, or change the value in --base-args",
+                "export with --format json or yaml, or change the value in base_args",
+                field="base_args",
             )
     return " ".join(args) + "\n"
 

@@ -11,30 +11,42 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.errors import UsageError
-from autotune.plan.resolved import Plan
+from autotune.space import SearchSpace
+from autotune.space.availability import Hardware
+
+if TYPE_CHECKING:  # the workload module imports torch
+    from autotune.workloads.workload import Workload
 
 # A difference here leaves the stored measurements meaningful (a new library patch release, a
 # different cap: feasibility is recomputed from the stored peaks).
 SAFE_TO_OVERRIDE = ("autotune_version", "torch", "transformers", "cuda", "driver", "memory_cap")
 
 
-def fingerprint(plan: Plan) -> dict[str, Any]:
-    """The fingerprint of a planned run (imports torch and transformers for their versions)."""
+def fingerprint(
+    *,
+    workload: Workload,
+    hardware: Hardware,
+    space: SearchSpace,
+    base_args: Mapping[str, Any],
+    memory_cap: str | None,
+) -> dict[str, Any]:
+    """The fingerprint of a run: its workload, the hardware it runs on, its space, base
+    `TrainingArguments` and memory cap as given (a planned run's is
+    `autotune.plan.resolved.study_fingerprint`). Imports torch and transformers for their versions."""
     import torch
     import transformers
 
     from autotune import __version__
 
-    hardware = plan.hardware
     return {
-        "model": plan.workload.name,
-        "model_config_hash": plan.workload.config_hash(),
-        "task": plan.workload.task,
-        "seq_len": plan.workload.seq_len,
-        "dataset": plan.workload.dataset_identity(),
+        "model": workload.name,
+        "model_config_hash": workload.config_hash(),
+        "task": workload.task,
+        "seq_len": workload.seq_len,
+        "dataset": workload.dataset_identity(),
         "device": hardware.name,
         "device_count": hardware.count,
         "device_memory_bytes": hardware.memory_bytes,
@@ -42,9 +54,9 @@ def fingerprint(plan: Plan) -> dict[str, Any]:
         "driver": _driver_version() if hardware.cuda else None,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
-        "space": plan.space.fingerprint(),
-        "base_args": _hash(plan.base_args),
-        "memory_cap": plan.config.memory_cap,
+        "space": space.fingerprint(),
+        "base_args": _hash(base_args),
+        "memory_cap": memory_cap,
         "autotune_version": __version__,
     }
 
@@ -74,19 +86,24 @@ def check_resume(
     unsafe = sorted(allowed - set(SAFE_TO_OVERRIDE))
     if unsafe:
         raise UsageError(
-            f"--allow-mismatch {unsafe[0]} is not allowed: measurements for another {unsafe[0]} "
+            f"allow_mismatch={(unsafe[0],)!r} is not allowed: measurements for another {unsafe[0]} "
             "are not comparable",
-            f"only {', '.join(SAFE_TO_OVERRIDE)} can be overridden; start a new study with --study NAME",
+            f"only {', '.join(SAFE_TO_OVERRIDE)} can be overridden; or name a new one with study=NAME",
+            field=("allow_mismatch", "study"),
         )
     diffs = differences(stored, current)
     blocking = [d for d in diffs if d[0] not in allowed]
     if blocking:
         described = "; ".join(f"{field}: stored {old!r}, now {new!r}" for field, old, new in blocking)
         safe = [field for field, _, _ in blocking if field in SAFE_TO_OVERRIDE]
-        hint = "use a new --study name"
+        hint = "give a new name with study=NAME"
         if safe and len(safe) == len(blocking):
-            hint += f", or --allow-mismatch {' --allow-mismatch '.join(safe)} to continue it anyway"
-        raise UsageError(f"study {study_name!r} was measured differently ({described})", hint)
+            hint += f", or allow_mismatch={tuple(safe)!r} to continue it anyway"
+        raise UsageError(
+            f"study={study_name!r} was measured differently ({described})",
+            hint,
+            field=("study", "allow_mismatch"),
+        )
     return [field for field, _, _ in diffs]
 
 

@@ -20,6 +20,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from autotune.records import Baseline, StudyRecord, TrialRecord
+
 Curve = Sequence[Sequence[float]]  # [(tokens seen after the step, the step's mean loss), ...]
 
 
@@ -27,69 +29,63 @@ Curve = Sequence[Sequence[float]]  # [(tokens seen after the step, the step's me
 
 
 def run_tokens(
-    train_tokens: float | None, train_steps: int | None, baseline: Mapping[str, Any] | None
+    train_tokens: float | None, train_steps: int | None, baseline: Baseline | None
 ) -> float | None:
     """The tokens of the user's whole run: `train_tokens`, or `train_steps` optimizer steps of the
     baseline's (measured) tokens per step; None when neither is given or the baseline has no
     measurement to convert steps with (then the score is plain throughput)."""
     if train_tokens:
         return float(train_tokens)
-    per_step = (baseline or {}).get("tokens_per_step")
+    per_step = baseline.tokens_per_step if baseline is not None else None
     if train_steps and per_step:
         return float(train_steps) * float(per_step)
     return None
 
 
-def study_run_tokens(user_attrs: Mapping[str, Any]) -> float | None:
-    """`run_tokens` of a stored study (its run configuration and baseline user attrs)."""
-    run = user_attrs.get("run_config") or {}
-    return run_tokens(run.get("train_tokens"), run.get("train_steps"), user_attrs.get("baseline"))
-
-
-def compile_s(attrs: Mapping[str, Any]) -> float:
+def compile_s(trial: TrialRecord) -> float:
     """A trial's one-off time before its steady state: the larger of dynamo's own compile seconds
-    (``compile_s``) and the warm-up's time beyond steady-state steps (``warmup_excess_s``, which
-    also holds inductor's autotuning and the allocator's growth): what a run pays once."""
-    return max(float(attrs.get("compile_s") or 0.0), float(attrs.get("warmup_excess_s") or 0.0))
+    and the warm-up's time beyond steady-state steps (which also holds inductor's autotuning and
+    the allocator's growth): what a run pays once."""
+    return max(float(trial.compile.seconds or 0.0), float(trial.measurement.warmup_excess_s or 0.0))
 
 
-def run_compile_s(attrs: Mapping[str, Any]) -> float:
+def run_compile_s(trial: TrialRecord) -> float:
     """What a user's run pays to compile a trial's configuration: cold, since their run has no
-    cache. The cold figure the study's compile cache recorded (``compile_cold_s``) when the cache
-    served the trial warm, else the trial's own (`compile_s`)."""
-    return max(compile_s(attrs), float(attrs.get("compile_cold_s") or 0.0))
+    cache. The cold figure the study's compile cache recorded when the cache served the trial
+    warm, else the trial's own (`compile_s`)."""
+    return max(compile_s(trial), float(trial.compile.cold_s or 0.0))
 
 
-def predicted_run_s(attrs: Mapping[str, Any], tokens: float) -> float | None:
+def predicted_run_s(trial: TrialRecord, tokens: float) -> float | None:
     """The predicted wall time of a run of `tokens` tokens with a trial's configuration: set-up +
     compilation + tokens / steady-state throughput. None without a throughput."""
-    rate = attrs.get("tokens_per_s")
+    rate = trial.tokens_per_s
     if not rate:
         return None
-    return float(attrs.get("setup_s") or 0.0) + run_compile_s(attrs) + tokens / float(rate)
+    return float(trial.measurement.setup_s or 0.0) + run_compile_s(trial) + tokens / float(rate)
 
 
-def score(attrs: Mapping[str, Any], tokens: float | None) -> float | None:
+def score(trial: TrialRecord, tokens: float | None) -> float | None:
     """What a trial is ranked by (higher is better): tokens/s, or with the run's `tokens` the
     effective rate of the whole run (tokens / `predicted_run_s`). None without a throughput."""
-    rate = attrs.get("tokens_per_s")
+    rate = trial.tokens_per_s
     if rate is None:
         return None
     if tokens is None:
         return float(rate)
-    predicted = predicted_run_s(attrs, tokens)
+    predicted = predicted_run_s(trial, tokens)
     return tokens / predicted if predicted else None
 
 
-def payoff_tokens(compiled: Mapping[str, Any], uncompiled: Mapping[str, Any]) -> float | None:
+def payoff_tokens(compiled: TrialRecord, uncompiled: TrialRecord) -> float | None:
     """After how many tokens a compiled configuration's whole run is as short as an uncompiled
     one's: where set-up + compile + N / rate are equal. 0 when the compiled one costs no more up
     front; None when it is not faster per token (it never pays for itself)."""
-    rate_c, rate_u = compiled.get("tokens_per_s"), uncompiled.get("tokens_per_s")
+    rate_c, rate_u = compiled.tokens_per_s, uncompiled.tokens_per_s
     if not rate_c or not rate_u or float(rate_c) <= float(rate_u):
         return None
-    fixed_c = float(compiled.get("setup_s") or 0.0) + run_compile_s(compiled)
-    fixed_u = float(uncompiled.get("setup_s") or 0.0) + run_compile_s(uncompiled)
+    fixed_c = float(compiled.measurement.setup_s or 0.0) + run_compile_s(compiled)
+    fixed_u = float(uncompiled.measurement.setup_s or 0.0) + run_compile_s(uncompiled)
     extra_s = fixed_c - fixed_u
     if extra_s <= 0:
         return 0.0
@@ -138,35 +134,39 @@ def loss_diverged(delta: float | None, tolerance: float) -> bool:
 # -- the answer ----------------------------------------------------------------------------------
 
 
-def compiles(attrs: Mapping[str, Any]) -> bool:
+def compiles(trial: TrialRecord) -> bool:
     """Whether a trial's applied arguments compile the model."""
-    return bool((attrs.get("training_args") or {}).get("torch_compile"))
+    return bool((trial.training_args or {}).get("torch_compile"))
 
 
 def run_facts(
-    user_attrs: Mapping[str, Any],
-    trial_attrs: Mapping[str, Any],
-    best_uncompiled: Mapping[str, Any] | None = None,
+    study: StudyRecord, trial: TrialRecord, best_uncompiled: TrialRecord | None = None
 ) -> dict[str, Any]:
     """What the answer and the export say about the user's run with a trial's configuration:
     its loss delta against the baseline at equal tokens; with the run's length, the predicted run
     time of the trial and of the baseline (and with a price per hour their cost); without it, for
     a compiled trial, after how many tokens compilation pays for itself against `best_uncompiled`
     (the best trial that does not compile)."""
-    run = user_attrs.get("run_config") or {}
-    baseline = user_attrs.get("baseline") or {}
-    tokens = study_run_tokens(user_attrs)
-    price = run.get("price_per_hour")
-    facts: dict[str, Any] = {"loss_delta": trial_attrs.get("loss_delta"), "train_tokens": tokens}
+    tokens = study.train_tokens
+    price = study.run_config.get("price_per_hour")
+    facts: dict[str, Any] = {"loss_delta": trial.measurement.loss_delta, "train_tokens": tokens}
     if tokens is not None:
-        for prefix, attrs in (("", trial_attrs), ("baseline_", baseline)):
-            seconds = predicted_run_s(attrs, tokens)
+        for prefix, record in (("", trial), ("baseline_", study.baseline.as_trial())):
+            seconds = predicted_run_s(record, tokens)
             facts[f"{prefix}predicted_run_s"] = seconds
             facts[f"{prefix}predicted_cost"] = (
                 seconds / 3600 * float(price) if seconds is not None and price else None
             )
-    elif compiles(trial_attrs) and best_uncompiled is not None:
-        facts["compile_payoff_tokens"] = payoff_tokens(trial_attrs, best_uncompiled)
+    elif compiles(trial) and best_uncompiled is not None:
+        facts["compile_payoff_tokens"] = payoff_tokens(trial, best_uncompiled)
+    return facts
+
+
+def defaults_run_facts(study: StudyRecord) -> dict[str, Any]:
+    """`run_facts` of the defaults (the baseline's configuration): its loss is the baseline's, its
+    predicted run the baseline's."""
+    facts = run_facts(study, study.baseline.as_trial())
+    facts["loss_delta"] = None  # the baseline itself: no delta to state
     return facts
 
 

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from autotune.records import TrialRecord, concluded, measured_record, trial_attrs, write_trial
+
 if TYPE_CHECKING:  # optuna is imported where outcomes are written, not where reasons are read
     import optuna
 
@@ -91,7 +93,8 @@ class TrialOutcome:
         reason: one of the reasons above; None for a completed trial.
         message: one human line about the reason.
         trained: whether it counts against the budget.
-        attrs: everything else stored with it (measurements, estimate, applied arguments, ...).
+        record: everything else stored with it (measurements, estimate, applied arguments, ...);
+            its number and params are the trial's where known.
         constraints: its optuna constraints; derived from the reason and peak when None.
     """
 
@@ -99,24 +102,29 @@ class TrialOutcome:
     reason: str | None = None
     message: str = ""
     trained: bool = True
-    attrs: Mapping[str, Any] = field(default_factory=dict)
+    record: TrialRecord = field(default_factory=lambda: measured_record({}))
     constraints: Mapping[str, float] | None = None
 
     def constraint_values(self, cap_bytes: int | None) -> dict[str, float]:
         if self.constraints is not None:
             return dict(self.constraints)
-        return constraint_values(self.reason, self.attrs.get("peak_memory_bytes"), cap_bytes)
+        return constraint_values(self.reason, self.record.peak_memory_bytes, cap_bytes)
+
+    def stored(self, cap_bytes: int | None) -> TrialRecord:
+        """The record that stores this outcome (``feasible`` derived from state and constraints)."""
+        constraints = self.constraint_values(cap_bytes)
+        return concluded(
+            self.record,
+            state=self.state,
+            trained=self.trained,
+            feasible=self.state == "COMPLETE" and all(v <= 0 for v in constraints.values()),
+            reason=self.reason,
+            message=self.message,
+        )
 
     def user_attrs(self, cap_bytes: int | None) -> dict[str, Any]:
-        """The user attrs that store this outcome (``feasible`` derived from state and constraints)."""
-        attrs: dict[str, Any] = {**self.attrs, "trained": self.trained}
-        if self.reason is not None:
-            attrs["reason"] = self.reason
-        if self.message:
-            attrs["message"] = self.message
-        constraints = self.constraint_values(cap_bytes)
-        attrs["feasible"] = self.state == "COMPLETE" and all(v <= 0 for v in constraints.values())
-        return attrs
+        """The user attrs that store this outcome (`stored`, flat)."""
+        return trial_attrs(self.stored(cap_bytes))
 
     @classmethod
     def process_ended(cls, reason: str, message: str, trained: bool = True) -> TrialOutcome:
@@ -124,20 +132,17 @@ class TrialOutcome:
         return cls("FAIL", reason, message, trained)
 
 
-def record_outcome(
-    trial: optuna.Trial, outcome: TrialOutcome, cap_bytes: int | None = None
-) -> dict[str, Any]:
+def record_outcome(trial: optuna.Trial, outcome: TrialOutcome, cap_bytes: int | None = None) -> TrialRecord:
     """Write the outcome of a trial that optuna's loop still holds (that loop then ends it, from
     the objective or `TrialPruned`): constraints first (TPE reads them only from COMPLETE and
-    PRUNED trials, and they must be set before the trial ends), then its user attrs. Returns the
-    user attrs written."""
+    PRUNED trials, and they must be set before the trial ends), then its record
+    (`autotune.records.write_trial`). Returns the record written."""
     if outcome.state != "FAIL":  # TPE never reads a failed trial's constraints
         for key, value in outcome.constraint_values(cap_bytes).items():
             trial.set_constraint(key, value)
-    attrs = outcome.user_attrs(cap_bytes)
-    for key, value in attrs.items():
-        trial.set_user_attr(key, value)
-    return attrs
+    stored = outcome.stored(cap_bytes)
+    write_trial(trial, stored)
+    return stored
 
 
 class _StoredTrial:

@@ -24,7 +24,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-OWNER_ATTR = "worker"
+from autotune.records import OWNER_KEY
+
+OWNER_ATTR = OWNER_KEY  # the trial user attr that holds its owner
 
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
@@ -58,18 +60,19 @@ class Owner:
         return f"{self.host}/{self.boot_id}/{self.pid_ns}/{self.pid}/{self.start_ticks}"
 
     @classmethod
-    def from_attrs(cls, attrs: Any) -> Owner | None:
-        """The owner stored in a trial's user attrs, or None (an older trial, or not a mapping).
-        Records without ``boot_id``/``pid_ns`` (older autotune) read with those None."""
-        if not isinstance(attrs, dict) or "host" not in attrs or "pid" not in attrs:
+    def from_attrs(cls, stored: Any) -> Owner | None:
+        """The owner a trial stored (its `OWNER_ATTR` value, `TrialRecord.owner`), or None (an
+        older trial, or not a mapping). Records without ``boot_id``/``pid_ns`` (older autotune)
+        read with those None."""
+        if not isinstance(stored, dict) or "host" not in stored or "pid" not in stored:
             return None
-        ticks = attrs.get("start_ticks")
+        ticks = stored.get("start_ticks")
         return cls(
-            str(attrs["host"]),
-            int(attrs["pid"]),
+            str(stored["host"]),
+            int(stored["pid"]),
             int(ticks) if ticks is not None else None,
-            _text_or_none(attrs.get("boot_id")),
-            _text_or_none(attrs.get("pid_ns")),
+            _text_or_none(stored.get("boot_id")),
+            _text_or_none(stored.get("pid_ns")),
         )
 
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from autotune.records import StudyRecord, TrialRecord
 from autotune.space import precision_of
 from autotune.space.defaults import base_knobs
 from autotune.space.knobs import optimizer_family
@@ -34,12 +35,12 @@ class SemanticChange:
         return {**asdict(self), "text": self.text()}
 
 
-def baseline_math(study_attrs: Mapping[str, Any]) -> dict[str, Any]:
+def baseline_math(study: StudyRecord) -> dict[str, Any]:
     """The baseline's batch split, precision and optimizer: the measured baseline's values, else
     what the base config (or the `TrainingArguments` defaults) amounts to."""
-    base = base_knobs(study_attrs.get("base_args") or {})
+    base = base_knobs(study.base_args)
     derived = {k: base[k] for k in (BATCH, ACCUM, "precision", "optim", "group_by_length")}
-    measured = (study_attrs.get("baseline") or {}).get("params") or {}
+    measured = study.baseline.params
     return {**derived, **{k: v for k, v in measured.items() if k in derived}}
 
 
@@ -99,15 +100,20 @@ def semantic_changes(baseline: Mapping[str, Any], chosen: Mapping[str, Any]) -> 
     return changes
 
 
+def record_changes(study: StudyRecord, trial: TrialRecord) -> list[SemanticChange]:
+    """`study_changes` of a trial's record."""
+    return study_changes(study, trial.params, trial.training_args)
+
+
 def study_changes(
-    study_attrs: Mapping[str, Any], params: Mapping[str, Any], training_args: Mapping[str, Any] | None = None
+    study: StudyRecord, params: Mapping[str, Any], training_args: Mapping[str, Any] | None = None
 ) -> list[SemanticChange]:
-    """`semantic_changes` of a stored trial (its sampled `params`, and the `training_args` it
-    applied, which hold values derived from them, such as the accumulation under a fixed global
-    batch) against its study's baseline."""
+    """`semantic_changes` of a configuration of a study (its sampled `params`, and the
+    `training_args` it applied, which hold values derived from them, such as the accumulation
+    under a fixed global batch) against the study's baseline."""
     applied = dict(training_args or {})
     chosen = {k: v for k, v in params.items() if k in (BATCH, ACCUM, "precision", "optim", "group_by_length")}
     chosen.update({k: applied[k] for k in (BATCH, ACCUM, "optim") if k in applied})
     if "precision" not in chosen and any(k in applied for k in ("bf16", "fp16", "tf32")):
         chosen["precision"] = precision_of(applied)
-    return semantic_changes(baseline_math(study_attrs), chosen)
+    return semantic_changes(baseline_math(study), chosen)

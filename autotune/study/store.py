@@ -23,12 +23,12 @@ from sqlalchemy.engine import make_url
 
 from autotune.config import parse_memory_cap
 from autotune.errors import StoreError, UsageError
-from autotune.progress import TrialSummary
-from autotune.study.objective import compiles, run_facts, score, study_run_tokens
+from autotune.records import TrialRecord, check_schema, read_study, read_trial
+from autotune.study.objective import compiles, run_facts, score
 from autotune.study.outcomes import INTERRUPTED, NOT_TRAINED, TrialOutcome, fail_running_trial
 from autotune.study.owner import OWNER_ATTR, Owner, is_dead_here
 from autotune.study.retry import RetryingRDBStorage, retry_transient, store_retry_s
-from autotune.study.urls import display_url, engine_url, password_of, sqlite_file
+from autotune.urls import display_url, engine_url, password_of, sqlite_file
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
@@ -217,19 +217,23 @@ def _engine_kwargs(url: str) -> dict[str, Any]:
 
 def reason_of(trial: FrozenTrial) -> str | None:
     """A trial's reason; a FAIL without one is a trial whose process died (optuna failed it)."""
-    reason = trial.user_attrs.get("reason")
-    if reason is None and trial.state == TrialState.FAIL:
+    return _reason(read_trial(trial))
+
+
+def _reason(record: TrialRecord) -> str | None:
+    if record.reason is None and record.state == "FAIL":
         return INTERRUPTED
-    return reason
+    return record.reason
 
 
 def was_trained(trial: FrozenTrial) -> bool:
     """Whether a trial counts as measured: skipped, reused, predicted and interrupted trials do not
     (an interrupted configuration is tried again)."""
-    reason = reason_of(trial)
+    record = read_trial(trial)
+    reason = _reason(record)
     if reason == INTERRUPTED:
         return False
-    return bool(trial.user_attrs.get("trained", reason not in NOT_TRAINED))
+    return bool(record.trained if record.trained is not None else reason not in NOT_TRAINED)
 
 
 def fail_interrupted_trials(study: optuna.Study, mine: Collection[str] = ()) -> list[int]:
@@ -296,66 +300,62 @@ def measured_count(study: optuna.Study) -> int:
     return sum(1 for t in study.get_trials(deepcopy=False, states=FINISHED) if was_trained(t))
 
 
-def summarize_trial(trial: FrozenTrial) -> TrialSummary:
-    attrs = dict(trial.user_attrs)
-    return TrialSummary(
-        number=trial.number,
-        params=dict(trial.params),
-        state=trial.state.name,
-        tokens_per_s=attrs.get("tokens_per_s"),
-        samples_per_s=attrs.get("samples_per_s"),
-        peak_memory_bytes=attrs.get("peak_memory_bytes"),
-        rel_ci_halfwidth=attrs.get("rel_ci_halfwidth"),
-        reason=reason_of(trial),
-        message=attrs.get("message"),
-        attrs=attrs,
-    )
+def summarize_trial(trial: FrozenTrial) -> TrialRecord:
+    """A trial's record, a FAIL without a reason read as interrupted."""
+    record = read_trial(trial)
+    return record.with_reason(_reason(record))
 
 
-def ranked_trials(study: optuna.Study) -> list[TrialSummary]:
+def ranked_trials(study: optuna.Study) -> list[TrialRecord]:
     """Finished trials, best first: feasible completed ones by their score (tokens/s, or with the
     user's run length the effective rate of that run: `autotune.study.objective.score`; reused
     duplicates left out of the ranking), then the rest by number."""
     summaries = [summarize_trial(t) for t in study.get_trials(deepcopy=False, states=FINISHED)]
-    tokens = study_run_tokens(study.user_attrs)
-    scored = sorted(
-        (s for s in summaries if _rankable(s)),
-        key=lambda s: -(score(s.attrs, tokens) or 0.0),
-    )
+    tokens = read_study(study).train_tokens
+    scored = sorted((s for s in summaries if _rankable(s)), key=lambda s: -(score(s, tokens) or 0.0))
     rest = sorted((s for s in summaries if s not in scored), key=lambda s: s.number)
     return scored + rest
 
 
-def _rankable(summary: TrialSummary) -> bool:
+def _rankable(summary: TrialRecord) -> bool:
     return (
         summary.state == "COMPLETE"
         and summary.tokens_per_s is not None
-        and "duplicate_of" not in summary.attrs
-        and summary.attrs.get("feasible", True)
+        and not summary.reused
+        and summary.is_feasible
     )
 
 
-def best_trial(study: optuna.Study) -> TrialSummary | None:
-    """The best feasible trial: the finalists' winner when they were re-measured, else the completed
-    trial with the highest measured tokens/s. Never an infeasible trial."""
+def best_trial(study: optuna.Study) -> TrialRecord | None:
+    """The best measured feasible trial: the one the finalists' re-measurement put first when
+    they were re-measured, else the completed trial with the highest measured score. Never an
+    infeasible trial. What the study hands back is its `answer`, which may be the defaults."""
     ranked = ranked_trials(study)
-    winner = study.user_attrs.get("winner")
+    winner = read_study(study).winner
     if winner is not None:
         for summary in ranked:
-            if summary.number == winner["number"] and _rankable(summary):
+            if summary.number == winner.number and _rankable(summary):
                 return summary
     return ranked[0] if ranked and _rankable(ranked[0]) else None
+
+
+def read_trials(study: optuna.Study) -> list[TrialRecord]:
+    """The records of a study's finished trials."""
+    return [summarize_trial(t) for t in study.get_trials(deepcopy=False, states=FINISHED)]
 
 
 def load_existing_study(url: str, name: str, existing: bool = False) -> optuna.Study:
     """Load a stored study by name.
 
     Raises:
-        UsageError: no study of that name in the store (the message lists those there are).
+        UsageError: no study of that name in the store (the message lists those there are), or
+            it was written by a newer autotune.
     """
     database = sqlite_file(url)
     if database is not None and not database.exists():  # reading must not create an empty store
-        raise UsageError(f"no study store at {url}: {database} does not exist", "pass --storage URL")
+        raise UsageError(
+            f"no study store at {url}: {database} does not exist", "pass storage=URL", field="storage"
+        )
     storage = open_storage(url, existing)
     names = optuna.get_all_study_names(storage)
     if name not in names:
@@ -363,32 +363,12 @@ def load_existing_study(url: str, name: str, existing: bool = False) -> optuna.S
         raise UsageError(
             f"no study {name!r} in {display_url(url)} (studies there: {listed})", "see `autotune studies`"
         )
-    return optuna.load_study(study_name=name, storage=storage)
-
-
-def speedup_over_baseline(study: optuna.Study, trial: TrialSummary) -> tuple[float, float] | None:
-    """(speedup, baseline tokens/s) of a trial over the study's baseline: from the interleaved
-    re-measurements when this trial is the re-measured winner and the baseline was re-measured
-    with it (the geometric mean of the per-round ratios, see `winner_speedup`); else the trial's
-    search window over the baseline's first window. None without a baseline."""
-    baseline = study.user_attrs.get("baseline") or {}
-    if not baseline.get("tokens_per_s"):
-        return None
-    winner = study.user_attrs.get("winner") or {}
-    if winner.get("number") == trial.number and baseline.get("remeasured_median"):
-        base = float(baseline["remeasured_median"])
-        paired = winner.get("speedup") or {}
-        if paired.get("ratio"):  # rounds measured side by side: their ratios, drift cancelled
-            return float(paired["ratio"]), base
-        return float(winner["median_tokens_per_s"]) / base, base
-    if trial.tokens_per_s is None:
-        return None
-    base = float(baseline["tokens_per_s"])
-    tokens = study_run_tokens(study.user_attrs)
-    mine, theirs = score(trial.attrs, tokens), score(baseline, tokens)
-    if tokens is None or not mine or not theirs:
-        return float(trial.tokens_per_s) / base, base
-    return mine / theirs, base  # the baseline's run time over this trial's
+    study = optuna.load_study(study_name=name, storage=storage)
+    try:
+        check_schema(name, study.user_attrs)
+    except ValueError as exc:
+        raise UsageError(str(exc), "pip install -U autotune") from None
+    return study
 
 
 def study_cap_bytes(study: optuna.Study, text: str) -> int:
@@ -398,29 +378,21 @@ def study_cap_bytes(study: optuna.Study, text: str) -> int:
         UsageError: not a cap, or a fraction and the study does not record its device's memory.
     """
     cap = parse_memory_cap(text)
-    total = int((study.user_attrs.get("device") or {}).get("memory_bytes") or 0)
+    total = read_study(study).device_memory_bytes
     if cap.kind == "fraction" and total <= 0:
         raise UsageError(
-            f"--memory-cap {text}: study {study.study_name!r} does not record its device's memory",
+            f"memory_cap={text!r}: study {study.study_name!r} does not record its device's memory",
             "give the cap as a size, like 20GiB",
+            field="memory_cap",
         )
     return cap.resolve(total)
 
 
-def winner_speedup(study: optuna.Study, trial: TrialSummary) -> dict[str, Any] | None:
-    """The re-measured speedup of `trial` over the baseline with its 95% interval (``ratio``,
-    ``low``, ``high``, ``rounds``, ``beats_baseline``), when `trial` is the re-measured winner."""
-    winner = study.user_attrs.get("winner") or {}
-    if winner.get("number") != trial.number or not winner.get("speedup"):
-        return None
-    return dict(winner["speedup"])
-
-
-def trial_run_facts(study: optuna.Study, trial: TrialSummary) -> dict[str, Any]:
+def trial_run_facts(study: optuna.Study, trial: TrialRecord) -> dict[str, Any]:
     """`autotune.study.objective.run_facts` of a trial of `study`: its loss delta, its predicted run
     time and cost, or when it compiles after how many tokens that pays for itself."""
     uncompiled = next(
-        (s for s in ranked_trials(study) if _rankable(s) and not compiles(s.attrs)),
+        (s for s in ranked_trials(study) if _rankable(s) and not compiles(s)),
         None,
     )
-    return run_facts(study.user_attrs, trial.attrs, uncompiled.attrs if uncompiled else None)
+    return run_facts(read_study(study), trial, uncompiled)

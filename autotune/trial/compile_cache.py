@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from autotune.study.urls import sqlite_file
+from autotune.urls import sqlite_file
 
 if TYPE_CHECKING:
     from autotune.plan.resolved import Plan

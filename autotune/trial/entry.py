@@ -31,15 +31,16 @@ from autotune.measure.ranks import from_rank_zero, is_rank_zero
 from autotune.plan.build import plan_from_study
 from autotune.plan.resolved import Plan
 from autotune.progress import Reporter
+from autotune.records import read_trial, trial_facts
 from autotune.study.outcomes import DUPLICATE_RUNNING
-from autotune.study.owner import OWNER_ATTR
 from autotune.study.retry import RetryingRDBStorage
 from autotune.study.sampler import search_sampler
 from autotune.study.store import distinct_params, measured_count, running_trials, was_trained
 from autotune.trial.compile_cache import shared_compile_cache, study_compile_cache
+from autotune.trial.compose import build_trainer
 from autotune.trial.errors import failure_reason, one_line
 from autotune.trial.job import Event, Job, JobFailed, JobResult, Measured, TrialDone
-from autotune.trial.trainer import AutotuneTrainer, build_trainer
+from autotune.trial.trainer import AutotuneTrainer
 from autotune.workloads.user import load as load_workload
 
 # Pre-checked trials in a row after which a trial job gives up finding one to train.
@@ -143,7 +144,7 @@ def run_on(
     trainer.job_id = job.job_id
     storage = RetryingRDBStorage.of(plan.storage)
     if storage is not None:  # the owner lands with the trial it creates, in the same transaction
-        storage.stamp_new_trials({OWNER_ATTR: trainer.owner_attrs()})
+        storage.stamp_new_trials(trial_facts(owner=trainer.owner_attrs()))
     trainer.measurement.job_started_s = time.perf_counter() if started_s is None else started_s
     if job.kind == "measure":
         return Measured(dict(trainer.measure_config(job.params, job.number, verbatim=job.verbatim)))
@@ -177,13 +178,10 @@ def one_trial(trainer: Any, plan: Plan, study: optuna.Study, job: Job) -> TrialD
         with contextlib.suppress(optuna.TrialPruned):
             hyperparameter_search(trainer, plan, 1, seed)
         if is_rank_zero():
-            mine = [
-                t
-                for t in study.get_trials(deepcopy=False)
-                if t.user_attrs.get(OWNER_ATTR) == trainer.owner_attrs()
-            ]
+            owner = trainer.owner_attrs()
+            mine = [t for t in study.get_trials(deepcopy=False) if read_trial(t).owner == owner]
             done = TrialDone(True, mine[-1].number) if mine and was_trained(mine[-1]) else None
-            collided += bool(mine and mine[-1].user_attrs.get("reason") == DUPLICATE_RUNNING)
+            collided += bool(mine and read_trial(mine[-1]).reason == DUPLICATE_RUNNING)
         done = from_rank_zero(done)
         if done is not None:
             return done

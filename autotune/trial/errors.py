@@ -3,12 +3,15 @@ exception that ended one (the reasons themselves are spelled in `autotune.study.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from optuna.trial import FrozenTrial
 
 from autotune.errors import AutotuneError, StoreError
 from autotune.measure.callback import ScreenedOut, TrialTimeout
 from autotune.measure.estimate import SAFETY_MARGIN
+from autotune.records import TrialRecord, measured_record
 from autotune.study import outcomes
 
 
@@ -127,6 +130,23 @@ def failure_reason(exc: BaseException) -> str:
     if "no kernel image" in text or "not implemented for" in text:
         return outcomes.MISSING_KERNEL
     return outcomes.ERROR
+
+
+def failure_record(exc: BaseException, setup_s: float | None, traceback_text: str | None) -> TrialRecord:
+    """What a trial that `exc` ended records beside its reason: the knob that cannot run here, the
+    trial that made it pointless, a screened-out trial's steps and its set-up, and the traceback
+    (`traceback_text`, with ``--debug``)."""
+    record = measured_record(exc.attrs() if isinstance(exc, ScreenedOut) else {})
+    if isinstance(exc, ScreenedOut):
+        record = replace(record, measurement=replace(record.measurement, setup_s=setup_s))
+    failure = replace(
+        record.failure,
+        unavailable_knob=exc.knob if isinstance(exc, Unavailable) else None,
+        traceback=traceback_text,
+    )
+    return replace(
+        record, dominated_by=exc.number if isinstance(exc, PredictedOOM) else None, failure=failure
+    )
 
 
 def one_line(exc: BaseException) -> str:

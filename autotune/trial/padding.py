@@ -7,27 +7,29 @@ their tokens/s (real tokens only, so padding saved is speed gained), and, when i
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import optuna
 
+from autotune.records import TrialRecord, read_study, read_trial
+
 BASELINE = -1  # the baseline's number as a twin
 
 
-def padded_twin(
-    values: Mapping[str, Any], candidates: list[tuple[int, Mapping[str, Any], Mapping[str, Any]]]
-) -> tuple[int, Mapping[str, Any]] | None:
-    """The first of `candidates` (number, knob values, attrs) measured with the same values as
-    `values` but with padded batches; None without one. Only the knobs `values` has are compared:
-    the baseline's params name every knob, a trial's only those its space searches (the others
-    are held at the baseline's)."""
+def padded_twin(values: Mapping[str, Any], candidates: Sequence[TrialRecord]) -> TrialRecord | None:
+    """The first of `candidates` measured with the same values as `values` but with padded
+    batches; None without one. Only the knobs `values` has are compared: the baseline's params
+    name every knob, a trial's only those its space searches (the others are held at the
+    baseline's)."""
     wanted = {k: v for k, v in values.items() if k != "padding_free"}
-    for number, params, attrs in candidates:
-        if params.get("padding_free", False) or not attrs.get("tokens_per_s"):
+    for candidate in candidates:
+        params = candidate.params
+        if params.get("padding_free", False) or not candidate.tokens_per_s:
             continue
         if all(params.get(k) == v for k, v in wanted.items()):
-            return number, attrs
+            return candidate
     return None
 
 
@@ -45,27 +47,25 @@ def why_not_faster(ratio: float, padding_fraction: float | None, attention: Any)
     )
 
 
-def padding_free_comparison(trial: Any, values: Mapping[str, Any], tokens_per_s: float) -> dict[str, Any]:
-    """The attrs a padding-free trial records: ``padding_free_vs_padded`` (its twin's number and
-    padding fraction, and the ratio of tokens/s) and, when that ratio is not above 1,
-    ``padding_free_note`` saying why. {} for other trials, or without a measured twin."""
-    study = getattr(trial, "study", None)
-    if not values.get("padding_free") or not isinstance(trial, optuna.Trial) or study is None:
-        return {}
+def padding_free_comparison(
+    study: optuna.Study | None, values: Mapping[str, Any], tokens_per_s: float | None
+) -> tuple[dict[str, Any] | None, str | None]:
+    """What a padding-free trial of `study` records against its padded twin: the comparison
+    (`TrialRecord.padding_compared`: the twin's number and padding fraction, and the ratio of
+    tokens/s) and, when that ratio is not above 1, a note saying why (`padding_note`). Neither for
+    other trials, outside a study, or without a measured twin."""
+    if not values.get("padding_free") or study is None or not tokens_per_s:
+        return None, None
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    candidates = [(t.number, t.params, t.user_attrs) for t in complete if "duplicate_of" not in t.user_attrs]
-    baseline = study.user_attrs.get("baseline") or {}
-    if baseline.get("params"):
-        candidates.append((BASELINE, baseline["params"], baseline))
+    candidates = [r for r in map(read_trial, complete) if not r.reused]
+    baseline = read_study(study).baseline
+    if baseline.params:
+        candidates.append(replace(baseline.as_trial(), number=BASELINE, params=dict(baseline.params)))
     twin = padded_twin(values, candidates)
-    if twin is None:
-        return {}
-    number, attrs = twin
-    ratio = tokens_per_s / float(attrs["tokens_per_s"])
-    padding = attrs.get("padding_fraction")
-    out: dict[str, Any] = {
-        "padding_free_vs_padded": {"twin": number, "ratio": ratio, "twin_padding_fraction": padding}
-    }
-    if ratio <= 1:
-        out["padding_free_note"] = why_not_faster(ratio, padding, values.get("attn_implementation"))
-    return out
+    if twin is None or not twin.tokens_per_s:
+        return None, None
+    ratio = float(tokens_per_s) / float(twin.tokens_per_s)
+    padding = twin.measurement.padding_fraction
+    compared = {"twin": twin.number, "ratio": ratio, "twin_padding_fraction": padding}
+    note = why_not_faster(ratio, padding, values.get("attn_implementation")) if ratio <= 1 else None
+    return compared, note

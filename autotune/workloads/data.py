@@ -104,8 +104,9 @@ def load_rows(source: DataSource, trust_remote_code: bool = False) -> Any:
             builder = BUILDERS.get(path.suffix.lower())
             if builder is None:
                 raise WorkloadError(
-                    f"--dataset {source.path}: unknown file type {path.suffix!r}",
+                    f"dataset {source.path}: unknown file type {path.suffix!r}",
                     f"use one of {', '.join(BUILDERS)}, or a folder of such files",
+                    field="dataset",
                 )
             # A single file is the "train" split of its builder, whatever --split says.
             return datasets.load_dataset(builder, data_files=str(path), split="train")
@@ -113,15 +114,15 @@ def load_rows(source: DataSource, trust_remote_code: bool = False) -> Any:
             import huggingface_hub.constants
 
             if not huggingface_hub.constants.HF_HUB_OFFLINE:
-                require_hub("dataset", source.path, "--dataset")
+                require_hub("dataset", source.path, "dataset")
         return datasets.load_dataset(source.path, source.config_name, split=source.split)
     except WorkloadError:
         raise
     except Exception as exc:
         raise WorkloadError(
-            f"cannot load --dataset {source.path} (split {source.split!r}): {_first_line(exc)}",
-            "pass a text/JSON lines/CSV/Parquet file or folder, or a hub dataset with --dataset-config "
-            "and --split",
+            f"cannot load {source.path} (split {source.split!r}) as a dataset: {_first_line(exc)}",
+            "pass a text/JSON lines/CSV/Parquet file or folder, or a hub dataset with its configuration "
+            "name and split",
         ) from None
 
 
@@ -175,8 +176,9 @@ def _packed(
     if len(packed) == 0:
         total = sum(len(ids) for ids in tokenized["input_ids"])
         raise WorkloadError(
-            f"--dataset {source.path} holds {total} tokens, fewer than one --seq-len block of {seq_len}",
-            "use a larger dataset or a smaller --seq-len",
+            f"dataset {source.path} holds {total} tokens, fewer than one seq_len block of {seq_len}",
+            "use more text, or a smaller seq_len",
+            field=("dataset", "seq_len"),
         )
     collator = (
         default_data_collator
@@ -214,7 +216,9 @@ def _examples(
     )
     if len(tokenized) == 0:
         raise WorkloadError(
-            f"--dataset {source.path} has no text of two tokens or more", "use a dataset with text in it"
+            f"dataset {source.path} has no text of two tokens or more",
+            "use one with text in it",
+            field="dataset",
         )
     if tokenizer.pad_token is None:  # GPT-style tokenizers: pad with EOS (masked out of the loss)
         tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
@@ -228,8 +232,9 @@ def _examples(
 def _check_mask_token(tokenizer: Any, task: str) -> None:
     if task == "masked-lm" and tokenizer.mask_token is None:
         raise WorkloadError(
-            "--task masked-lm needs a tokenizer with a mask token; this one has none",
-            "pass --tokenizer with a [MASK] token, or use --task causal-lm",
+            "task='masked-lm' needs a tokenizer with a mask token; this one has none",
+            "pass a tokenizer with a [MASK] token, or use task='causal-lm'",
+            field="task",
         )
 
 
@@ -249,8 +254,9 @@ def _classification(
     )
     if label_column is None:
         raise WorkloadError(
-            f"--dataset {source.path} has no label column (columns: {', '.join(rows.column_names)})",
-            "add a 'label' column, or use --task causal-lm",
+            f"dataset {source.path} has no label column (columns: {', '.join(rows.column_names)})",
+            "add a 'label' column, or use task='causal-lm'",
+            field=("dataset", "task"),
         )
     names = sorted({str(v) for v in rows[label_column]})
     numeric = all(isinstance(v, int) for v in rows[label_column][:1000])
@@ -275,9 +281,9 @@ def _text_column(rows: Any, source: DataSource) -> str:
     if source.text_column is not None:
         if source.text_column not in columns:
             raise WorkloadError(
-                f"--text-column {source.text_column!r} is not in {source.path} "
-                f"(columns: {', '.join(columns)})",
+                f"text_column={source.text_column!r} is not in {source.path} (columns: {', '.join(columns)})",
                 f"pass one of {', '.join(columns)}",
+                field="text_column",
             )
         return source.text_column
     if "text" in columns:
@@ -285,8 +291,9 @@ def _text_column(rows: Any, source: DataSource) -> str:
     strings = [c for c, f in rows.features.items() if getattr(f, "dtype", None) in ("string", "large_string")]
     if not strings:
         raise WorkloadError(
-            f"--dataset {source.path} has no text column (columns: {', '.join(columns)})",
-            "name it with --text-column",
+            f"dataset {source.path} has no text column (columns: {', '.join(columns)})",
+            "name it with text_column",
+            field=("dataset", "text_column"),
         )
     return str(strings[0])
 

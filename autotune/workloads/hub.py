@@ -40,7 +40,7 @@ def hub_unreachable(timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
     return None
 
 
-def require_hub(what: str, name: str, flag: str) -> None:
+def require_hub(what: str, name: str, field: str) -> None:
     """Fail in seconds, with one line, when `name` must come from a hub that does not answer.
 
     Raises:
@@ -50,7 +50,8 @@ def require_hub(what: str, name: str, flag: str) -> None:
     if why is not None:
         raise WorkloadError(
             f"cannot resolve {what} {name!r}: it is not a local path and not in the local cache, and {why}",
-            f"pass a local folder or file to {flag}, or run where the hub is reachable",
+            f"pass a local folder or file as {field}, or run where the hub is reachable",
+            field=field,
         )
 
 
@@ -68,7 +69,7 @@ def require_reachable_model(name: str) -> None:
 
     if isinstance(try_to_load_from_cache(name, "config.json"), str):
         return  # cached: no network needed
-    require_hub("model", name, "--model")
+    require_hub("model", name, "model")
 
 
 @contextlib.contextmanager

@@ -22,7 +22,7 @@ def load_config(model: str, trust_remote_code: bool = False) -> Any:
         lambda **kw: AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code, **kw),
         model,
         "model",
-        "--model",
+        "model",
         f"use a preset ({', '.join(PRESETS)}), a directory with config.json, or a hub id",
     )
 
@@ -35,18 +35,18 @@ def load_tokenizer(name: str, trust_remote_code: bool = False) -> Any:
         lambda **kw: AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code, **kw),
         name,
         "tokenizer",
-        "--tokenizer",
-        "pass --tokenizer with a folder holding tokenizer.json (or the model's tokenizer files)",
+        "tokenizer",
+        "give a tokenizer folder holding tokenizer.json (or the model's tokenizer files)",
     )
 
 
-def _from_folder_or_hub(load: Callable[..., Any], name: str, what: str, flag: str, hint: str) -> Any:
+def _from_folder_or_hub(load: Callable[..., Any], name: str, what: str, field: str, hint: str) -> Any:
     with quiet_loading():
         if not is_local(name):
             try:
                 return load(local_files_only=True)  # the cache first: no network, no retries
             except (OSError, ValueError):
-                require_hub(what, name, flag)
+                require_hub(what, name, field)
         try:
             return load()
         except (OSError, ValueError) as exc:

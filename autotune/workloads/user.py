@@ -33,7 +33,7 @@ class UserWorkload(Workload):
         data_collator: the collator the user's Trainer uses (None: `default_data_collator`).
         built_class: the class of the user's model (its support flags drive availability rules).
         trainer_class: the user's `Trainer` class; each trial runs a class derived from
-            `AutotuneTrainer` and this one (`autotune.trial.trainer.trial_trainer_class`).
+            `AutotuneTrainer` and this one (`autotune.trial.compose.trial_trainer_class`).
         trainer_attrs: attributes set on each trial's Trainer once it is built: the user's own
             (what their subclass's ``__init__`` stored), ``compute_loss_func``, ``processing_class``.
         callbacks: the user's Trainer callbacks, added to every trial's.

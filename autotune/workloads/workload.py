@@ -211,11 +211,15 @@ def resolve_workload(
             for, a tokenizer the model cannot take, or a sequence length the model cannot take.
     """
     if task is not None and task not in TASKS:
-        raise WorkloadError(f"unknown --task {task!r}", "use causal-lm, masked-lm or seq-classification")
+        raise WorkloadError(
+            f"unknown task {task!r}", "use causal-lm, masked-lm or seq-classification", field="task"
+        )
     if model in PRESETS:
         preset = PRESETS[model]
         if pretrained:
-            raise WorkloadError(f"--pretrained: preset {model} has no weights", "drop --pretrained")
+            raise WorkloadError(
+                f"pretrained=True: preset {model} has no weights", "drop pretrained=True", field="pretrained"
+            )
         config = preset_config(preset)
         chosen = TASKS[task] if task else preset.task
         workload = Workload(model, chosen, config, seq_len or preset.seq_len)
@@ -243,15 +247,18 @@ def _attach_data(
 ) -> None:
     if tokenizer_name is None and workload.name in PRESETS:
         raise WorkloadError(
-            f"--dataset needs a tokenizer: preset {workload.name} has none",
-            "pass --tokenizer with a tokenizer folder or hub id",
+            f"dataset needs tokenizer: preset {workload.name} has none of its own",
+            "give tokenizer (a folder or a hub id)",
+            field=("dataset", "tokenizer"),
         )
     tokenizer = load_tokenizer(tokenizer_name or workload.name, workload.trust_remote_code)
     vocab = int(getattr(workload.config, "vocab_size", 0) or 0)
     if vocab and len(tokenizer) > vocab:
         raise WorkloadError(
-            f"the tokenizer has {len(tokenizer)} tokens, more than {workload.name}'s vocab_size {vocab}",
-            "pass the model's own tokenizer with --tokenizer, or a config with a larger vocab_size",
+            f"tokenizer {tokenizer_name or workload.name!r} has {len(tokenizer)} tokens, more than "
+            f"{workload.name}'s vocab_size {vocab}",
+            "give tokenizer the model's own, or use a config with a larger vocab_size",
+            field="tokenizer",
         )
     with quiet_loading():
         workload.data = prepare(
@@ -280,8 +287,9 @@ def _check_seq_len(workload: Workload) -> None:
     limit = _position_limit(workload.config)
     if limit is not None and workload.seq_len > limit:
         raise WorkloadError(
-            f"--seq-len {workload.seq_len} is longer than {workload.name}'s {limit} positions",
-            f"use --seq-len {limit} or less",
+            f"seq_len={workload.seq_len} is longer than {workload.name}'s {limit} positions",
+            f"use seq_len={limit} or less",
+            field="seq_len",
         )
 
 

@@ -19,7 +19,7 @@ import sqlalchemy
 
 from autotune.config import RUN_CONFIG_SCHEMA, SCHEMA_KEY, MeasureSettings, RunConfig
 from autotune.study.store import measured_count, open_storage, was_trained
-from autotune.study.urls import engine_url
+from autotune.urls import engine_url
 from tests.helpers import terminate_connections, wait_for, write_space
 from tests.integration.test_pools import _check_finished_study, _end, _load, _search_args
 

@@ -106,23 +106,23 @@ def stored_study(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def test_resume_with_another_sequence_length_is_refused(stored_study: dict) -> None:
     with pytest.raises(
-        UsageError, match=r"study 'fp' was measured differently \(seq_len: stored 16, now 32\)"
+        UsageError, match=r"study='fp' was measured differently \(seq_len: stored 16, now 32\)"
     ) as info:
         autotune.search(trials=2, **{**stored_study, "seq_len": 32})
     assert "new --study name" in (info.value.hint or "")
-    assert "--allow-mismatch" not in (info.value.hint or "")  # not a field that may be overridden
+    assert "allow_mismatch" not in (info.value.hint or "")  # not a field that may be overridden
 
 
 def test_resume_with_another_cap_needs_an_explicit_allowance(stored_study: dict) -> None:
     with pytest.raises(UsageError, match="memory_cap: stored None, now '2GiB'") as info:
         autotune.search(trials=1, memory_cap="2GiB", **stored_study)
-    assert "--allow-mismatch memory_cap" in (info.value.hint or "")
+    assert "allow_mismatch=('memory_cap',)" in (info.value.hint or "")
     result = autotune.search(trials=1, memory_cap="2GiB", allow_mismatch=("memory_cap",), **stored_study)
     assert result.ran == 0  # allowed through; the budget was already spent
 
 
 def test_an_unsafe_allowance_is_refused(stored_study: dict) -> None:
-    with pytest.raises(UsageError, match="--allow-mismatch seq_len is not allowed"):
+    with pytest.raises(UsageError, match=r"allow_mismatch=\('seq_len',\) is not allowed"):
         autotune.search(trials=1, allow_mismatch=("seq_len",), **{**stored_study, "seq_len": 32})
 
 

@@ -8,20 +8,21 @@ import pytest
 
 from autotune.driver.accounting import PHASES, breakdown, job_phases
 from autotune.progress import PHASE_NAMES, describe_time_breakdown
+from autotune.records import measured_record
 
 
 def test_compile_is_counted_out_of_the_warm_up() -> None:
-    phases = job_phases({"setup_s": 2.0, "warmup_s": 5.0, "compile_s": 4.0, "window_s": 3.0})
+    phases = job_phases(measured_record({"setup_s": 2.0, "warmup_s": 5.0, "compile_s": 4.0, "window_s": 3.0}))
     assert phases == {"setup_s": 2.0, "compile_s": 4.0, "warmup_s": 1.0, "window_s": 3.0, "screening_s": 0.0}
 
 
 def test_a_screened_out_trial_counts_its_steps_as_screening() -> None:
-    phases = job_phases({"setup_s": 1.5, "screen_s": 2.5, "screen_steps": 3})
+    phases = job_phases(measured_record({"setup_s": 1.5, "screen_s": 2.5, "screen_steps": 3}))
     assert phases == {"setup_s": 1.5, "compile_s": 0.0, "warmup_s": 0.0, "window_s": 0.0, "screening_s": 2.5}
 
 
 def test_compile_never_exceeds_the_warm_up_and_missing_values_count_zero() -> None:
-    assert job_phases({"warmup_s": 1.0, "compile_s": 3.0, "setup_s": None}) == {
+    assert job_phases(measured_record({"warmup_s": 1.0, "compile_s": 3.0, "setup_s": None})) == {
         "setup_s": 0.0,
         "compile_s": 1.0,
         "warmup_s": 0.0,
@@ -31,7 +32,9 @@ def test_compile_never_exceeds_the_warm_up_and_missing_values_count_zero() -> No
 
 
 def test_phases_sum_to_the_slots_wall_time() -> None:
-    jobs = [job_phases({"setup_s": 1.0, "warmup_s": 2.0, "compile_s": 0.5, "window_s": 3.0})] * 2
+    jobs = [
+        job_phases(measured_record({"setup_s": 1.0, "warmup_s": 2.0, "compile_s": 0.5, "window_s": 3.0}))
+    ] * 2
     result = breakdown(10.0, 2, jobs, {"search_s": 9.0})
     assert set(result["phases"]) == set(PHASES)
     assert math.fsum(result["phases"].values()) == pytest.approx(20.0)
@@ -41,12 +44,14 @@ def test_phases_sum_to_the_slots_wall_time() -> None:
 
 
 def test_between_trials_is_never_negative() -> None:
-    result = breakdown(1.0, 1, [job_phases({"window_s": 1.0000001})], {})
+    result = breakdown(1.0, 1, [job_phases(measured_record({"window_s": 1.0000001}))], {})
     assert result["phases"]["between_s"] == 0.0
 
 
 def test_the_breakdown_in_one_line_names_every_phase_and_stage() -> None:
-    jobs = [job_phases({"setup_s": 1.0, "warmup_s": 2.0, "compile_s": 0.5, "window_s": 3.0})] * 2
+    jobs = [
+        job_phases(measured_record({"setup_s": 1.0, "warmup_s": 2.0, "compile_s": 0.5, "window_s": 3.0}))
+    ] * 2
     line = describe_time_breakdown(breakdown(10.0, 2, jobs, {"search_s": 9.0}))
     assert line is not None
     assert line.startswith("search time: 10.0 s x 2 slots, 30% of it measured (")

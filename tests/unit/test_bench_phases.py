@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import quality
 
-from autotune.progress import TrialSummary
+from autotune.records import trial_record
 
 
 def test_phases_add_up_to_the_search_wall_time(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -31,13 +31,13 @@ def test_phases_add_up_to_the_search_wall_time(monkeypatch: pytest.MonkeyPatch) 
     at(4.5)
     clock.on_trial_start(0, {})
     at(14.5)
-    attrs = {"warmup_s": 2.0, "warmup_excess_s": 1.5, "window_s": 5.0}
-    clock.on_trial_end(TrialSummary(0, {}, "COMPLETE", 1.0, attrs=attrs))
+    attrs = {"tokens_per_s": 1.0, "warmup_s": 2.0, "warmup_excess_s": 1.5, "window_s": 5.0}
+    clock.on_trial_end(trial_record(0, {}, "COMPLETE", attrs))
     # A skipped trial: 0.5 s.
     at(15.0)
     clock.on_trial_start(1, {})
     at(15.5)
-    clock.on_trial_end(TrialSummary(1, {}, "PRUNED", reason="duplicate", attrs={"trained": False}))
+    clock.on_trial_end(trial_record(1, {}, "PRUNED", {"reason": "duplicate", "trained": False}))
     at(16.0)
     clock.on_note("re-measuring trials 0, the baseline in 3 interleaved rounds")
     at(26.0)

@@ -106,13 +106,14 @@ def test_run_config_defaults():
 
 @pytest.mark.parametrize("trials", [0, -3])
 def test_trials_must_be_positive(trials):
-    with pytest.raises(UsageError, match=re.escape(f"--trials must be at least 1, got {trials}")):
+    with pytest.raises(UsageError, match="^" + re.escape(f"trials must be at least 1, got {trials}")) as info:
         RunConfig(trials=trials)
+    assert info.value.field == "trials"  # a caller of tune()/search() reads the field, not a flag
 
 
 @pytest.mark.parametrize("seq_len", [1, 0, -8])
 def test_seq_len_at_least_two(seq_len):
-    with pytest.raises(UsageError, match=re.escape(f"--seq-len must be at least 2, got {seq_len}")):
+    with pytest.raises(UsageError, match=re.escape(f"seq_len must be at least 2, got {seq_len}")):
         RunConfig(seq_len=seq_len)
     assert RunConfig(seq_len=2).seq_len == 2
 
@@ -164,10 +165,11 @@ def test_to_dict_resolves_storage(monkeypatch):
             {"min_steps": 6, "max_steps": 5},
             r"need 2 <= min_steps <= max_steps.*, got min_steps=6, max_steps=5",
         ),
-        ({"max_seconds": 0}, r"max_seconds and target_rel_ci must be positive"),
-        ({"max_seconds": -1.0}, r"max_seconds and target_rel_ci must be positive"),
-        ({"target_rel_ci": 0}, r"max_seconds and target_rel_ci must be positive"),
-        ({"target_rel_ci": -0.1}, r"max_seconds and target_rel_ci must be positive"),
+        ({"max_steps": 1, "min_steps": 1}, r"^max_steps must be at least 2, got 1"),
+        ({"max_seconds": 0}, r"^max_seconds must be positive, got 0"),
+        ({"max_seconds": -1.0}, r"^max_seconds must be positive, got -1.0"),
+        ({"target_rel_ci": 0}, r"^target_rel_ci must be positive, got 0"),
+        ({"target_rel_ci": -0.1}, r"^target_rel_ci must be positive, got -0.1"),
     ],
 )
 def test_measure_settings_validation(kwargs, pattern):
@@ -256,7 +258,7 @@ def test_presets_and_shipped_spaces_win_over_local_files_of_their_name(tmp_path,
 def test_stored_remote_code_needs_the_workers_own_opt_in():
     stored = RunConfig(model="org/custom", trust_remote_code=True).to_dict()
     with pytest.raises(
-        UsageError, match=r"runs code from the hub repository of 'org/custom'.*--trust-remote-code"
+        UsageError, match=r"runs code from the hub repository of 'org/custom'.*trust_remote_code=True"
     ) as info:
         refuse_stored_remote_code(stored, allowed=False)
     assert info.value.exit_code == 2 and "\n" not in str(info.value)

@@ -18,7 +18,7 @@ import yaml
 from sqlalchemy.engine import make_url
 
 import autotune.cli
-from autotune.study.urls import engine_url
+from autotune.urls import engine_url
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"

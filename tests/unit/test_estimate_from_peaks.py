@@ -9,6 +9,7 @@ import pytest
 
 from autotune.measure.estimate import MeasuredPeak, activations_from_peaks, static_bytes
 from autotune.measure.estimator import MemoryEstimator
+from autotune.records import TrialRecord, trial_record
 
 MiB = 2**20
 
@@ -69,20 +70,17 @@ class Fixed(MemoryEstimator):
 STATIC = static_bytes(1_000_000, "fp32", "adamw_torch_fused")
 
 
-def trained(number: int, params: dict[str, Any], activations: int, **attrs: Any) -> tuple[int, dict, dict]:
-    """A trained trial's (number, params, attrs) whose peak holds `activations` over its estimate's
-    baseline (not this process's) and static bytes."""
+def trained(number: int, params: dict[str, Any], activations: int, **attrs: Any) -> TrialRecord:
+    """A trained trial's record whose peak holds `activations` over its estimate's baseline (not
+    this process's) and static bytes."""
     baseline = 380 * MiB
-    return (
-        number,
-        params,
-        {
-            "peak_memory_bytes": baseline + STATIC + activations,
-            "memory_estimate": {"baseline_bytes": baseline, "static_bytes": STATIC, "activation_bytes": 1},
-            "memory_source": "rss_hwm",
-            **attrs,
-        },
-    )
+    stored = {
+        "peak_memory_bytes": baseline + STATIC + activations,
+        "memory_estimate": {"baseline_bytes": baseline, "static_bytes": STATIC, "activation_bytes": 1},
+        "memory_source": "rss_hwm",
+        **attrs,
+    }
+    return trial_record(number, params, "COMPLETE", stored)
 
 
 def test_a_measured_kind_is_estimated_from_its_peaks_and_keeps_the_probes_figure() -> None:
@@ -128,8 +126,7 @@ def test_the_same_precision_class_and_another_optimizer_share_a_kind() -> None:
 )
 def test_peaks_that_say_nothing_of_this_process_are_not_learned(attrs: dict[str, Any], why: str) -> None:
     estimator = Fixed()
-    number, params, stored = trained(5, {}, 30 * MiB)
-    estimator.learn_peaks([(number, params, {**stored, **attrs})])
+    estimator.learn_peaks([trained(5, {}, 30 * MiB, **attrs)])
     assert estimator.estimate({}).measured_from == (), why
 
 

@@ -1,8 +1,10 @@
-"""`autotune export`: choosing the trial (with and without a new memory cap) and every format."""
+"""`autotune export`: the answer it exports (with and without a new memory cap) and every format."""
 
 from __future__ import annotations
 
 import json
+import math
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,9 @@ import yaml
 
 from autotune import cli
 from autotune.cli._export import export_command
+from autotune.driver.answer import study_answer
 from autotune.errors import UsageError
+from autotune.records import BEATS_DEFAULTS, NO_TRIAL, NOT_REMEASURED
 from autotune.space.knobs import ATTENTION, COMPILE_BACKENDS, OPTIMIZERS, PRECISIONS, trial_kwargs
 from autotune.study.export import (
     FORMATS,
@@ -21,7 +25,6 @@ from autotune.study.export import (
     notes,
     render,
     resolve_cap,
-    select_trial,
     to_accelerate,
     to_flags,
     to_json,
@@ -32,6 +35,7 @@ from autotune.study.store import summarize_trial
 
 MiB = 2**20
 STUDY = "tiny-gpt2-cpu-seq128"
+WINNER_ROUNDS = [30800.0, 31000.0, 31200.0]  # the winner's re-measured tokens/s, median 31,000
 DISTRIBUTIONS = {
     "per_device_train_batch_size": optuna.distributions.CategoricalDistribution((4, 8, 16, 32)),
     "gradient_accumulation_steps": optuna.distributions.CategoricalDistribution((1, 2)),
@@ -101,7 +105,10 @@ def make_study(
     name: str = STUDY,
     extra_attrs: dict[str, Any] | None = None,
 ) -> optuna.Study:
-    """A finished autotune-like study in a SQLite file under `folder` (in memory without one)."""
+    """A finished autotune-like study in a SQLite file under `folder` (in memory without one).
+
+    With a `winner`, the finalists' rounds the search records beside it: the winner re-measured
+    over three rounds (median 31,000 tokens/s), and the baseline beside it when one is given."""
     storage = f"sqlite:///{folder / 'export.db'}" if folder is not None else optuna.storages.InMemoryStorage()
     study = optuna.create_study(storage=storage, study_name=name, direction="maximize")
     for spec in specs:
@@ -125,6 +132,10 @@ def make_study(
     }
     if winner is not None:
         attrs["winner"] = {"number": winner, "median_tokens_per_s": 31000.0, "verdict": "..."}
+        attrs["finalists"] = [{"number": winner, "tokens_per_s": WINNER_ROUNDS, "rounds": [1, 2, 3]}]
+        if baseline is not None:
+            rounds = [baseline["tokens_per_s"]] * 3
+            attrs["finalists"].append({"number": -1, "tokens_per_s": rounds, "rounds": [1, 2, 3]})
     if baseline is not None:
         attrs["baseline"] = baseline
     for key, value in attrs.items():
@@ -172,13 +183,24 @@ def study() -> optuna.Study:
 # -- selection ---------------------------------------------------------------------------------
 
 
+def chosen(study: optuna.Study, cap_bytes: int | None) -> int | None:
+    """The trial the study's answer hands back (None: the defaults)."""
+    answer = study_answer(study, cap_bytes)
+    assert answer.choice is not None, answer.verdict
+    return answer.choice.trial
+
+
 def test_no_cap_picks_the_winner(study: optuna.Study) -> None:
-    assert select_trial(study, None).number == 0
+    answer = study_answer(study, None)
+    assert answer.choice is not None and answer.choice.trial == 0
+    assert answer.choice.remeasured  # the finalists' rounds, not the search window
 
 
 def test_no_cap_without_winner_picks_fastest_feasible(tmp_path: Path) -> None:
     # 1 is over the study's cap, 3 a duplicate, 4 and 5 pruned: 0 is the fastest that counts
-    assert select_trial(make_study(None, standard_specs()), None).number == 0
+    answer = study_answer(make_study(None, standard_specs()), None)
+    assert answer.choice is not None and answer.choice.trial == 0
+    assert answer.rule == NOT_REMEASURED and not answer.choice.remeasured
 
 
 def test_cap_ignores_a_completed_trial_with_a_non_finite_loss(tmp_path: Path) -> None:
@@ -186,28 +208,32 @@ def test_cap_ignores_a_completed_trial_with_a_non_finite_loss(tmp_path: Path) ->
         *standard_specs(),
         trial_spec(4, 2, "fp32", "sgd", "off", "sdpa", False, 90000.0, 200, loss=float("inf")),
     ]
-    assert select_trial(make_study(None, specs, winner=0), 650 * MiB).number == 6
+    assert chosen(make_study(None, specs, winner=0), 650 * MiB) == 6
 
 
 def test_cap_keeps_the_winner_when_it_fits(study: optuna.Study) -> None:
-    assert select_trial(study, 1024 * MiB).number == 0
-    assert select_trial(study, 700 * MiB).number == 0  # <= cap, not < cap
+    # 1 is faster in its search window and fits 1 GiB, but the re-measured winner is ranked first
+    assert chosen(study, 1024 * MiB) == 0
+    assert chosen(study, 700 * MiB) == 0  # <= cap, not < cap
+    assert study_answer(study, 700 * MiB).memory_cap_bytes == 700 * MiB
 
 
 def test_smaller_cap_reselects_another_trial(study: optuna.Study) -> None:
-    assert select_trial(study, 650 * MiB).number == 6
-    assert select_trial(study, 550 * MiB).number == 2
+    assert chosen(study, 650 * MiB) == 6
+    assert chosen(study, 550 * MiB) == 2
 
 
 def test_larger_cap_admits_trials_pruned_only_for_the_old_cap(tmp_path: Path) -> None:
     study = make_study(None, standard_specs())  # no winner recorded
-    assert select_trial(study, 1000 * MiB).number == 1
-    assert select_trial(study, 850 * MiB).number == 0
+    assert chosen(study, 1000 * MiB) == 1
+    assert chosen(study, 850 * MiB) == 0
 
 
 def test_no_trial_fits_names_cap_and_smallest_peak(study: optuna.Study) -> None:
+    answer = study_answer(study, 100 * MiB)
+    assert answer.rule == NO_TRIAL and answer.choice is None  # no baseline to fall back on
     with pytest.raises(UsageError) as info:
-        select_trial(study, 100 * MiB, cap_text="100MiB")
+        export_config(study, answer, cap_text="100MiB")
     error = info.value
     assert "100MiB" in error.message
     assert "500 MiB" in error.message and "trial 2" in error.message
@@ -218,8 +244,9 @@ def test_no_trial_fits_names_cap_and_smallest_peak(study: optuna.Study) -> None:
 
 def test_study_without_feasible_trial_is_a_usage_error(tmp_path: Path) -> None:
     spec = trial_spec(8, 1, "fp32", "sgd", "off", "eager", False, None, None, state="PRUNED", reason="oom")
+    study = make_study(None, [spec])
     with pytest.raises(UsageError, match="no feasible completed trial"):
-        select_trial(make_study(None, [spec]), None)
+        export_config(study, study_answer(study, None))
 
 
 def test_fractional_cap_is_of_the_study_device(study: optuna.Study) -> None:
@@ -251,7 +278,9 @@ def test_config_keeps_what_the_search_set(study: optuna.Study) -> None:
     assert config["model_kwargs"] == {"attn_implementation": "sdpa"}
     expected = config["expected"]
     assert expected["tokens_per_s"] == 30000.0
-    assert expected["rel_ci_halfwidth"] == 0.012
+    # a trial chosen by the caller: its search window's figures, with the window's own interval
+    assert expected["remeasured"] is False and expected["rounds"] is None
+    assert expected["tokens_per_s_interval"] == pytest.approx([30000.0 * 0.988, 30000.0 * 1.012])
     assert expected["peak_memory_bytes"] == 700 * MiB
     assert expected["speedup_over_baseline"] is None
     assert (expected["trial"], expected["study"], expected["model"]) == (0, STUDY, "tiny-gpt2")
@@ -297,6 +326,32 @@ def test_speedup_over_baseline(tmp_path: Path) -> None:
     assert json.loads(to_json(config))["expected"]["speedup_over_baseline"] == 1.5
 
 
+def test_the_answer_exports_the_remeasured_figures(tmp_path: Path) -> None:
+    # The winner re-measured beside the baseline (20,000 tokens/s a round): the exported figures are
+    # its re-measured median and the paired speedup, with their intervals, not its search window.
+    baseline = {"tokens_per_s": 20000.0, "peak_memory_bytes": 600 * MiB}
+    study = make_study(None, standard_specs(), winner=0, baseline=baseline)
+    answer = study_answer(study)
+    assert answer.rule == BEATS_DEFAULTS and answer.choice is not None and answer.choice.trial == 0
+    config = export_config(study, answer)
+    expected = config["expected"]
+    assert (expected["rule"], expected["verdict"]) == (BEATS_DEFAULTS, answer.verdict)
+    assert expected["remeasured"] is True and expected["rounds"] == 3
+    assert expected["tokens_per_s"] == 31000.0
+    # the 95% t interval (2 degrees of freedom) of the rounds' geometric mean
+    logs = [math.log(v) for v in WINNER_ROUNDS]
+    half = 4.303 * statistics.stdev(logs) / math.sqrt(3)
+    low, high = expected["tokens_per_s_interval"]
+    assert (low, high) == pytest.approx([math.exp(statistics.fmean(logs) + d) for d in (-half, half)])
+    assert expected["speedup_over_baseline"] == pytest.approx(1.55, abs=1e-3)
+    assert expected["speedup_interval"][0] > 1.5 and expected["beats_baseline"] is True
+    assert expected["baseline_tokens_per_s"] == 20000.0
+    for fmt in ("yaml", "accelerate", "python"):
+        text = render(config, fmt)
+        assert f"31,000 tokens/s (re-measured median, 95% interval {low:,.0f}-{high:,.0f} over 3 rounds)" in text
+        assert "1.55x the baseline" in text and "the baseline at 20,000 tokens/s" in text, fmt
+
+
 # -- renderers ---------------------------------------------------------------------------------
 
 
@@ -318,7 +373,8 @@ def test_every_format_states_the_expectation(study: optuna.Study) -> None:
         if fmt == "json":
             assert json.loads(text)["expected"]["tokens_per_s"] == 30000.0
             continue
-        assert "30,000 tokens/s ±1.2% (95% interval)" in text and "peak memory 700 MiB" in text, fmt
+        window = "30,000 tokens/s (the search window's, not re-measured, 95% interval 29,640-30,360)"
+        assert window in text and "peak memory 700 MiB" in text, fmt
         assert "no baseline measured" in text, fmt
         assert "changes the training math" in text and "precision: fp32 -> bf16" in text, fmt
     assert notes(config, "yaml") == []  # the other formats carry it themselves
@@ -421,8 +477,10 @@ def test_cli_prints_each_format(stored: tuple[optuna.Study, str], run_cli: Any, 
             continue
         assert run_cli(STUDY, "--storage", url, "--format", fmt) == 0
         captured = capsys.readouterr()
-        assert captured.out == render(_config(study, 0), fmt)
-        notes_text = "".join(f"{line}\n" for line in notes(_config(study, 0), fmt))
+        answered = export_config(study, study_answer(study))  # the answer: trial 0, re-measured
+        assert answered["expected"]["trial"] == 0
+        assert captured.out == render(answered, fmt)
+        notes_text = "".join(f"{line}\n" for line in notes(answered, fmt))
         assert captured.err == notes_text, fmt
 
 
@@ -434,7 +492,8 @@ def test_cli_writes_flags_alone_and_the_expectation_on_stderr(
     assert not any(word.startswith("#") for word in target.read_text().split())
     captured = capsys.readouterr()
     assert str(target) in captured.out
-    assert "30,000 tokens/s" in captured.err and "from_pretrained" in captured.err
+    # the answer's figures: the winner's re-measured median, not its search window
+    assert "31,000 tokens/s (re-measured median" in captured.err and "from_pretrained" in captured.err
 
 
 def test_cli_writes_output_file_with_cap(

@@ -58,11 +58,14 @@ def test_model_shape_reads_both_namings() -> None:
 def test_trial_table_shows_mfu_only_when_known() -> None:
     from rich.console import Console
 
-    from autotune.cli._render import trials_table
-    from autotune.progress import TrialSummary
+    from autotune.records import trial_record
+    from autotune.view import trials_table
 
     def render(attrs: dict) -> str:
-        trial = TrialSummary(0, {"precision": "bf16"}, "COMPLETE", 1000.0, 10.0, 2**30, 0.01, attrs=attrs)
+        figures = {"tokens_per_s": 1000.0, "samples_per_s": 10.0, "peak_memory_bytes": 2**30}
+        trial = trial_record(
+            0, {"precision": "bf16"}, "COMPLETE", {**figures, "rel_ci_halfwidth": 0.01, **attrs}
+        )
         console = Console(width=200, record=True)
         console.print(trials_table([trial], "t"))
         return console.export_text()
@@ -101,31 +104,31 @@ def test_a_cuda_trials_mfu_reads_tf32_as_transformers_and_accelerate_set_it() ->
 
     import torch
 
-    from autotune.trial.trainer import AutotuneTrainer
+    from autotune.records import TrialRecord, measured_record
+    from autotune.trial.measured import with_mfu
 
-    def trainer(precision: str) -> Any:
-        return SimpleNamespace(
-            workload=SimpleNamespace(config=GPT2Config(n_layer=12, n_embd=768), seq_len=1024),
-            estimator=SimpleNamespace(n_params=124_439_808),
-            plan=SimpleNamespace(hardware=SimpleNamespace(cuda=True, name="NVIDIA H100 80GB HBM3")),
-            trial_values={"precision": precision},
-            base_args={},
-            args=SimpleNamespace(world_size=1),
+    hardware = SimpleNamespace(cuda=True, name="NVIDIA H100 80GB HBM3")
+    per_token = flops_per_token(124_439_808, *model_shape(GPT2Config(n_layer=12, n_embd=768)), 1024)
+
+    def measured(precision: str, tokens_per_s: float) -> Any:
+        record: TrialRecord = with_mfu(
+            measured_record({"tokens_per_s": tokens_per_s}), per_token, hardware, precision, 1
         )
+        return record.measurement
 
     matmul: Any = torch.backends.cuda.matmul
     backends: Any = torch.backends
     saved = (backends.fp32_precision, matmul.fp32_precision)
     try:
         backends.fp32_precision = "tf32"  # a tf32 trial's TrainingArguments
-        tf32 = AutotuneTrainer._mfu_attrs(trainer("tf32"), 100_000.0)
+        tf32 = measured("tf32", 100_000.0)
         backends.fp32_precision = "ieee"  # an fp32 trial's, then accelerate for its compile
         matmul.allow_tf32 = True
-        compiled_fp32 = AutotuneTrainer._mfu_attrs(trainer("fp32"), 94_744.0)
+        compiled_fp32 = measured("fp32", 94_744.0)
         matmul.allow_tf32 = False
-        eager_fp32 = AutotuneTrainer._mfu_attrs(trainer("fp32"), 44_069.0)
+        eager_fp32 = measured("fp32", 44_069.0)
     finally:
         backends.fp32_precision, matmul.fp32_precision = saved
-    assert tf32["matmul_precision"] == "tf32"
-    assert compiled_fp32["matmul_precision"] == "tf32" and compiled_fp32["mfu"] < 0.2
-    assert eager_fp32["matmul_precision"] == "fp32" and 0.5 < eager_fp32["mfu"] < 0.6  # 56.6% on the H100
+    assert tf32.matmul_precision == "tf32"
+    assert compiled_fp32.matmul_precision == "tf32" and compiled_fp32.mfu < 0.2
+    assert eager_fp32.matmul_precision == "fp32" and 0.5 < eager_fp32.mfu < 0.6  # 56.6% on the H100

@@ -1,4 +1,5 @@
-"""The package's shape: no import circle anywhere, and trial reasons spelled in one module.
+"""The package's shape: no import circle anywhere, between modules or between top-level parts;
+nothing but the entry point imports the CLI; trial reasons spelled in one module.
 
 A circle found here is one a reader of the code meets too, so every import counts: at module top,
 inside functions and under ``TYPE_CHECKING`` alike (as ``../shared/tools/import_circles.py``).
@@ -14,6 +15,7 @@ from autotune.study import outcomes
 PACKAGE = Path(__file__).resolve().parents[2] / "autotune"
 # Literals that equal a reason's spelling but are something else.
 NOT_REASONS = {
+    ("records.py", "error"): "the stored key of a failed baseline's message",
     ("cli/__init__.py", "interrupted"): "the line printed on Ctrl-C",
 }
 
@@ -47,16 +49,49 @@ def _imports(path: Path, name: str, modules: set[str]) -> set[str]:
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the package's modules it imports (a package's ``__init__`` importing its own
-    children is left out: re-exporting is not a circle of design)."""
+def all_imports() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, every import counted."""
     files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
     modules = set(files)
-    graph = {name: _imports(path, name, modules) for name, path in files.items()}
-    for name, targets in graph.items():
-        if files[name].name == "__init__.py":
-            graph[name] = {t for t in targets if not t.startswith(f"{name}.")}
-    return graph
+    return {name: _imports(path, name, modules) for name, path in files.items()}
+
+
+def import_graph() -> dict[str, set[str]]:
+    """`all_imports`, less a package's ``__init__`` importing its own children: re-exporting is not
+    a circle of design."""
+    packages = {_module_name(p) for p in PACKAGE.rglob("__init__.py")}
+    return {
+        name: {t for t in targets if not (name in packages and t.startswith(f"{name}."))}
+        for name, targets in all_imports().items()
+    }
+
+
+def top_level_part(module: str) -> str:
+    """The subpackage or top-level module a module belongs to: ``autotune.plan.build`` ->
+    ``autotune.plan``; ``autotune.config`` and ``autotune`` (the package's ``__init__``) are their own."""
+    return ".".join(module.split(".")[:2])
+
+
+def part_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """`graph` collapsed to top-level parts: part -> the other parts its modules import."""
+    parts: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        part = top_level_part(module)
+        parts.setdefault(part, set()).update(top_level_part(t) for t in targets if top_level_part(t) != part)
+    return parts
+
+
+def _in_cli(module: str) -> bool:
+    return module == "autotune.cli" or module.startswith("autotune.cli.")
+
+
+def cli_importers(graph: dict[str, set[str]]) -> set[str]:
+    """Modules outside ``autotune.cli`` that import from it, but the entry point ``__main__``."""
+    return {
+        module
+        for module, targets in graph.items()
+        if not _in_cli(module) and module != "autotune.__main__" and any(_in_cli(t) for t in targets)
+    }
 
 
 def find_circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -113,6 +148,49 @@ def test_the_package_has_no_import_circle() -> None:
     assert find_circles(graph) == []
 
 
+def test_no_two_top_level_parts_import_each_other() -> None:
+    """Data flows one way between the subpackages and top-level modules (DESIGN.md, Layout): two
+    parts that import each other are a circle of design even when no two of their modules are."""
+    parts = part_graph(import_graph())
+    assert {"autotune.config", "autotune.plan", "autotune.study", "autotune.cli"} <= set(parts)
+    assert find_circles(parts) == []
+
+
+def test_the_part_graph_finds_a_circle_no_module_is_in() -> None:
+    graph = {
+        "autotune.config": {"autotune.study.urls"},
+        "autotune.study.store": {"autotune.config", "autotune.study.urls"},
+        "autotune.study.urls": {"autotune.errors"},
+        "autotune.errors": set(),
+    }
+    assert find_circles(graph) == []
+    parts = part_graph(graph)
+    assert parts["autotune.study"] == {"autotune.config", "autotune.errors"}
+    assert find_circles(parts) == [["autotune.config", "autotune.study"]]
+
+
+def test_nothing_but_the_entry_point_imports_the_cli() -> None:
+    """The library never reaches into ``cli/``; a package ``__init__``'s own (lazy) re-exports count."""
+    graph = all_imports()
+    assert "autotune.cli" in graph["autotune.__main__"]
+    assert cli_importers(graph) == set()
+
+
+def test_the_cli_check_sees_a_lazy_import_in_the_package_init(tmp_path: Path) -> None:
+    init = tmp_path / "__init__.py"
+    init.write_text("def __getattr__(name):\n    from autotune.cli._render import RichReporter\n")
+    modules = {"autotune", "autotune.__main__", "autotune.cli", "autotune.cli._render", "autotune.view"}
+    graph = {
+        "autotune": _imports(init, "autotune", modules),
+        "autotune.__main__": {"autotune.cli"},
+        "autotune.cli": {"autotune.cli._render"},
+        "autotune.cli._render": set(),
+        "autotune.view": {"autotune.cli"},
+    }
+    assert graph["autotune"] == {"autotune.cli._render"}
+    assert cli_importers(graph) == {"autotune", "autotune.view"}
+
+
 def test_trial_processes_do_not_import_the_search() -> None:
     """Data flows one way: driver -> executors -> trial -> study."""
     graph = import_graph()
@@ -162,3 +240,70 @@ def test_the_reason_finder_sees_a_stray_literal(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text('"""oom"""\nX = {"oom": 1}\ndef f(t):\n    return t.reason == "oom"\n')
     assert _reason_literals(module, {"oom"}) == [(4, "oom")]
+
+
+# Names whose subscripts and `.get` calls read optuna user attrs (a trial's or a study's).
+_ATTR_HOLDERS = {"user_attrs", "attrs", "system_attrs"}
+
+
+def _holder(node: ast.expr) -> str | None:
+    """`user_attrs` of ``x.user_attrs``/``user_attrs``/``x.attrs()``: the name a key is read from."""
+    if isinstance(node, ast.Call):
+        node = node.func
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return node.id
+    return None
+
+
+def _user_attr_literals(path: Path) -> list[tuple[int, str]]:
+    """User-attr keys spelled as literals: ``attrs["k"]``, ``user_attrs.get("k")``,
+    ``set_user_attr("k", ...)`` and ``set_trial_user_attr(id, "k", ...)``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        key: ast.expr | None = None
+        if isinstance(node, ast.Subscript) and _holder(node.value) in _ATTR_HOLDERS:
+            key = node.slice
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            method = node.func.attr
+            if method == "get" and _holder(node.func.value) in _ATTR_HOLDERS and node.args:
+                key = node.args[0]
+            elif method == "set_user_attr" and node.args:
+                key = node.args[0]
+            elif method == "set_trial_user_attr" and len(node.args) > 1:
+                key = node.args[1]
+        if isinstance(key, ast.Constant) and isinstance(key.value, str):
+            found.append((node.lineno, key.value))
+    return found
+
+
+def test_user_attr_keys_are_spelled_in_the_records_module() -> None:
+    """A trial's and a study's stored attributes are read and written through `autotune.records`
+    (typed records): no other module spells a user-attr key."""
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        relative = path.relative_to(PACKAGE).as_posix()
+        if relative == "records.py":
+            continue
+        found += [f"{relative}:{line}: {key!r}" for line, key in _user_attr_literals(path)]
+    assert found == [], "read and write user attrs through autotune.records"
+
+
+def test_the_user_attr_finder_sees_every_spelling(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text(
+        "def f(t, s, trial, storage):\n"
+        '    a = t.user_attrs["tokens_per_s"]\n'
+        '    b = t.attrs.get("reason")\n'
+        '    s.set_user_attr("winner", 1)\n'
+        '    storage.set_trial_user_attr(1, "worker", {})\n'
+        '    c = t.params["bs"]\n'
+        '    return {"tokens_per_s": 1}.get("tokens_per_s")\n'
+    )
+    assert _user_attr_literals(module) == [
+        (2, "tokens_per_s"),
+        (3, "reason"),
+        (4, "winner"),
+        (5, "worker"),
+    ]

@@ -8,6 +8,7 @@ import pytest
 
 from autotune.config import RunConfig
 from autotune.errors import UsageError
+from autotune.records import Baseline, TrialRecord, measured_record, study_record, trial_attrs
 from autotune.study.objective import (
     loss_delta,
     loss_diverged,
@@ -20,18 +21,24 @@ from autotune.study.objective import (
 )
 from autotune.study.outcomes import LOSS_DIVERGED, constraint_values
 
-PLAIN = {"tokens_per_s": 1000.0, "setup_s": 2.0, "warmup_excess_s": 0.5}
-COMPILED = {
+PLAIN_ATTRS = {"tokens_per_s": 1000.0, "setup_s": 2.0, "warmup_excess_s": 0.5}
+COMPILED_ATTRS = {
     "tokens_per_s": 2000.0,
     "setup_s": 2.0,
     "warmup_excess_s": 30.5,
     "training_args": {"torch_compile": True},
 }
+PLAIN = measured_record(PLAIN_ATTRS)
+COMPILED = measured_record(COMPILED_ATTRS)
+
+
+def _with(record: TrialRecord, **attrs: object) -> TrialRecord:
+    return measured_record({**trial_attrs(record), **attrs})
 
 
 def test_without_a_run_length_the_score_is_throughput() -> None:
     assert score(COMPILED, None) == 2000.0
-    assert score({}, None) is None
+    assert score(measured_record({}), None) is None
 
 
 def test_with_a_run_length_the_score_is_the_runs_effective_rate() -> None:
@@ -45,9 +52,9 @@ def test_with_a_run_length_the_score_is_the_runs_effective_rate() -> None:
 def test_the_one_off_time_is_the_larger_of_compile_seconds_and_warmup_excess() -> None:
     # dynamo's compile timer misses inductor's autotuning and the allocator's growth, which the
     # warm-up excess holds; a compile timer above the excess (a cache hit's tracing) counts whole.
-    excess = float(COMPILED["warmup_excess_s"])
-    assert predicted_run_s({**COMPILED, "compile_s": 10.0}, 1e4) == pytest.approx(2 + max(10, excess) + 5)
-    assert predicted_run_s({**COMPILED, "compile_s": excess + 20}, 1e4) == pytest.approx(2 + excess + 20 + 5)
+    excess = float(COMPILED.measurement.warmup_excess_s or 0.0)
+    assert predicted_run_s(_with(COMPILED, compile_s=10.0), 1e4) == pytest.approx(2 + max(10, excess) + 5)
+    assert predicted_run_s(_with(COMPILED, compile_s=excess + 20), 1e4) == pytest.approx(2 + excess + 20 + 5)
 
 
 def test_compilation_pays_for_itself_where_the_run_times_cross() -> None:
@@ -55,14 +62,15 @@ def test_compilation_pays_for_itself_where_the_run_times_cross() -> None:
     assert payoff == pytest.approx(30 / (1 / 1000 - 1 / 2000))  # 60k tokens
     assert predicted_run_s(COMPILED, payoff) == pytest.approx(predicted_run_s(PLAIN, payoff))
     assert payoff_tokens(PLAIN, COMPILED) is None  # not faster per token: never
-    assert payoff_tokens({**COMPILED, "warmup_excess_s": 0.0}, PLAIN) == 0.0
+    assert payoff_tokens(_with(COMPILED, warmup_excess_s=0.0), PLAIN) == 0.0
 
 
 def test_run_steps_are_counted_in_the_baselines_tokens_per_step() -> None:
     assert run_tokens(5000, None, None) == 5000
-    assert run_tokens(None, 10, {"tokens_per_step": 512}) == 5120
-    assert run_tokens(None, 10, {}) is None
-    assert run_tokens(None, None, {"tokens_per_step": 512}) is None
+    assert run_tokens(None, 10, Baseline(tokens_per_step=512)) == 5120
+    assert run_tokens(None, 10, Baseline()) is None
+    assert run_tokens(None, 10, None) is None
+    assert run_tokens(None, None, Baseline(tokens_per_step=512)) is None
 
 
 def _curve(batch_tokens: int, losses: list[float]) -> list[list[float]]:
@@ -104,7 +112,7 @@ def test_the_answer_states_run_time_cost_and_loss_delta() -> None:
         "run_config": {"train_tokens": 3_600_000, "price_per_hour": 2.0},
         "baseline": {"tokens_per_s": 500.0},
     }
-    facts = run_facts(user_attrs, {**PLAIN, "loss_delta": 0.012})
+    facts = run_facts(study_record("s", user_attrs), _with(PLAIN, loss_delta=0.012))
     assert facts["predicted_run_s"] == pytest.approx(3602.5)
     assert facts["baseline_predicted_run_s"] == pytest.approx(7200.0)
     assert facts["predicted_cost"] == pytest.approx(3602.5 / 3600 * 2.0)
@@ -117,22 +125,23 @@ def test_the_answer_states_run_time_cost_and_loss_delta() -> None:
 
 
 def test_without_a_run_length_a_compiled_answer_says_when_compiling_pays() -> None:
-    facts = run_facts({"run_config": {}}, COMPILED, PLAIN)
+    study = study_record("s", {"run_config": {}})
+    facts = run_facts(study, COMPILED, PLAIN)
     assert "predicted_run_s" not in facts
     assert run_lines(facts) == [
         "compilation pays for itself after 60,000 tokens (against the best uncompiled trial)"
     ]
-    assert "compile_payoff_tokens" not in run_facts({"run_config": {}}, PLAIN, PLAIN)
+    assert "compile_payoff_tokens" not in run_facts(study, PLAIN, PLAIN)
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"loss_tolerance": 0.0}, "--loss-tolerance must be positive"),
-        ({"train_tokens": 10, "train_steps": 10}, "--train-tokens or --train-steps, not both"),
-        ({"train_tokens": 0}, "--train-tokens must be at least 1"),
-        ({"train_steps": 5, "measure_baseline": False}, "--no-baseline does not measure"),
-        ({"price_per_hour": -1.0}, "--price-per-hour must be positive"),
+        ({"loss_tolerance": 0.0}, "^loss_tolerance must be positive"),
+        ({"train_tokens": 10, "train_steps": 10}, "^give train_tokens or train_steps, not both"),
+        ({"train_tokens": 0}, "^train_tokens must be at least 1"),
+        ({"train_steps": 5, "measure_baseline": False}, "measure_baseline=False does not measure"),
+        ({"price_per_hour": -1.0}, "^price_per_hour must be positive"),
     ],
 )
 def test_bad_run_settings_are_usage_errors(kwargs: dict, message: str) -> None:

@@ -47,7 +47,7 @@ def test_backend_flags_reach_the_config(calls: list[SimpleNamespace]) -> None:
         (["--backend", "ray", "--isolation", "none"], "--backend ray runs trials in Ray actors"),
         (["--backend", "ray", "--workers", "2"], "--workers 2 does not apply with --backend ray"),
         (["--ray-address", "h:6379"], "--ray-address only applies with --backend ray"),
-        (["--backend", "dask"], "invalid backend 'dask'"),
+        (["--backend", "dask"], "--backend must be 'optuna' or 'ray', got 'dask'"),
     ],
 )
 def test_bad_combinations_exit_2_on_one_line(
@@ -60,8 +60,9 @@ def test_bad_combinations_exit_2_on_one_line(
 
 
 def test_config_checks_the_backend() -> None:
-    with pytest.raises(UsageError, match="isolation none"):
+    with pytest.raises(UsageError, match="isolation='none'") as info:
         RunConfig(backend="ray", isolation="none")
+    assert info.value.fields == ("backend", "isolation")
     config = RunConfig(backend="ray", ray_address="ray://head:10001", storage="sqlite:///x.db")
     assert RunConfig.from_dict(config.to_dict()) == config  # stored with the study, for resume
 

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.cli._render import _estimate_text, estimate_summary
-from autotune.progress import TrialSummary
+from autotune.records import TrialRecord, trial_record
+from autotune.view import _estimate_text, estimate_summary
 
 MiB = 2**20
 
 
 def trial(
     number: int, error: float | None, from_trials: list[int] | None = None, **attrs: Any
-) -> TrialSummary:
+) -> TrialRecord:
     parts = {"total_bytes": 500 * MiB} | ({"activations_from_trials": from_trials} if from_trials else {})
     stored = {"memory_estimate_bytes": 500 * MiB, "memory_estimate_error": error, "memory_estimate": parts}
-    return TrialSummary(number, {}, "COMPLETE", attrs=stored | attrs)
+    return trial_record(number, {}, "COMPLETE", stored | attrs)
 
 
 def test_a_trials_line_names_the_trials_its_estimate_came_from() -> None:

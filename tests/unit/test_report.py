@@ -18,6 +18,7 @@ from optuna.trial import TrialState, create_trial
 
 from autotune.cli._report import report_command
 from autotune.errors import UsageError
+from autotune.records import FinalistRecord, write_study
 from autotune.study.report import build_report, collect, write_report
 
 MIB = 2**20
@@ -423,3 +424,16 @@ def test_header_shows_the_finalists_rounds_and_the_search_time(study: optuna.Stu
     html = build_report(study)
     assert "#0 31.0k tok/s ±3.0% over 4 rounds, baseline 25.0k tok/s ±4.0% over 3 rounds" in html
     assert "<dt>search time</dt><dd>50.0 s, 80% of it measured (set-up 5.0 s" in html
+
+
+def test_header_derives_the_finalists_median_and_spread_from_their_rounds(study: optuna.Study) -> None:
+    # Version 1 stores keep each round's figures, not the median and spread version 0 stored.
+    write_study(
+        study,
+        finalists=[
+            FinalistRecord(0, [31e3, 32e3, 30e3, 31e3], [1, 2, 3, 4], scores=[31e3, 32e3, 30e3, 31e3]),
+            FinalistRecord(-1, [25e3, 26e3, 24e3], [1, 2, 3]),
+        ],
+    )
+    html = build_report(study)
+    assert "#0 31.0k tok/s ±3.2% over 4 rounds, baseline 25.0k tok/s ±4.0% over 3 rounds" in html

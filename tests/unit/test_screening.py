@@ -177,25 +177,25 @@ def test_no_reference_or_ratio_zero_never_screens(reference: float | None, ratio
 
 @pytest.mark.parametrize("ratio", [-0.1, 1.0, 2.0])
 def test_a_screen_ratio_outside_zero_to_one_is_a_usage_error(ratio: float) -> None:
-    with pytest.raises(UsageError, match=f"--screen-ratio must be in \\[0, 1\\), got {ratio}"):
+    with pytest.raises(UsageError, match=f"^screen_ratio must be in \\[0, 1\\), got {ratio}"):
         MeasureSettings(screen_ratio=ratio)
-    with pytest.raises(UsageError, match=f"--promote-ratio must be in \\[0, 1\\), got {ratio}"):
+    with pytest.raises(UsageError, match=f"^promote_ratio must be in \\[0, 1\\), got {ratio}"):
         MeasureSettings(promote_ratio=ratio)
 
 
 def test_a_search_whose_every_trial_was_screened_out_says_to_keep_the_defaults() -> None:
-    from autotune.cli._render import no_feasible_trial_line
-    from autotune.progress import TrialSummary
+    from autotune.records import trial_record
+    from autotune.view import no_feasible_trial_line
 
     screened = {"trained": True, "screen_reference_tokens_per_s": 5200.0, "screen_ratio": 0.5}
     trials = [
-        TrialSummary(0, {"precision": "bf16"}, "PRUNED", reason="screened_out", attrs=screened),
-        TrialSummary(1, {"precision": "fp32"}, "PRUNED", reason="duplicate", attrs={"trained": False}),
+        trial_record(0, {"precision": "bf16"}, "PRUNED", {**screened, "reason": "screened_out"}),
+        trial_record(1, {"precision": "fp32"}, "PRUNED", {"reason": "duplicate", "trained": False}),
     ]
     line = no_feasible_trial_line(trials)
     assert "every trial was screened out, under 0.5x the 5.2k tok/s" in line and "keep the defaults" in line
     # A trial that failed otherwise: the reasons above say why, not screening.
-    oom = TrialSummary(2, {"precision": "fp32"}, "PRUNED", reason="oom", attrs={"trained": True})
+    oom = trial_record(2, {"precision": "fp32"}, "PRUNED", {"reason": "oom", "trained": True})
     assert no_feasible_trial_line([*trials, oom]).endswith("see the reasons above")
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from autotune.space import load_space
 from autotune.space.knobs import optimizer_family
+from autotune.records import study_record
 from autotune.study.semantics import baseline_math, semantic_changes, study_changes
 
 BASE = {
@@ -43,7 +44,7 @@ def test_same_effective_batch_in_another_split_is_no_change():
 
 def test_baseline_comes_from_the_measured_baseline_else_the_base_config():
     attrs = {"base_args": {"bf16": True, "per_device_train_batch_size": 4, "optim": "adafactor"}}
-    assert baseline_math(attrs) == {
+    assert baseline_math(study_record("s", attrs)) == {
         "per_device_train_batch_size": 4,
         "gradient_accumulation_steps": 1,
         "precision": "bf16",
@@ -51,18 +52,18 @@ def test_baseline_comes_from_the_measured_baseline_else_the_base_config():
         "group_by_length": False,
     }
     attrs["baseline"] = {"params": {"per_device_train_batch_size": 2, "attn_implementation": "sdpa"}}
-    assert baseline_math(attrs)["per_device_train_batch_size"] == 2
+    assert baseline_math(study_record("s", attrs))["per_device_train_batch_size"] == 2
 
 
 def test_derived_accumulation_is_read_from_the_applied_args():
     # Under a fixed global batch the accumulation is derived, not sampled: it is only in the args.
     changes = study_changes(
-        {},
+        study_record("s", {}),
         {"per_device_train_batch_size": 4},
         {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2},
     )
     assert changes == []
-    changes = study_changes({}, {"per_device_train_batch_size": 4}, {"gradient_accumulation_steps": 1})
+    changes = study_changes(study_record("s", {}), {"per_device_train_batch_size": 4}, {"gradient_accumulation_steps": 1})
     assert [c.what for c in changes] == ["effective batch per device"]
     assert "0.50x" in changes[0].chosen
 

@@ -609,7 +609,7 @@ def test_load_json_base_args(tmp_path):
 def test_base_args_unknown_field(tmp_path):
     path = write(tmp_path, "bf16: true\nbatch_size: 16\n", "base.yaml")
     with pytest.raises(
-        UsageError, match=re.escape(f"--base-args {path}: 'batch_size' is not a TrainingArguments field")
+        UsageError, match=re.escape(f"base_args {path}: 'batch_size' is not a TrainingArguments field")
     ):
         load_base_args(str(path))
 
@@ -618,7 +618,7 @@ def test_base_args_unknown_field(tmp_path):
 def test_base_args_reserved_field(tmp_path, field):
     path = write(tmp_path, json.dumps({"bf16": True, field: 1}), "base.json")
     with pytest.raises(
-        UsageError, match=re.escape(f"--base-args {path}: {field!r} is set by the search itself")
+        UsageError, match=re.escape(f"base_args {path}: {field!r} is set by the search itself")
     ):
         load_base_args(str(path))
 
@@ -630,7 +630,7 @@ def test_base_args_reserved_field(tmp_path, field):
 def test_base_args_must_be_a_mapping(tmp_path, text, name):
     path = write(tmp_path, text, name)
     with pytest.raises(
-        UsageError, match=re.escape(f"--base-args {path} must hold a mapping of TrainingArguments fields")
+        UsageError, match=re.escape(f"base_args {path} must hold a mapping of TrainingArguments fields")
     ):
         load_base_args(str(path))
 
@@ -642,25 +642,25 @@ def test_base_args_must_be_a_mapping(tmp_path, text, name):
 def test_base_args_invalid_syntax(tmp_path, text, name):
     path = write(tmp_path, text, name)
     with pytest.raises(
-        UsageError, match=re.escape(f"--base-args {path} is not valid JSON/YAML (fix the file's syntax)")
+        UsageError, match=re.escape(f"base_args {path} is not valid JSON/YAML (fix the file's syntax)")
     ):
         load_base_args(str(path))
 
 
 def test_base_args_missing_file(tmp_path):
     path = tmp_path / "missing.yaml"
-    with pytest.raises(UsageError, match=re.escape(f"cannot read --base-args {path}: ")) as info:
+    with pytest.raises(UsageError, match=re.escape(f"cannot read base_args {path}: ")) as info:
         load_base_args(str(path))
     assert info.value.exit_code == 2
 
 
 def test_base_args_directory(tmp_path):
-    with pytest.raises(UsageError, match=re.escape(f"cannot read --base-args {tmp_path}: ")):
+    with pytest.raises(UsageError, match=re.escape(f"cannot read base_args {tmp_path}: ")):
         load_base_args(str(tmp_path))
 
 
 def test_keep_semantics_and_global_batch_are_exclusive():
-    with pytest.raises(UsageError, match=re.escape("--keep-semantics already holds the global batch")):
+    with pytest.raises(UsageError, match=re.escape("keep_semantics already holds the global batch")):
         RunConfig(keep_semantics=True, global_batch_size=8)
     assert RunConfig(keep_semantics=True).keep_semantics is True
     assert RunConfig(global_batch_size=8).global_batch_size == 8
@@ -668,7 +668,7 @@ def test_keep_semantics_and_global_batch_are_exclusive():
 
 @pytest.mark.parametrize("size", [0, -8])
 def test_global_batch_size_must_be_positive(size):
-    with pytest.raises(UsageError, match=re.escape(f"--global-batch-size must be at least 1, got {size}")):
+    with pytest.raises(UsageError, match=re.escape(f"global_batch_size must be at least 1, got {size}")):
         RunConfig(global_batch_size=size)
 
 

@@ -23,7 +23,7 @@ from autotune.errors import StoreError
 from autotune.study import retry
 from autotune.study.retry import RetryingRDBStorage, is_transient, retry_transient
 from autotune.study.store import _engine_kwargs, open_storage
-from autotune.study.urls import engine_url
+from autotune.urls import engine_url
 from tests.helpers import terminate_connections
 
 

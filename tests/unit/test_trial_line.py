@@ -1,15 +1,16 @@
-"""What a finished trial's line in the search's output says (`autotune.cli._render.trial_line`)."""
+"""What a finished trial's line in the search's output says (`autotune.view.trial_line`)."""
 
 from __future__ import annotations
 
-from autotune.cli._render import trial_line
-from autotune.progress import TrialSummary
+from autotune.records import TrialRecord, trial_record
+from autotune.view import trial_line
 
 PARAMS = {"per_device_train_batch_size": 8, "torch_compile": "inductor"}
 
 
-def _measured(**attrs: object) -> TrialSummary:
-    return TrialSummary(3, PARAMS, "COMPLETE", 20e3, 150.0, 600 * 2**20, 0.02, attrs=dict(attrs))
+def _measured(**attrs: object) -> TrialRecord:
+    figures = {"tokens_per_s": 20e3, "samples_per_s": 150.0, "peak_memory_bytes": 600 * 2**20}
+    return trial_record(3, PARAMS, "COMPLETE", {**figures, "rel_ci_halfwidth": 0.02, **attrs})
 
 
 def test_a_compiled_trial_says_its_compile_time_and_cache_verdict() -> None:
@@ -19,9 +20,8 @@ def test_a_compiled_trial_says_its_compile_time_and_cache_verdict() -> None:
 
 
 def test_a_configuration_known_not_to_run_is_not_run() -> None:
-    known = TrialSummary(
-        4, PARAMS, "PRUNED", reason="unused_parameters_known", message="the model has parameters without..."
-    )
+    stored = {"reason": "unused_parameters_known", "message": "the model has parameters without..."}
+    known = trial_record(4, PARAMS, "PRUNED", stored)
     assert "[yellow]not run[/] [dim]unused_parameters_known: the model has" in trial_line(known)
 
 

@@ -7,10 +7,10 @@ import importlib.util
 import pytest
 from sqlalchemy.engine import make_url
 
+from autotune import urls
 from autotune.config import RunConfig
 from autotune.errors import UsageError
-from autotune.study import urls
-from autotune.study.urls import display_url, engine_url, sqlite_file
+from autotune.urls import display_url, engine_url, sqlite_file
 
 
 def _driver(url: str) -> str:

@@ -65,7 +65,7 @@ def test_cpu_workers_split_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
     cpu = _plan(Hardware())
     assert worker_slots(cpu, None) == [Slot()]  # one worker with the whole machine
     assert worker_slots(cpu, 2) == [Slot(cpu_cores=(0, 1)), Slot(cpu_cores=(2, 3))]
-    with pytest.raises(UsageError, match="--workers 6 but 5 CPU core"):
+    with pytest.raises(UsageError, match=r"^workers=6 but 5 CPU core"):
         worker_slots(cpu, 6)
 
 
@@ -75,7 +75,7 @@ def test_gpu_workers_get_one_visible_device_each(monkeypatch: pytest.MonkeyPatch
     assert worker_slots(gpus, None) == [Slot(cuda_device="3"), Slot(cuda_device="5")]
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert [s.cuda_device for s in worker_slots(gpus, 1)] == ["0"]
-    with pytest.raises(UsageError, match="--workers 3 but 2 GPU"):
+    with pytest.raises(UsageError, match=r"^workers=3 but 2 GPU"):
         worker_slots(gpus, 3)
 
 

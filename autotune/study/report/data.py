@@ -1,4 +1,4 @@
-"""What the report shows, read once from the optuna study: the trials' and the study's user attrs."""
+"""What the report shows, read once from the optuna study: the trials' and the study's records."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from optuna.trial import TrialState
 
 from autotune.errors import UsageError
 from autotune.progress import TrialSummary, describe_params
+from autotune.records import read_study
 from autotune.study.store import ranked_trials, study_cap_bytes
 
 # The figures, in page order: (file stem and div id, title).
@@ -54,12 +55,12 @@ class ReportData:
 
 def is_duplicate(t: TrialSummary) -> bool:
     """The trial reused an earlier trial's measurement (same parameters)."""
-    return "duplicate_of" in t.attrs
+    return t.reused
 
 
 def is_feasible(t: TrialSummary) -> bool:
     """The trial completed within the memory cap."""
-    return t.state == "COMPLETE" and bool(t.attrs.get("feasible", True))
+    return t.state == "COMPLETE" and t.is_feasible
 
 
 def available(data: ReportData) -> list[str]:
@@ -75,7 +76,7 @@ def available(data: ReportData) -> list[str]:
 
 def memory_cap_bytes(study: optuna.Study) -> int | None:
     """The study's memory cap in bytes, or None when it has none (or it cannot be read)."""
-    text = study.user_attrs.get("memory_cap")
+    text = read_study(study).memory_cap
     if not text:
         return None
     try:
@@ -87,7 +88,7 @@ def memory_cap_bytes(study: optuna.Study) -> int | None:
 def collect(study: optuna.Study) -> ReportData:
     """Read everything the report shows from `study`."""
     trials = ranked_trials(study)
-    cap_text = study.user_attrs.get("memory_cap")
+    cap_text = read_study(study).memory_cap
     data = ReportData(
         study_name=study.study_name,
         trials=trials,
@@ -112,7 +113,7 @@ def collect(study: optuna.Study) -> ReportData:
                 best = point.tokens_per_s
         if best is not None:
             data.best_so_far.append((t.number, best))
-        estimate = t.attrs.get("memory_estimate_bytes")
+        estimate = t.memory.estimate_bytes
         if estimate is not None and t.peak_memory_bytes is not None and not is_duplicate(t):
             data.estimates.append((t.number, int(estimate), int(t.peak_memory_bytes)))
     data.front = pareto_front([p for p in data.scatter if p.feasible])

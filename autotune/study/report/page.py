@@ -12,6 +12,7 @@ from typing import Any
 
 import optuna
 
+from autotune.measure.stats import Finalist
 from autotune.progress import (
     TrialSummary,
     describe_params,
@@ -21,10 +22,11 @@ from autotune.progress import (
     format_value,
     short_name,
 )
+from autotune.records import FinalistRecord, read_study
 from autotune.study.report.data import FIGURES, ReportData, collect, is_duplicate, is_feasible
 from autotune.study.report.figures import plotly_figures
 from autotune.study.report.pngs import write_pngs
-from autotune.study.semantics import study_changes
+from autotune.study.semantics import record_changes
 from autotune.study.store import best_trial, measured_count
 
 
@@ -104,8 +106,8 @@ def _notes(data: ReportData) -> dict[str, str]:
 
 
 def _header(study: optuna.Study, data: ReportData) -> str:
-    attrs = study.user_attrs
-    workload = attrs.get("workload") or {}
+    record = read_study(study)
+    workload = record.workload or {}
     model = workload.get("model", "unknown")
     model_text = model
     if workload.get("task"):
@@ -116,7 +118,7 @@ def _header(study: optuna.Study, data: ReportData) -> str:
     rows: list[tuple[str, str]] = [
         ("study", data.study_name),
         ("model", model_text),
-        ("device", _device_text(attrs.get("device") or {})),
+        ("device", _device_text(record.device or {})),
         (
             "memory cap",
             f"{data.cap_text} ({format_bytes(data.cap_bytes)})" if data.cap_bytes is not None else "none",
@@ -124,17 +126,17 @@ def _header(study: optuna.Study, data: ReportData) -> str:
         ("trials measured", f"{measured_count(study)} (of {finished} finished)"),
     ]
     best = best_trial(study)
-    winner = attrs.get("winner")
+    winner = record.winner
     if best is None:
         rows.append(("winner", "no feasible trial"))
     else:
         line = f"trial {best.number}: {describe_params(best.params)}, {format_rate(best.tokens_per_s)} tok/s"
-        if winner and winner.get("number") == best.number and winner.get("median_tokens_per_s"):
-            line += f" in the search, median {format_rate(winner['median_tokens_per_s'])} tok/s re-measured"
+        if winner and winner.number == best.number and winner.median_tokens_per_s:
+            line += f" in the search, median {format_rate(winner.median_tokens_per_s)} tok/s re-measured"
         rows.append(("winner", line))
-        if winner and winner.get("number") == best.number and winner.get("verdict"):
-            rows.append(("verdict", str(winner["verdict"])))
-        changes = study_changes(attrs, best.params, best.attrs.get("training_args"))
+        if winner and winner.number == best.number and winner.verdict:
+            rows.append(("verdict", str(winner.verdict)))
+        changes = record_changes(record, best)
         rows.append(
             (
                 "changes to the training math",
@@ -142,26 +144,33 @@ def _header(study: optuna.Study, data: ReportData) -> str:
                 or "none (same precision, optimizer family, effective batch)",
             )
         )
-    finalists = attrs.get("finalists") or []
-    if finalists:
-        parts = []
-        for f in finalists:
-            spread = f" ±{100 * f['spread']:.1f}%" if f.get("spread") is not None else ""
-            who = "baseline" if f.get("number", 0) < 0 else f"#{f.get('number')}"
-            rounds = len(f.get("tokens_per_s") or [])  # extra rounds race only some of them
-            parts.append(f"{who} {format_rate(f.get('median'))} tok/s{spread} over {rounds} rounds")
+    if record.finalists:
+        parts = [_finalist_text(f) for f in record.finalists]
         rows.append(("finalists (median of re-measurements)", ", ".join(parts)))
-    spent = describe_time_breakdown(attrs.get("time_breakdown"))
+    spent = describe_time_breakdown(record.time_breakdown)
     if spent:
         rows.append(("search time", spent.removeprefix("search time: ")))
     body = "\n".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in rows)
     return f"<h1>autotune report: {html.escape(data.study_name)}</h1>\n<dl class='header'>\n{body}\n</dl>"
 
 
+def _finalist_text(f: FinalistRecord) -> str:
+    """``#3 31.0k tok/s ±3.0% over 4 rounds``: a finalist's median re-measured throughput and the
+    half-range of its rounds (as version 0 stored them, else from its rounds' tokens/s)."""
+    median, spread = f.median, f.spread
+    if median is None and f.tokens_per_s:
+        rounds = Finalist(f.number, tuple(f.tokens_per_s))
+        median, spread = rounds.median, rounds.spread if rounds.median > 0 else None
+    who = "baseline" if f.number < 0 else f"#{f.number}"
+    spread_text = f" ±{100 * spread:.1f}%" if spread is not None else ""
+    # extra rounds race only some of them
+    return f"{who} {format_rate(median)} tok/s{spread_text} over {len(f.tokens_per_s)} rounds"
+
+
 def _table(data: ReportData, winner: int | None) -> str:
     knob_names = list(dict.fromkeys(k for t in data.trials for k in t.params))
     # MFU is known only on devices with a known peak (never guessed): the column appears with it.
-    with_mfu = any(t.attrs.get("mfu") is not None for t in data.trials)
+    with_mfu = any(t.measurement.mfu is not None for t in data.trials)
     head = ["#", *(short_name(k) for k in knob_names), "tok/s", "±", *(["MFU"] if with_mfu else [])]
     head += ["peak memory", "estimate", "state"]
     titles = ["trial number", *knob_names, "", "95% confidence half-width"]
@@ -191,9 +200,9 @@ def _table(data: ReportData, winner: int | None) -> str:
             *(("", format_value(t.params.get(k, "-"))) for k in knob_names),
             ("num", format_rate(t.tokens_per_s)),
             ("num", ci),
-            *([("num", _share(t.attrs.get("mfu")))] if with_mfu else []),
+            *([("num", _share(t.measurement.mfu))] if with_mfu else []),
             ("num", format_bytes(t.peak_memory_bytes)),
-            ("num", format_bytes(t.attrs.get("memory_estimate_bytes"))),
+            ("num", format_bytes(t.memory.estimate_bytes)),
             ("state", _state_text(t)),
         ]
         row = "".join(f"<td class='{c}'>{html.escape(v)}</td>" for c, v in cells)
@@ -204,9 +213,9 @@ def _table(data: ReportData, winner: int | None) -> str:
 
 def _state_text(t: TrialSummary) -> str:
     if is_duplicate(t):
-        return f"reused #{t.attrs['duplicate_of']}"
+        return f"reused #{t.duplicate_of}"
     if t.state == "COMPLETE":
-        return "ok" if t.attrs.get("feasible", True) else "infeasible"
+        return "ok" if t.is_feasible else "infeasible"
     text = f"{t.state.lower()} ({t.reason})" if t.reason else t.state.lower()
     return f"{text}: {t.message}" if t.message else text
 

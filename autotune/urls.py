@@ -1,6 +1,7 @@
 """Storage URLs as users write them: which driver they reach, and how they are shown.
 
-Pure (SQLAlchemy's URL parser only): the CLI and the config call these without opening anything.
+Pure (SQLAlchemy's URL parser only): the CLI, the config and the store call these without opening
+anything. Below `config` and `study/` alike, it imports nothing of autotune but its errors.
 """
 
 from __future__ import annotations

@@ -1,0 +1,293 @@
+"""The study's answer: which configuration to hand back, decided once from the stored records.
+
+`decide` reads a study's records (its trials, its baseline, its finalists' rounds) and returns
+the `Answer` that the search's end, ``autotune show``, ``autotune export``, ``autotune report``,
+`SearchResult` and `tune` render. Its rules:
+
+- The answer never contradicts its verdict. When nothing beat the defaults measurably (the
+  paired interval of the best configuration's speedup over the baseline does not lie wholly above
+  ``1 + MIN_GAIN``), the configuration handed back *is the defaults*; the best measured one is
+  named beside it as the alternative, with its figures.
+- A configuration that changes the training math (precision, optimizer family, effective batch,
+  data order) is the answer only when it measurably beats the best measured configuration that
+  keeps the math: their paired interval lies wholly above ``1 + MATH_GAIN``. Otherwise the
+  math-keeping one is the answer and the other is named with its gain and what it changes.
+- The expected tokens/s and peak are the finalists' re-measured medians, with their interval; the
+  search window's figures only where nothing was re-measured, and the answer says so.
+
+Pure: reads records; no torch, no optuna.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from autotune.measure.stats import MIN_GAIN, Speedup, paired_speedup, t95
+from autotune.records import (
+    BEATS_DEFAULTS,
+    KEEP_DEFAULTS,
+    KEEPS_MATH,
+    NO_TRIAL,
+    NOT_REMEASURED,
+    Answer,
+    Choice,
+    FinalistRecord,
+    Interval,
+    StudyRecord,
+    TrialRecord,
+    read_study,
+)
+from autotune.space.knobs import trial_kwargs
+from autotune.study.choices import fits, measured_in_full, one_window, search_choice
+from autotune.study.objective import score
+from autotune.study.semantics import record_changes
+
+if TYPE_CHECKING:
+    import optuna
+
+# A change to the training math costs the user a retune (learning rate, schedule, a loss check):
+# it is handed back only when it measurably gains more than this over keeping the math.
+MATH_GAIN = 0.05
+BASELINE = -1  # the baseline's number among the finalists
+
+
+def decide(study: StudyRecord, trials: Sequence[TrialRecord], cap_bytes: int | None = None) -> Answer:
+    """The answer of a study from its records (under `cap_bytes` when given: a re-selection under
+    another memory cap, from the stored measurements alone)."""
+    tokens = study.train_tokens
+    objective = "tokens_per_s" if tokens is None else "run_time"
+    candidates = [
+        t
+        for t in trials
+        if measured_in_full(t, cap_bytes is not None) and fits(t.peak_memory_bytes, cap_bytes)
+    ]
+    defaults = _defaults(study, cap_bytes)
+    base_tokens = study.baseline.remeasured_median or study.baseline.tokens_per_s
+    common = {"baseline_tokens_per_s": base_tokens, "memory_cap_bytes": cap_bytes, "objective": objective}
+    finalists = {f.number: f for f in study.finalists}
+    rounds = {t.number: finalists[t.number] for t in candidates if t.number in finalists}
+    if not candidates:
+        if defaults is None:
+            return Answer(NO_TRIAL, "no measured configuration to hand back", None, **common)
+        return Answer(NO_TRIAL, "no trial was measured in full: keep the defaults", defaults, **common)
+    if rounds:
+        return _from_rounds(study, candidates, rounds, finalists.get(BASELINE), defaults, common)
+    return _from_search(study, candidates, defaults, tokens, common)
+
+
+def _from_rounds(
+    study: StudyRecord,
+    candidates: Sequence[TrialRecord],
+    rounds: dict[int, FinalistRecord],
+    baseline: FinalistRecord | None,
+    defaults: Choice | None,
+    common: dict[str, object],
+) -> Answer:
+    """The answer from the finalists' interleaved rounds."""
+    by_number = {t.number: t for t in candidates}
+    ranked = sorted(rounds.values(), key=lambda f: -statistics.median(f.scores_by_round().values()))
+    base_rounds = baseline.scores_by_round() if baseline is not None else {}
+
+    def choice(f: FinalistRecord) -> Choice:
+        return _remeasured_choice(study, by_number[f.number], f, baseline)
+
+    leader = ranked[0]
+    keeps = [f for f in ranked if not record_changes(study, by_number[f.number])]
+    pick, alternative, gain, rule = leader, None, None, BEATS_DEFAULTS
+    if record_changes(study, by_number[leader.number]):
+        reference = keeps[0].scores_by_round() if keeps else base_rounds
+        gain = paired_speedup(leader.scores_by_round(), reference)
+        if gain is None or gain.low <= 1 + MATH_GAIN:
+            alternative, rule = leader, KEEPS_MATH
+            pick = keeps[0] if keeps else None
+        elif keeps:
+            alternative = keeps[0]  # the leader's math change paid: the best that keeps it, named
+    if pick is not None and baseline is not None:
+        speedup = paired_speedup(pick.scores_by_round(), base_rounds)
+        if (speedup is None or not speedup.beats_baseline) and defaults is not None:
+            alternative, pick, rule = leader, None, KEEP_DEFAULTS
+    chosen = choice(pick) if pick is not None else defaults
+    if chosen is None:  # the defaults do not fit the cap: the best that does
+        chosen, alternative, rule = choice(leader), None, BEATS_DEFAULTS
+    elif chosen.is_defaults:
+        rule = KEEP_DEFAULTS
+    named = choice(alternative) if alternative is not None and alternative is not pick else None
+    if named is not None and alternative is not None:
+        over = pick.scores_by_round() if pick is not None else base_rounds
+        gain = paired_speedup(alternative.scores_by_round(), over)
+    verdict = _verdict(rule, chosen, named, _interval(gain), baseline is not None)
+    return Answer(rule, verdict, chosen, named, _interval(gain) if named else None, **common)  # type: ignore[arg-type]
+
+
+def _from_search(
+    study: StudyRecord,
+    candidates: Sequence[TrialRecord],
+    defaults: Choice | None,
+    tokens: float | None,
+    common: dict[str, object],
+) -> Answer:
+    """The answer from the search windows alone (no finalists' rounds): the same rules on single
+    measurements, which the answer says are not re-measured."""
+
+    def rate(t: TrialRecord) -> float:
+        return score(t, tokens) or 0.0
+
+    ranked = sorted(candidates, key=lambda t: (-rate(t), t.number))
+    leader = ranked[0]
+    pick: TrialRecord | None = leader
+    alternative = None
+    rule = NOT_REMEASURED
+    if record_changes(study, leader):
+        keeps = [t for t in ranked if not record_changes(study, t)]
+        reference = rate(keeps[0]) if keeps else _baseline_rate(study, tokens)
+        if reference and rate(leader) / reference <= 1 + MATH_GAIN:
+            pick, alternative, rule = (keeps[0] if keeps else None), leader, KEEPS_MATH
+    base = _baseline_rate(study, tokens)
+    if pick is not None and base and rate(pick) / base <= 1 + MIN_GAIN and defaults is not None:
+        pick, alternative, rule = None, leader, KEEP_DEFAULTS
+    chosen = search_choice(study, pick) if pick is not None else defaults
+    if chosen is None:
+        chosen, alternative, rule = search_choice(study, leader), None, NOT_REMEASURED
+    elif chosen.is_defaults:
+        rule = KEEP_DEFAULTS
+    named = search_choice(study, alternative) if alternative is not None and alternative is not pick else None
+    text = _verdict(rule, chosen, named, None, False)
+    if rule != NOT_REMEASURED:
+        text += " (search windows only: not re-measured)"
+    return Answer(rule, text, chosen, named, None, **common)  # type: ignore[arg-type]
+
+
+# -- the configurations --------------------------------------------------------------------------
+
+
+def _defaults(study: StudyRecord, cap_bytes: int | None) -> Choice | None:
+    """The baseline's configuration as a choice, with its re-measured figures when it has them;
+    None when it was not measured or does not fit `cap_bytes`."""
+    baseline = study.baseline
+    if not baseline.measured or not fits(baseline.peak_memory_bytes, cap_bytes):
+        return None
+    training_args, model_kwargs = trial_kwargs(baseline.params)
+    finalist = next((f for f in study.finalists if f.number == BASELINE), None)
+    tokens = _throughput(finalist) if finalist is not None else None
+    peak = _median_peak(finalist) if finalist is not None else None
+    return Choice(
+        trial=None,
+        params=dict(baseline.params),
+        training_args=training_args,
+        model_kwargs=model_kwargs,
+        tokens_per_s=tokens or one_window(baseline.tokens_per_s, baseline.rel_ci_halfwidth),
+        peak_memory_bytes=peak if peak is not None else baseline.peak_memory_bytes,
+        remeasured=tokens is not None,
+        speedup=Interval(1.0),
+    )
+
+
+def _remeasured_choice(
+    study: StudyRecord, trial: TrialRecord, finalist: FinalistRecord, baseline: FinalistRecord | None
+) -> Choice:
+    speedup = paired_speedup(finalist.scores_by_round(), baseline.scores_by_round()) if baseline else None
+    peak = _median_peak(finalist)
+    return Choice(
+        trial=trial.number,
+        params=dict(trial.params),
+        training_args=dict(trial.training_args or {}),
+        model_kwargs=dict(trial.model_kwargs or {}),
+        tokens_per_s=_throughput(finalist),
+        peak_memory_bytes=peak if peak is not None else trial.peak_memory_bytes,
+        remeasured=True,
+        speedup=_interval(speedup),
+        changes=tuple(c.text() for c in record_changes(study, trial)),
+    )
+
+
+def _throughput(finalist: FinalistRecord) -> Interval | None:
+    """The re-measured median tokens/s, with the 95% interval of its rounds' (geometric) mean."""
+    values = [v for v in finalist.tokens_per_s if v and v > 0]
+    if not values:
+        return None
+    median = statistics.median(values)
+    if len(values) < 2:
+        return Interval(median)
+    logs = [math.log(v) for v in values]
+    mean, half = statistics.fmean(logs), t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return Interval(median, math.exp(mean - half), math.exp(mean + half), len(values))
+
+
+def _median_peak(finalist: FinalistRecord) -> int | None:
+    peaks = [int(p) for p in finalist.peaks or () if p is not None]
+    return int(statistics.median(peaks)) if peaks else None
+
+
+def _interval(speedup: Speedup | None) -> Interval | None:
+    if speedup is None:
+        return None
+    high = speedup.high if math.isfinite(speedup.high) else None
+    return Interval(speedup.ratio, speedup.low if high is not None else None, high, speedup.rounds)
+
+
+# -- the baseline ------------------------------------------------------------------------------
+
+
+def _baseline_rate(study: StudyRecord, tokens: float | None) -> float | None:
+    return score(study.baseline.as_trial(), tokens) if study.baseline.measured else None
+
+
+# -- in words --------------------------------------------------------------------------------------
+
+
+def _verdict(rule: str, chosen: Choice, named: Choice | None, gain: Interval | None, paired: bool) -> str:
+    speed = chosen.speedup.describe() if chosen.speedup and not chosen.is_defaults else None
+    if rule == KEEP_DEFAULTS:
+        best = f" (the best measured, {named.label}, {_gain(named, gain)})" if named else ""
+        return f"nothing beat the defaults measurably{best}: keep them"
+    if rule == KEEPS_MATH and named is not None:
+        text = f"{chosen.label} keeps the training math"
+        if speed:
+            text += f" and beats the defaults: {speed}"
+        return (
+            f"{text}; {named.label} is faster still ({_gain(named, gain, 'than ' + chosen.label)}) "
+            f"but changes the training math, which takes a measured gain over {1 + MATH_GAIN:.2f}x: "
+            "named as the alternative"
+        )
+    if rule == NOT_REMEASURED:
+        return f"{chosen.label}, the search window's best (not re-measured: its figures are one window's)"
+    if chosen.is_defaults:
+        return "keep the defaults"
+    if speed and paired:
+        text = f"{chosen.label} beats the defaults: {speed}"
+        if named is not None and gain is not None and gain.value > 0:
+            lead = Interval(
+                1 / gain.value,
+                1 / gain.high if gain.high else None,
+                1 / gain.low if gain.low else None,
+                gain.rounds,
+            )
+            text += (
+                f"; it changes the training math, and beats {named.label}, which keeps it, by "
+                f"{lead.describe()}: more than the {1 + MATH_GAIN:.2f}x a math change must gain"
+            )
+        return text
+    return f"{chosen.label}, re-measured (the baseline was not re-measured beside it)"
+
+
+def _gain(named: Choice, gain: Interval | None, over: str = "over the defaults") -> str:
+    if gain is not None:
+        return f"{gain.describe()} {over}"
+    if named.speedup is not None:
+        return f"{named.speedup.describe()} over the defaults"
+    return "not compared"
+
+
+def study_answer(study: optuna.Study, cap_bytes: int | None = None) -> Answer:
+    """A stored study's answer: the one stored when its search ended, or (a re-selection under
+    `cap_bytes`, or a store written before answers were stored) decided now from its records,
+    without storing it."""
+    from autotune.study.store import read_trials  # optuna's store
+
+    record = read_study(study)
+    if cap_bytes is None and record.answer is not None:
+        return record.answer
+    return decide(record, read_trials(study), cap_bytes)

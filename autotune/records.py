@@ -1,0 +1,724 @@
+"""What the store holds, typed: `TrialRecord`, `StudyRecord`, and the `Answer` of a study.
+
+optuna keeps a trial's and a study's facts as flat user attrs (JSON values under string keys), and
+optuna's CLI and dashboard read them there. This module is the one place that spells those keys:
+each field of a record names its stored key in its metadata (``key``), and `trial_record` and
+`study_record` read a trial's or a study's attrs into frozen, typed records grouped by what they
+hold. Writers go through `study_attrs` (a study's facts) and `answer_attrs`; a trial's record is
+written by `write_trial` (`autotune.study.outcomes.record_outcome`: the fresh measurement, read by
+`measured_record`, with its ending set by `concluded`).
+
+Schema versions: stores written before ``schema_version`` was stored are version 0. Version 1 adds
+the stored `Answer` and per-round peaks and scores of the finalists; everything a version 0 store
+holds is read the same way (an answer missing from it is decided again from its finalists). A
+newer store than this code knows is refused by `check_schema`.
+
+Pure: no optuna, no torch.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, TypeVar
+
+SCHEMA_VERSION = 1
+
+
+def _key(name: str) -> Any:
+    """A record field stored under user-attr key `name`."""
+    return field(default=None, metadata={"key": name})
+
+
+def _keyed(name: str, factory: Any) -> Any:
+    return field(default_factory=factory, metadata={"key": name})
+
+
+R = TypeVar("R")
+
+
+def _values(cls: type, attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of `cls` that flat `attrs` hold, each read from its ``key``."""
+    return {f.name: attrs[f.metadata["key"]] for f in fields(cls) if f.metadata.get("key") in attrs}
+
+
+def _read(cls: type[R], attrs: Mapping[str, Any]) -> R:
+    """A record of `cls` from flat attrs: each field from its ``key`` (absent: its default)."""
+    return cls(**_values(cls, attrs))
+
+
+def _write(record: Any) -> dict[str, Any]:
+    """The flat attrs of a record: its fields that are set, under their keys."""
+    return {
+        f.metadata["key"]: getattr(record, f.name)
+        for f in fields(record)
+        if "key" in f.metadata and getattr(record, f.name) is not None
+    }
+
+
+# -- a trial -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """A trial's measured window (`autotune.measure.callback.ThroughputCallback.result`) and what
+    was derived from it. Rates are the whole job's (every rank)."""
+
+    tokens_per_s: float | None = _key("tokens_per_s")
+    samples_per_s: float | None = _key("samples_per_s")
+    # the 95% confidence half-width of the throughput, relative to it
+    rel_ci_halfwidth: float | None = _key("rel_ci_halfwidth")
+    measured_steps: int | None = _key("measured_steps")
+    window_s: float | None = _key("window_s")
+    window_tokens: float | None = _key("window_tokens")
+    tokens_per_step: float | None = _key("tokens_per_step")
+    samples_per_step: int | None = _key("samples_per_step")
+    padding_fraction: float | None = _key("padding_fraction")
+    step_time_mean_s: float | None = _key("step_time_mean_s")
+    step_time_median_s: float | None = _key("step_time_median_s")
+    step_time_min_s: float | None = _key("step_time_min_s")
+    step_time_max_s: float | None = _key("step_time_max_s")
+    step_time_std_s: float | None = _key("step_time_std_s")
+    warmup_steps: int | None = _key("warmup_steps")
+    warmup_s: float | None = _key("warmup_s")
+    warmup_excess_s: float | None = _key("warmup_excess_s")
+    first_step_s: float | None = _key("first_step_s")
+    setup_s: float | None = _key("setup_s")
+    train_loss: float | None = _key("train_loss")
+    # [tokens seen, loss] after each optimizer step
+    loss_curve: list[list[float]] | None = _key("loss_curve")
+    # the loss against the baseline's at equal tokens, relative to it
+    loss_delta: float | None = _key("loss_delta")
+    mfu: float | None = _key("mfu")
+    model_flops_per_token: float | None = _key("model_flops_per_token")
+    matmul_precision: str | None = _key("matmul_precision")
+    world_size: int | None = _key("world_size")
+
+
+@dataclass(frozen=True)
+class MemoryRecord:
+    """A trial's measured peak and the estimate made before it ran."""
+
+    peak_bytes: int | None = _key("peak_memory_bytes")
+    peak_children_bytes: int | None = _key("peak_children_bytes")
+    rss_start_bytes: int | None = _key("rss_start_bytes")
+    source: str | None = _key("memory_source")
+    # CUDA: the allocator's peaks and NVML's process usage (`PeakMemoryMeter.read`)
+    allocated_bytes: int | None = _key("peak_allocated_bytes")
+    reserved_bytes: int | None = _key("peak_reserved_bytes")
+    nvml_bytes: int | None = _key("peak_nvml_bytes")
+    # every rank's peak, in rank order (a trial of several processes; `peak_bytes` is the largest)
+    rank_peaks_bytes: list[int] | None = _key("rank_peak_memory_bytes")
+    estimate_bytes: int | None = _key("memory_estimate_bytes")
+    # (peak - estimate) / peak
+    estimate_error: float | None = _key("memory_estimate_error")
+    # the estimate's parts (`autotune.measure.estimator`)
+    estimate: dict[str, Any] | None = _key("memory_estimate")
+
+    @property
+    def estimated_from_trials(self) -> list[int]:
+        """The earlier trials whose measured peaks gave the estimate (empty: the probe's)."""
+        return list((self.estimate or {}).get("activations_from_trials") or [])
+
+
+@dataclass(frozen=True)
+class CompileRecord:
+    """How a compiled trial compiled (None fields: it did not compile)."""
+
+    cache: str | None = _key("compile_cache")
+    seconds: float | None = _key("compile_s")
+    cold_s: float | None = _key("compile_cold_s")
+
+
+@dataclass(frozen=True)
+class ScreeningRecord:
+    """Why a trial's window was cut short: screened out, or under the promotion line."""
+
+    tokens_per_s: float | None = _key("screen_tokens_per_s")
+    reference_tokens_per_s: float | None = _key("screen_reference_tokens_per_s")
+    ratio: float | None = _key("screen_ratio")
+    steps: int | None = _key("screen_steps")
+    seconds: float | None = _key("screen_s")
+    stopped_step_s: float | None = _key("screen_step_stopped_s")
+    # the promotion line: steps, upper_tokens_per_s, reference_tokens_per_s, promote_ratio
+    not_promoted: dict[str, Any] | None = _key("not_promoted")
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a trial did not complete (reason: one of `autotune.study.outcomes`)."""
+
+    reason: str | None = _key("reason")
+    message: str | None = _key("message")
+    traceback: str | None = _key("traceback")
+    unavailable_knob: str | None = _key("unavailable_knob")
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One trial as the store holds it.
+
+    Attributes:
+        number: optuna's trial number.
+        params: knob name -> value.
+        state: ``"COMPLETE"``, ``"PRUNED"`` (skipped, reused or infeasible), ``"FAIL"`` or
+            ``"RUNNING"``.
+        trained: whether it counts against the budget (None: not recorded).
+        feasible: finished, finite loss, under the cap (None: not recorded).
+        training_args: the `TrainingArguments` kwargs it applied.
+        model_kwargs: the model-load kwargs it applied.
+        duplicate_of: the trial whose measurement it reused.
+        measurement, memory, compile, screening, failure: its facts, grouped.
+        owner: the process that ran it (`autotune.study.owner.Owner`'s dict).
+        dominated_by, ddp, data_parallel_applied, padding_compared, padding_note: what a
+            pre-check or a strategy recorded (the trial that made it pointless; the DDP settings
+            and strategy it ran; a padding-free trial against its padded twin, and why it was no
+            faster).
+    """
+
+    number: int
+    params: dict[str, Any]
+    state: str
+    trained: bool | None = _key("trained")
+    feasible: bool | None = _key("feasible")
+    training_args: dict[str, Any] | None = _key("training_args")
+    model_kwargs: dict[str, Any] | None = _key("model_kwargs")
+    duplicate_of: int | None = _key("duplicate_of")
+    dominated_by: int | None = _key("dominated_by")
+    ddp: dict[str, Any] | None = _key("ddp")
+    data_parallel_applied: Any = _key("data_parallel_applied")
+    padding_compared: dict[str, Any] | None = _key("padding_free_vs_padded")
+    padding_note: str | None = _key("padding_free_note")
+    owner: dict[str, Any] | None = _key("worker")
+    measurement: Measurement = field(default_factory=Measurement)
+    memory: MemoryRecord = field(default_factory=MemoryRecord)
+    compile: CompileRecord = field(default_factory=CompileRecord)
+    screening: ScreeningRecord = field(default_factory=ScreeningRecord)
+    failure: Failure = field(default_factory=Failure)
+
+    # The figures every table shows, by their usual names.
+    @property
+    def tokens_per_s(self) -> float | None:
+        return self.measurement.tokens_per_s
+
+    @property
+    def samples_per_s(self) -> float | None:
+        return self.measurement.samples_per_s
+
+    @property
+    def peak_memory_bytes(self) -> int | None:
+        return self.memory.peak_bytes
+
+    @property
+    def rel_ci_halfwidth(self) -> float | None:
+        return self.measurement.rel_ci_halfwidth
+
+    @property
+    def reason(self) -> str | None:
+        return self.failure.reason
+
+    @property
+    def message(self) -> str | None:
+        return self.failure.message
+
+    @property
+    def reused(self) -> bool:
+        """A duplicate that reused another trial's measurement (left out of rankings)."""
+        return self.duplicate_of is not None
+
+    @property
+    def is_feasible(self) -> bool:
+        """Feasible, reading a record without the flag as feasible (older stores)."""
+        return self.feasible is not False
+
+    def with_reason(self, reason: str | None) -> TrialRecord:
+        """The record with `reason` (a FAIL without one is read as interrupted by the store)."""
+        return replace(self, failure=replace(self.failure, reason=reason))
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        """The flat user attrs that store this record (what `trial_record` read)."""
+        return trial_attrs(self)
+
+
+_TRIAL_GROUPS = ("measurement", "memory", "compile", "screening", "failure")
+
+
+def trial_record(number: int, params: Mapping[str, Any], state: str, attrs: Mapping[str, Any]) -> TrialRecord:
+    """A trial's record from its number, params, state name and user attrs."""
+    groups: dict[str, Any] = {name: _read(_GROUP_TYPES[name], attrs) for name in _TRIAL_GROUPS}
+    return TrialRecord(number, dict(params), state, **_values(TrialRecord, attrs), **groups)
+
+
+def trial_attrs(record: TrialRecord) -> dict[str, Any]:
+    """The flat user attrs of a trial record (its groups' fields under their keys)."""
+    out = _write(record)
+    for name in _TRIAL_GROUPS:
+        out.update(_write(getattr(record, name)))
+    return out
+
+
+def measured_record(attrs: Mapping[str, Any], params: Mapping[str, Any] | None = None) -> TrialRecord:
+    """The record of a fresh measurement (a trial process's flat measured attrs, before they are
+    stored), numbered -1."""
+    return trial_record(-1, params or {}, "COMPLETE", attrs)
+
+
+def concluded(
+    record: TrialRecord, *, state: str, trained: bool, feasible: bool, reason: str | None, message: str
+) -> TrialRecord:
+    """`record` as the store keeps it once its trial ended: its state, whether it trained and is
+    feasible, and why it ended (a reason or message of its own stays where none is given)."""
+    failure = replace(
+        record.failure,
+        reason=reason if reason is not None else record.failure.reason,
+        message=message or record.failure.message,
+    )
+    return replace(record, state=state, trained=trained, feasible=feasible, failure=failure)
+
+
+def trial_facts(**facts: Any) -> dict[str, Any]:
+    """The user attrs that store some of a trial's own facts, by `TrialRecord` field name:
+    ``trial_facts(owner=...)`` (not its groups: write a whole record with `write_trial`).
+
+    Raises:
+        KeyError: a name that is not a stored field of `TrialRecord`.
+    """
+    keys = {f.name: f.metadata["key"] for f in fields(TrialRecord) if "key" in f.metadata}
+    return {keys[name]: value for name, value in facts.items()}
+
+
+_GROUP_TYPES: dict[str, type] = {
+    "measurement": Measurement,
+    "memory": MemoryRecord,
+    "compile": CompileRecord,
+    "screening": ScreeningRecord,
+    "failure": Failure,
+}
+
+# Keys a trial's attrs hold that are read through their own modules' constants.
+OWNER_KEY = "worker"
+REASON_KEY = "reason"
+RAY_TRIAL_KEY = "ray_trial_id"  # the Ray trial that ran an optuna trial: links the two tables
+
+
+# -- the study -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The defaults (`TrainingArguments()` and ``from_pretrained``'s picks), measured once before
+    the search and again among the finalists."""
+
+    params: dict[str, Any] = field(default_factory=dict, metadata={"key": "params"})
+    tokens_per_s: float | None = _key("tokens_per_s")
+    samples_per_s: float | None = _key("samples_per_s")
+    peak_memory_bytes: int | None = _key("peak_memory_bytes")
+    rel_ci_halfwidth: float | None = _key("rel_ci_halfwidth")
+    tokens_per_step: float | None = _key("tokens_per_step")
+    # the padding share of its window (padded data only): what a padding-free trial is compared with
+    padding_fraction: float | None = _key("padding_fraction")
+    setup_s: float | None = _key("setup_s")
+    warmup_excess_s: float | None = _key("warmup_excess_s")
+    compile_s: float | None = _key("compile_s")
+    loss_curve: list[list[float]] | None = _key("loss_curve")
+    error: str | None = _key("error")
+    remeasured_median: float | None = _key("remeasured_median")
+
+    @property
+    def measured(self) -> bool:
+        return bool(self.tokens_per_s)
+
+    def attrs(self) -> dict[str, Any]:
+        return _write(self)
+
+    def as_trial(self) -> TrialRecord:
+        """The baseline's measurement as a trial record (what run time and scores read)."""
+        return measured_record(_write(self))
+
+    @classmethod
+    def from_attrs(cls, attrs: Mapping[str, Any] | None) -> Baseline:
+        return _read(cls, attrs or {})
+
+
+@dataclass(frozen=True)
+class FinalistRecord:
+    """One contestant of the finalists' rounds (number -1: the baseline).
+
+    `scores` are what the rounds ranked by (tokens/s, or with the user's run length the effective
+    rate of that run), per round; `tokens_per_s` and `peaks` the round's throughput and peak
+    (version 0 stores kept tokens/s only: their scores are their tokens/s)."""
+
+    number: int = field(default=-1, metadata={"key": "number"})
+    tokens_per_s: list[float] = _keyed("tokens_per_s", list)
+    rounds: list[int] = _keyed("rounds", list)
+    scores: list[float] | None = _key("scores")
+    peaks: list[int | None] | None = _key("peaks")
+    # what version 0 stored beside its rounds (`autotune.measure.stats.Finalist`): their median
+    # and half-range relative to it; version 1 derives them from `tokens_per_s`
+    median: float | None = _key("median")
+    spread: float | None = _key("spread")
+
+    def scores_by_round(self) -> dict[int, float]:
+        values = self.scores if self.scores is not None else self.tokens_per_s
+        rounds = self.rounds or list(range(1, len(values) + 1))
+        return dict(zip(rounds, values, strict=False))
+
+    def tokens_by_round(self) -> dict[int, float]:
+        rounds = self.rounds or list(range(1, len(self.tokens_per_s) + 1))
+        return dict(zip(rounds, self.tokens_per_s, strict=False))
+
+    def attrs(self) -> dict[str, Any]:
+        return _write(self)
+
+    @classmethod
+    def from_attrs(cls, attrs: Mapping[str, Any]) -> FinalistRecord:
+        return _read(cls, attrs)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A figure with its 95% interval (`low` and `high` None: no interval, one measurement)."""
+
+    value: float
+    low: float | None = None
+    high: float | None = None
+    rounds: int = 1
+
+    def describe(self, unit: str = "x", digits: int = 2) -> str:
+        text = f"{self.value:.{digits}f}{unit}"
+        if self.low is not None and self.high is not None and self.rounds > 1:
+            low, high = f"{self.low:.{digits}f}", f"{self.high:.{digits}f}"
+            text += f" (95% interval {low}-{high}{unit} over {self.rounds} rounds)"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "low": self.low, "high": self.high, "rounds": self.rounds}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Interval | None:
+        if not data:
+            return None
+        return cls(float(data["value"]), data.get("low"), data.get("high"), int(data.get("rounds") or 1))
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A configuration the answer speaks of: the answer itself, or the alternative beside it.
+
+    Attributes:
+        trial: its trial number; None for the defaults (the baseline's configuration).
+        params: its knob values.
+        training_args: the `TrainingArguments` kwargs it applied (the defaults': what their knob
+            values apply).
+        model_kwargs: its model-load kwargs.
+        tokens_per_s: its throughput: the re-measured median with its interval when re-measured,
+            else the search window's (then `remeasured` is False).
+        peak_memory_bytes: its peak: the re-measured median when re-measured.
+        remeasured: whether the figures are the finalists' re-measurement.
+        speedup: its paired speedup over the baseline, with its interval (None: no paired rounds).
+        changes: its changes to the training math against the baseline, as text.
+    """
+
+    trial: int | None
+    params: dict[str, Any]
+    training_args: dict[str, Any]
+    model_kwargs: dict[str, Any]
+    tokens_per_s: Interval | None
+    peak_memory_bytes: int | None
+    remeasured: bool
+    speedup: Interval | None = None
+    changes: tuple[str, ...] = ()
+
+    @property
+    def is_defaults(self) -> bool:
+        return self.trial is None
+
+    @property
+    def label(self) -> str:
+        return "the defaults" if self.trial is None else f"trial {self.trial}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "trial": self.trial,
+            "params": dict(self.params),
+            "training_args": dict(self.training_args),
+            "model_kwargs": dict(self.model_kwargs),
+            "tokens_per_s": self.tokens_per_s.to_dict() if self.tokens_per_s else None,
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "remeasured": self.remeasured,
+            "speedup": self.speedup.to_dict() if self.speedup else None,
+            "changes": list(self.changes),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Choice:
+        return cls(
+            trial=data.get("trial"),
+            params=dict(data.get("params") or {}),
+            training_args=dict(data.get("training_args") or {}),
+            model_kwargs=dict(data.get("model_kwargs") or {}),
+            tokens_per_s=Interval.from_dict(data.get("tokens_per_s")),
+            peak_memory_bytes=data.get("peak_memory_bytes"),
+            remeasured=bool(data.get("remeasured")),
+            speedup=Interval.from_dict(data.get("speedup")),
+            changes=tuple(data.get("changes") or ()),
+        )
+
+
+# Why the answer is what it is (`Answer.rule`).
+BEATS_DEFAULTS = "beats_defaults"  # re-measured: its speedup's interval lies above 1 + MIN_GAIN
+KEEP_DEFAULTS = "keep_defaults"  # nothing beat the defaults measurably: the answer is the defaults
+KEEPS_MATH = "keeps_math"  # a math-changing leader did not measurably beat the best math-keeping one
+NOT_REMEASURED = "not_remeasured"  # the search window's best: no finalists' rounds to judge by
+NO_TRIAL = "no_trial"  # nothing measured fits: the defaults (when measured) or nothing
+CHOSEN = "chosen"  # a trial the caller named (an export of one trial), not a decision
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a study answers: the configuration to use, how sure that is, and what else was close.
+
+    Computed once when a search, a resume or a re-selection under another cap ends
+    (`autotune.study.answer.decide`), stored with the study, and rendered by the search's end,
+    ``autotune show``, every ``autotune export`` format, ``autotune report``, `SearchResult` and
+    `tune`'s result.
+
+    Attributes:
+        rule: why this is the answer (`BEATS_DEFAULTS`, `KEEP_DEFAULTS`, `KEEPS_MATH`,
+            `NOT_REMEASURED`, `NO_TRIAL`).
+        verdict: the answer in one line.
+        choice: the configuration handed back (None: nothing measured to hand back).
+        alternative: the best measured configuration when it is not the answer, with its figures
+            and what it changes; never pasted as the answer.
+        alternative_gain: the alternative's paired speedup over the answer.
+        baseline_tokens_per_s: the baseline's throughput as the figures were compared with it.
+        memory_cap_bytes: the cap the choice was made under (None: the study's own, or none).
+        objective: ``"tokens_per_s"``, or ``"run_time"`` with the user's run length.
+    """
+
+    rule: str
+    verdict: str
+    choice: Choice | None
+    alternative: Choice | None = None
+    alternative_gain: Interval | None = None
+    baseline_tokens_per_s: float | None = None
+    memory_cap_bytes: int | None = None
+    objective: str = "tokens_per_s"
+
+    @property
+    def keeps_defaults(self) -> bool:
+        return self.choice is not None and self.choice.is_defaults
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "verdict": self.verdict,
+            "choice": self.choice.to_dict() if self.choice else None,
+            "alternative": self.alternative.to_dict() if self.alternative else None,
+            "alternative_gain": self.alternative_gain.to_dict() if self.alternative_gain else None,
+            "baseline_tokens_per_s": self.baseline_tokens_per_s,
+            "memory_cap_bytes": self.memory_cap_bytes,
+            "objective": self.objective,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Answer:
+        return cls(
+            rule=str(data["rule"]),
+            verdict=str(data["verdict"]),
+            choice=Choice.from_dict(data["choice"]) if data.get("choice") else None,
+            alternative=Choice.from_dict(data["alternative"]) if data.get("alternative") else None,
+            alternative_gain=Interval.from_dict(data.get("alternative_gain")),
+            baseline_tokens_per_s=data.get("baseline_tokens_per_s"),
+            memory_cap_bytes=data.get("memory_cap_bytes"),
+            objective=str(data.get("objective") or "tokens_per_s"),
+        )
+
+
+@dataclass(frozen=True)
+class Winner:
+    """The finalists' re-measured leader as version 0 stored it (``winner``): kept for the trial
+    line and older readers; `Answer` is what is handed back."""
+
+    number: int | None = _key("number")
+    median_tokens_per_s: float | None = _key("median_tokens_per_s")
+    median_score: float | None = _key("median_score")
+    objective: str | None = _key("objective")
+    speedup: dict[str, Any] | None = _key("speedup")
+    verdict: str | None = _key("verdict")
+
+    def attrs(self) -> dict[str, Any]:
+        return _write(self)
+
+
+@dataclass(frozen=True)
+class StudyRecord:
+    """A study's stored facts, grouped: what ran (run configuration, workload, device, space,
+    base config, cap), what it was measured against (baseline), what ended it (finalists, winner,
+    answer) and where its time went.
+
+    Attributes:
+        name: the study's name.
+        schema_version: 0 for stores written before the version was stored.
+        run_config: `RunConfig.to_dict` of the search that created it.
+        workload, device, space: `describe()`/`to_dict()` of each, as created.
+        fingerprint: what a resume checks (`autotune.study.fingerprint`).
+        memory_cap: the cap as the user wrote it.
+        base_args, base_model_kwargs: the base config every trial started from.
+        not_searched: knobs that could not run here.
+        baseline: the defaults, measured.
+        finalists: the finalists' rounds (the baseline's number is -1).
+        winner: the re-measured leader (version 0's record of it).
+        answer: the stored answer (None: not decided yet, or a version 0 store).
+        time_breakdown: where the last search's time went (`autotune.driver.accounting`).
+        activation_probes, batch_ladder, batch_ladder_probe: the memory estimate's measurements.
+    """
+
+    name: str
+    schema_version: int = field(default=0, metadata={"key": "schema_version"})
+    run_config: dict[str, Any] = _keyed("run_config", dict)
+    workload: dict[str, Any] = _keyed("workload", dict)
+    device: dict[str, Any] = _keyed("device", dict)
+    space: dict[str, Any] = _keyed("space", dict)
+    fingerprint: dict[str, Any] | None = _key("fingerprint")
+    memory_cap: str | None = _key("memory_cap")
+    base_args: dict[str, Any] = _keyed("base_args", dict)
+    base_model_kwargs: dict[str, Any] = _keyed("base_model_kwargs", dict)
+    not_searched: list[Any] = _keyed("not_searched", list)
+    baseline: Baseline = field(default_factory=Baseline)
+    finalists: tuple[FinalistRecord, ...] = ()
+    winner: Winner | None = None
+    answer: Answer | None = None
+    time_breakdown: dict[str, Any] | None = _key("time_breakdown")
+    activation_probes: dict[str, Any] | None = _key("activation_probes")
+    batch_ladder: list[Any] | None = _key("batch_ladder")
+    batch_ladder_probe: dict[str, Any] | None = _key("batch_ladder_probe")
+
+    @property
+    def model(self) -> str | None:
+        return self.workload.get("model") or self.run_config.get("model")
+
+    @property
+    def seq_len(self) -> int | None:
+        return self.workload.get("seq_len") or self.run_config.get("seq_len")
+
+    @property
+    def train_tokens(self) -> int | None:
+        """The user's run length in tokens (``--train-tokens``, or ``--train-steps`` times the
+        baseline's tokens per step), None when not given."""
+        tokens = self.run_config.get("train_tokens")
+        if tokens:
+            return int(tokens)
+        steps = self.run_config.get("train_steps")
+        per_step = self.baseline.tokens_per_step
+        if steps and per_step:
+            return int(steps * per_step)
+        return None
+
+    @property
+    def device_memory_bytes(self) -> int:
+        return int(self.device.get("memory_bytes") or 0)
+
+    def remeasured_tokens_per_s(self) -> dict[int, float]:
+        """Trial number -> its re-measured median tokens/s (the finalists; not the baseline)."""
+        return {
+            f.number: statistics.median(f.tokens_per_s)
+            for f in self.finalists
+            if f.number >= 0 and f.tokens_per_s
+        }
+
+
+_STUDY_SPECIAL = {"baseline": "baseline", "finalists": "finalists", "winner": "winner", "answer": "answer"}
+
+
+def study_record(name: str, attrs: Mapping[str, Any]) -> StudyRecord:
+    """A study's record from its name and user attrs.
+
+    Raises:
+        ValueError: the store was written by a newer autotune (its schema version is higher).
+    """
+    check_schema(name, attrs)
+    winner = attrs.get("winner")
+    answer = attrs.get("answer")
+    return StudyRecord(
+        name=name,
+        **_values(StudyRecord, attrs),
+        baseline=Baseline.from_attrs(attrs.get("baseline")),
+        finalists=tuple(FinalistRecord.from_attrs(f) for f in attrs.get("finalists") or ()),
+        winner=_read(Winner, winner) if winner else None,
+        answer=Answer.from_dict(answer) if answer else None,
+    )
+
+
+def check_schema(name: str, attrs: Mapping[str, Any]) -> None:
+    """Refuse a study written by a newer autotune than this one.
+
+    Raises:
+        ValueError: its schema version is above `SCHEMA_VERSION`.
+    """
+    version = int(attrs.get("schema_version") or 0)
+    if version > SCHEMA_VERSION:
+        raise ValueError(
+            f"study {name!r} was written with record schema {version}; this autotune reads up to "
+            f"{SCHEMA_VERSION}: upgrade autotune"
+        )
+
+
+def study_attrs(**facts: Any) -> dict[str, Any]:
+    """The user attrs that store some of a study's facts, by `StudyRecord` field name:
+    ``study_attrs(run_config=..., device=...)``; `Baseline`, finalists, `Winner` and `Answer` as
+    their records. Always carries the schema version.
+
+    Raises:
+        KeyError: a name that is not a stored field of `StudyRecord`.
+    """
+    keys = {f.name: f.metadata["key"] for f in fields(StudyRecord) if "key" in f.metadata}
+    out: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
+    for name, value in facts.items():
+        if name in _STUDY_SPECIAL:
+            out[_STUDY_SPECIAL[name]] = _special(name, value)
+        else:
+            out[keys[name]] = value
+    return out
+
+
+def _special(name: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if name == "finalists":
+        return [f.attrs() for f in value]
+    if name == "answer":
+        return value.to_dict()
+    return value.attrs()
+
+
+# -- optuna's objects (duck-typed: this module imports no optuna) ----------------------------------
+
+
+def read_trial(trial: Any) -> TrialRecord:
+    """The record of an optuna `FrozenTrial`."""
+    return trial_record(trial.number, trial.params, trial.state.name, trial.user_attrs)
+
+
+def read_study(study: Any) -> StudyRecord:
+    """The record of an optuna `Study` (its name and user attrs)."""
+    return study_record(study.study_name, study.user_attrs)
+
+
+def write_trial(trial: Any, record: TrialRecord) -> None:
+    """Store a trial's record (`trial_attrs`) in an optuna `Trial` (anything with ``set_user_attr``)."""
+    for key, value in trial_attrs(record).items():
+        trial.set_user_attr(key, value)
+
+
+def write_study(study: Any, **facts: Any) -> None:
+    """Store some of a study's facts (`study_attrs`) in an optuna `Study`."""
+    for key, value in study_attrs(**facts).items():
+        study.set_user_attr(key, value)
+
+
+def finite_or_none(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None

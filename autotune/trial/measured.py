@@ -1,0 +1,93 @@
+"""What a trial's measurement is completed with before it is judged and stored: every rank's peak,
+the seconds its configuration takes to compile cold, its MFU, and the throughput it is screened
+against. Each takes and returns a `TrialRecord` (or reads the study through `autotune.records`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any, cast
+
+import optuna
+
+from autotune.config import RunConfig
+from autotune.measure.flops import matmul_precision, mfu
+from autotune.measure.ranks import is_rank_zero
+from autotune.plan.resolved import Plan, trial_world_size
+from autotune.records import TrialRecord, read_study, read_trial
+from autotune.space.defaults import tf32_matmuls
+from autotune.space.knobs import Value
+from autotune.study.objective import compile_s
+from autotune.trial.compile_cache import CompileCache, cold_compile_s, compile_key, study_compile_cache
+
+
+def with_rank_peaks(record: TrialRecord, peaks: Sequence[int | None]) -> TrialRecord:
+    """A trial's record with every rank's peak (`peaks`, in rank order): its peak is the largest
+    rank's. Tokens/s is already the whole job's (every rank steps together; samples per step
+    count the world size). One rank: the record as it is."""
+    if len(peaks) <= 1:
+        return record
+    every = [int(peak or 0) for peak in peaks]
+    return replace(
+        record,
+        measurement=replace(record.measurement, world_size=len(every)),
+        memory=replace(record.memory, peak_bytes=max(every), rank_peaks_bytes=every),
+    )
+
+
+def cold_compile(plan: Plan, values: dict[str, Value], record: TrialRecord) -> float | None:
+    """What this configuration took to compile cold (`compile_cache.cold_compile_s`): this
+    trial's own one-off seconds when it compiled cold, the cold trial's when the cache served it;
+    None on other ranks than 0, or when nothing compiled."""
+    cache = record.compile.cache
+    if not is_rank_zero() or cache is None:
+        return None
+    workload = plan.workload
+    identity = {
+        "model": workload.name,
+        "task": workload.task,
+        "seq_len": workload.seq_len,
+        "world_size": trial_world_size(plan.config),
+        "values": values,
+    }
+    folder = study_compile_cache(plan)
+    return cold_compile_s(folder, compile_key(identity), compile_s(record), cast(CompileCache, cache))
+
+
+def with_mfu(
+    record: TrialRecord, flops_per_token: float, hardware: Any, precision: str, devices: int
+) -> TrialRecord:
+    """A trial's record with its model FLOPs per token and, on CUDA, the precision its matmuls ran
+    in and its MFU (`autotune.measure.flops.mfu`; none for a CPU: no peak FLOPS is guessed).
+    `hardware`: the plan's (``cuda``, ``name``); `devices`: the trial's world size."""
+    rate = record.tokens_per_s
+    if rate is None:
+        return record
+    if not hardware.cuda:
+        return replace(record, measurement=replace(record.measurement, model_flops_per_token=flops_per_token))
+    applied = matmul_precision(precision, tf32_matmuls())
+    measurement = replace(
+        record.measurement,
+        model_flops_per_token=flops_per_token,
+        matmul_precision=applied,
+        mfu=mfu(rate, flops_per_token, hardware.name, applied, devices=devices),
+    )
+    return replace(record, measurement=measurement)
+
+
+def screen_reference(study: optuna.Study | None, config: RunConfig) -> float | None:
+    """The best tokens/s of the study so far (its completed trials and its baseline), which a
+    search trial is screened against; None where nothing is measured yet, for trials outside an
+    optuna study, with screening off (`MeasureSettings.screen_ratio` 0: the promotion line is off
+    too), or when the objective is the user's run time (a slower configuration without
+    compilation can still win a short run)."""
+    if study is None or config.measure.screen_ratio <= 0:
+        return None
+    if config.train_tokens is not None or config.train_steps is not None:
+        return None
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    rates = [float(r.tokens_per_s) for r in map(read_trial, complete) if r.tokens_per_s]
+    baseline = read_study(study).baseline
+    if baseline.tokens_per_s:
+        rates.append(float(baseline.tokens_per_s))
+    return max(rates, default=None)
