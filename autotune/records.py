@@ -474,6 +474,7 @@ KEEP_DEFAULTS = "keep_defaults"  # nothing beat the defaults measurably: the ans
 KEEPS_MATH = "keeps_math"  # a math-changing leader did not measurably beat the best math-keeping one
 NOT_REMEASURED = "not_remeasured"  # the search window's best: no finalists' rounds to judge by
 NO_TRIAL = "no_trial"  # nothing measured fits: the defaults (when measured) or nothing
+DEFAULTS_OVER_CAP = "defaults_over_cap"  # the defaults' peak is over the cap: the best that fits
 CHOSEN = "chosen"  # a trial the caller named (an export of one trial), not a decision
 
 

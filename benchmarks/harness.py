@@ -31,6 +31,7 @@ from autotune.progress import Reporter
 from autotune.space.knobs import Value
 from autotune.trial.compose import build_trainer
 from autotune.trial.errors import failure_reason
+from autotune.trial.memory import estimate_memory
 
 
 @dataclasses.dataclass
@@ -139,7 +140,7 @@ class Bench:
 
     def estimate_bytes(self, params: Mapping[str, Value]) -> int | None:
         """autotune's memory estimate for `params` (what the search would skip on)."""
-        estimate = self.trainer._estimate_memory(dict(params))
+        estimate = estimate_memory(self.trainer.estimator, dict(params))
         return None if estimate is None else int(estimate.total_bytes)
 
     def close(self) -> None:

@@ -148,8 +148,14 @@ def run(
         "auto_find_halvings": halvings,
         "search_wall_s": cost["total_s"],
         "trials_to_best": best_trial_index,
+        # what the search told its user: its answer (the defaults, or a trial) and that answer's
+        # speedup over the baseline (1.0 when it keeps the defaults), and the speedup it stated for
+        # its best measured configuration (the answer, or the alternative named beside the defaults)
         "verdict": result.verdict,
+        "rule": result.answer.rule,
+        "answer_trial": result.answer.choice.trial if result.answer.choice is not None else None,
         "speedup_reported": result.speedup_over_baseline,
+        "best_speedup_reported": _best_speedup(result),
         "cost": cost,
         # the study's own accounting (what `autotune show` prints): finalists' windows count as measured
         "time_breakdown": time_breakdown,
@@ -214,6 +220,14 @@ def compare(
             "trial_memory_growth_bytes": statistics.median(growth[name]) if growth[name] else None,
         }
     return halvings, rows
+
+
+def _best_speedup(result: Any) -> float | None:
+    """The speedup over the baseline the search stated for its best measured configuration: the
+    answer's, or when the answer keeps the defaults, that of the alternative it names."""
+    answer = result.answer
+    best = answer.alternative if answer.keeps_defaults else answer.choice
+    return best.speedup.value if best is not None and best.speedup is not None else None
 
 
 def _trials_to_best(result: Any) -> int | None:

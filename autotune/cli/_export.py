@@ -37,8 +37,8 @@ def export_command(
     """Export a study's answer (or its answer under --memory-cap) as a ready-to-use config: the
     defaults when nothing beat them measurably, with the best measured named beside them."""
     from autotune.config import RunConfig
-    from autotune.errors import UsageError
     from autotune.driver.answer import study_answer
+    from autotune.errors import UsageError
     from autotune.study.export import FORMATS, export_config, notes, render, resolve_cap
     from autotune.study.store import load_existing_study
     from autotune.view import console

@@ -22,6 +22,7 @@ def report_command(
 ) -> None:
     """Write an HTML report of a study: history, throughput vs memory, importances, trial table."""
     from autotune.config import RunConfig
+    from autotune.driver.answer import study_answer
     from autotune.errors import UsageError
     from autotune.study.report import write_report
     from autotune.study.store import load_existing_study
@@ -33,5 +34,5 @@ def report_command(
         raise UsageError("autotune report needs plotly", "pip install 'autotune[report]'") from None
     loaded = load_existing_study(RunConfig(storage=storage).storage_url, study)
     png_dir = output.with_name(f"{output.stem}_png") if png else None
-    for path in write_report(loaded, output, png_dir):
+    for path in write_report(loaded, output, png_dir, study_answer(loaded)):
         console.print(f"wrote {path}", highlight=False, markup=False, soft_wrap=True)

@@ -23,11 +23,13 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from autotune.measure.stats import MIN_GAIN, Speedup, paired_speedup, t95
 from autotune.records import (
     BEATS_DEFAULTS,
+    DEFAULTS_OVER_CAP,
     KEEP_DEFAULTS,
     KEEPS_MATH,
     NO_TRIAL,
@@ -66,13 +68,16 @@ def decide(study: StudyRecord, trials: Sequence[TrialRecord], cap_bytes: int | N
     ]
     defaults = _defaults(study, cap_bytes)
     base_tokens = study.baseline.remeasured_median or study.baseline.tokens_per_s
-    common = {"baseline_tokens_per_s": base_tokens, "memory_cap_bytes": cap_bytes, "objective": objective}
+    # what every answer of this study carries; each path fills in the rest
+    common = Answer(
+        NO_TRIAL, "", None, baseline_tokens_per_s=base_tokens, memory_cap_bytes=cap_bytes, objective=objective
+    )
     finalists = {f.number: f for f in study.finalists}
     rounds = {t.number: finalists[t.number] for t in candidates if t.number in finalists}
     if not candidates:
         if defaults is None:
-            return Answer(NO_TRIAL, "no measured configuration to hand back", None, **common)
-        return Answer(NO_TRIAL, "no trial was measured in full: keep the defaults", defaults, **common)
+            return replace(common, verdict="no measured configuration to hand back")
+        return replace(common, verdict="no trial was measured in full: keep the defaults", choice=defaults)
     if rounds:
         return _from_rounds(study, candidates, rounds, finalists.get(BASELINE), defaults, common)
     return _from_search(study, candidates, defaults, tokens, common)
@@ -84,7 +89,7 @@ def _from_rounds(
     rounds: dict[int, FinalistRecord],
     baseline: FinalistRecord | None,
     defaults: Choice | None,
-    common: dict[str, object],
+    common: Answer,
 ) -> Answer:
     """The answer from the finalists' interleaved rounds."""
     by_number = {t.number: t for t in candidates}
@@ -96,7 +101,10 @@ def _from_rounds(
 
     leader = ranked[0]
     keeps = [f for f in ranked if not record_changes(study, by_number[f.number])]
-    pick, alternative, gain, rule = leader, None, None, BEATS_DEFAULTS
+    pick: FinalistRecord | None = leader
+    alternative: FinalistRecord | None = None
+    gain: Speedup | None = None
+    rule = BEATS_DEFAULTS
     if record_changes(study, by_number[leader.number]):
         reference = keeps[0].scores_by_round() if keeps else base_rounds
         gain = paired_speedup(leader.scores_by_round(), reference)
@@ -111,15 +119,26 @@ def _from_rounds(
             alternative, pick, rule = leader, None, KEEP_DEFAULTS
     chosen = choice(pick) if pick is not None else defaults
     if chosen is None:  # the defaults do not fit the cap: the best that does
-        chosen, alternative, rule = choice(leader), None, BEATS_DEFAULTS
+        chosen, alternative, rule = choice(leader), None, DEFAULTS_OVER_CAP
     elif chosen.is_defaults:
         rule = KEEP_DEFAULTS
+    elif defaults is None and rule == BEATS_DEFAULTS and baseline is not None:
+        speedup = paired_speedup(pick.scores_by_round(), base_rounds) if pick is not None else None
+        if speedup is None or not speedup.beats_baseline:
+            rule = DEFAULTS_OVER_CAP  # kept over the defaults because they do not fit, not by speed
     named = choice(alternative) if alternative is not None and alternative is not pick else None
     if named is not None and alternative is not None:
         over = pick.scores_by_round() if pick is not None else base_rounds
         gain = paired_speedup(alternative.scores_by_round(), over)
     verdict = _verdict(rule, chosen, named, _interval(gain), baseline is not None)
-    return Answer(rule, verdict, chosen, named, _interval(gain) if named else None, **common)  # type: ignore[arg-type]
+    return replace(
+        common,
+        rule=rule,
+        verdict=verdict,
+        choice=chosen,
+        alternative=named,
+        alternative_gain=_interval(gain) if named else None,
+    )
 
 
 def _from_search(
@@ -127,7 +146,7 @@ def _from_search(
     candidates: Sequence[TrialRecord],
     defaults: Choice | None,
     tokens: float | None,
-    common: dict[str, object],
+    common: Answer,
 ) -> Answer:
     """The answer from the search windows alone (no finalists' rounds): the same rules on single
     measurements, which the answer says are not re-measured."""
@@ -138,7 +157,7 @@ def _from_search(
     ranked = sorted(candidates, key=lambda t: (-rate(t), t.number))
     leader = ranked[0]
     pick: TrialRecord | None = leader
-    alternative = None
+    alternative: TrialRecord | None = None
     rule = NOT_REMEASURED
     if record_changes(study, leader):
         keeps = [t for t in ranked if not record_changes(study, t)]
@@ -157,7 +176,7 @@ def _from_search(
     text = _verdict(rule, chosen, named, None, False)
     if rule != NOT_REMEASURED:
         text += " (search windows only: not re-measured)"
-    return Answer(rule, text, chosen, named, None, **common)  # type: ignore[arg-type]
+    return replace(common, rule=rule, verdict=text, choice=chosen, alternative=named)
 
 
 # -- the configurations --------------------------------------------------------------------------
@@ -254,6 +273,11 @@ def _verdict(rule: str, chosen: Choice, named: Choice | None, gain: Interval | N
         )
     if rule == NOT_REMEASURED:
         return f"{chosen.label}, the search window's best (not re-measured: its figures are one window's)"
+    if rule == DEFAULTS_OVER_CAP:
+        against = f" ({speed} the defaults' speed)" if speed else ""
+        return (
+            f"the defaults do not fit under the memory cap: {chosen.label} is the fastest that does{against}"
+        )
     if chosen.is_defaults:
         return "keep the defaults"
     if speed and paired:

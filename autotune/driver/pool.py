@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from autotune.driver.answer import study_answer
 from autotune.driver.result import SearchResult
 from autotune.driver.stopping import stop_reason
 from autotune.driver.study import header
@@ -53,8 +54,9 @@ def join_study(
                     supervisor.run_search(target, stop_reason(plan, study, target))
             finally:
                 fail_interrupted_trials(study)
+    ran = measured_count(study) - done_before
     result = SearchResult(
-        study, plan.config, ranked_trials(study), best_trial(study), measured_count(study) - done_before
+        study, plan.config, ranked_trials(study), best_trial(study), ran, study_answer(study)
     )
     reporter.on_search_end(result)
     return result

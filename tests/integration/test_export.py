@@ -12,12 +12,12 @@ import pytest
 import yaml
 from transformers import HfArgumentParser, Trainer, TrainingArguments
 
+from autotune.driver.answer import study_answer
 from autotune.errors import UsageError
 from autotune.study.export import (
     export_config,
     notes,
     render,
-    select_trial,
     to_accelerate,
     to_flags,
     to_json,
@@ -155,14 +155,23 @@ def test_python_snippet_compiles_and_builds_the_args(study: optuna.Study, tmp_pa
     _same_knobs(namespace["training_args"], _applied(study, 1, tmp_path))
 
 
+def _chosen(study: optuna.Study, cap_bytes: int | None) -> int | None:
+    choice = study_answer(study, cap_bytes).choice
+    assert choice is not None
+    return choice.trial
+
+
 def test_memory_cap_reselects(study: optuna.Study) -> None:
-    assert select_trial(study, None).number == 0
-    assert select_trial(study, 599 * MiB).number == 2
-    assert select_trial(study, 650 * MiB).number == 0  # the winner fits: kept
+    assert _chosen(study, None) == 0
+    assert _chosen(study, 599 * MiB) == 2
+    assert _chosen(study, 650 * MiB) == 0  # the winner fits: kept (trial 1 fits too)
 
 
 def test_exported_json_trains(study: optuna.Study, tmp_path: Path) -> None:
-    exported = json.loads(to_json(_config(study, select_trial(study, None).number)))
+    answer = study_answer(study)
+    assert answer.choice is not None and answer.choice.trial == 0
+    exported = json.loads(to_json(export_config(study, answer)))
+    assert exported["expected"]["trial"] == 0 and exported["expected"]["remeasured"] is True
     assert "torch_compile" not in exported["training_args"]
     workload = resolve_workload(exported["expected"]["model"], exported["expected"]["seq_len"])
     model = workload.build_model(exported["model_kwargs"])
@@ -204,7 +213,14 @@ def test_a_sharded_winner_exports_the_accelerate_config_of_its_strategy(
     config = {
         "training_args": args,
         "model_kwargs": {},
-        "expected": {"world_size": 4, "device": "cuda", "trial": 7, "study": "s", "model": "m"},
+        "expected": {
+            "world_size": 4,
+            "device": "cuda",
+            "trial": 7,
+            "study": "s",
+            "model": "m",
+            "verdict": "trial 7, as chosen (its search window's figures)",
+        },
     }
     path = tmp_path / "accelerate.yaml"
     path.write_text(to_accelerate(config))

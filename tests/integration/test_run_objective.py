@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import autotune
-from autotune.study.export import export_config, select_trial
+from autotune.study.export import export_config
 from tests.helpers import IN_PROCESS, DivergeLoss, SlowCompile, write_space
 
 pytestmark = pytest.mark.timeout(300)
@@ -42,7 +42,12 @@ def test_a_diverging_configuration_is_loss_diverged_never_the_winner(tmp_path: P
     # The healthy trial runs the baseline's configuration: the same samples, the same loss.
     assert healthy.state == "COMPLETE" and abs(healthy.attrs["loss_delta"]) < 0.05
     assert result.best is not None and result.best.number == healthy.number
-    assert select_trial(result.study, None).number == healthy.number
+    # The answer never hands back the diverged trial: the healthy one is the best measured, handed
+    # back, or named beside the defaults when it did not beat them (it runs their configuration).
+    answer = result.answer
+    best_measured = answer.alternative if answer.keeps_defaults else answer.choice
+    assert best_measured is not None and best_measured.trial == healthy.number, answer.verdict
+    assert diverged.number not in {c.trial for c in (answer.choice, answer.alternative) if c is not None}
     expected = export_config(result.study, result.best)["expected"]
     assert expected["loss_delta"] == healthy.attrs["loss_delta"]
 
@@ -79,6 +84,9 @@ def test_a_short_run_picks_no_compile_where_compile_wins_on_throughput(
     assert compiled.tokens_per_s > 1.2 * plain.tokens_per_s  # compile wins on throughput
     assert compiled.attrs["warmup_excess_s"] > 2.0
     assert result.best is not None and result.best.params["torch_compile"] == wins
+    # and the answer hands back the configuration that wins on the objective
+    assert result.answer.choice is not None, result.answer.verdict
+    assert result.answer.choice.params.get("torch_compile", "off") == wins, result.answer.verdict
     expected = export_config(result.study, result.best)["expected"]
     if train_tokens is None:
         # The objective stays throughput, and the answer says when compiling pays for itself.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -71,7 +72,12 @@ def test_best_trial_is_the_fastest(first_run: Any) -> None:
     result, _, _ = first_run
     fastest = max(t.tokens_per_s for t in result.trials if t.state == "COMPLETE")
     assert result.best is not None and result.best.tokens_per_s == fastest
+    # No baseline measured, nothing re-measured: the answer is the fastest, from its search window.
+    answer = result.answer
+    assert answer.choice is not None and answer.choice.trial == result.best.number, answer.verdict
+    assert not answer.choice.remeasured and "not re-measured" in answer.verdict
     assert result.best_config()["training_args"]["per_device_train_batch_size"] in (2, 4)
+    assert result.best_config()["training_args"] == answer.choice.training_args
 
 
 def test_study_describes_itself(first_run: Any) -> None:
@@ -197,7 +203,15 @@ def test_the_baseline_is_measured_first_and_the_speedup_stated(tmp_path: Path) -
     assert probe.trials[0]["batch_size"] == 8  # measured before any trial
     assert len(result.study.trials) == 1  # the baseline is not a trial of the search
     assert result.best is not None
-    assert result.speedup_over_baseline == pytest.approx(result.best.tokens_per_s / baseline["tokens_per_s"])
+    # The speedup stated is the search windows' (nothing re-measured): the best trial's over the
+    # baseline's. It is the answer's when the best trial is handed back; when it did not beat the
+    # defaults, the defaults are handed back (1.0x) and the best trial is named with its speedup.
+    ratio = result.best.tokens_per_s / baseline["tokens_per_s"]
+    answer = result.answer
+    best_measured = answer.alternative if answer.keeps_defaults else answer.choice
+    assert best_measured is not None and best_measured.trial == result.best.number, answer.verdict
+    assert best_measured.speedup is not None and best_measured.speedup.value == pytest.approx(ratio)
+    assert result.speedup_over_baseline == pytest.approx(1.0 if answer.keeps_defaults else ratio)
 
 
 def test_the_baseline_is_remeasured_with_the_finalists(tmp_path: Path) -> None:
@@ -221,7 +235,7 @@ def test_the_baseline_is_remeasured_with_the_finalists(tmp_path: Path) -> None:
         assert finalist["rounds"][:2] == [1, 2] and len(finalist["rounds"]) <= 4
         assert len(finalist["tokens_per_s"]) == len(finalist["rounds"])
     baseline = result.study.user_attrs["baseline"]
-    assert baseline["remeasured_median"] == finalists[-1]["median"]
+    assert baseline["remeasured_median"] == statistics.median(finalists[-1]["tokens_per_s"])
     winner = result.study.user_attrs["winner"]
     assert winner["number"] in measured
     # The speedup pairs the rounds (winner and baseline measured side by side in each): the
@@ -235,7 +249,19 @@ def test_the_baseline_is_remeasured_with_the_finalists(tmp_path: Path) -> None:
     assert speedup["rounds"] == len(ratios)
     assert speedup["ratio"] == pytest.approx(math.prod(ratios) ** (1 / len(ratios)))
     assert speedup["low"] <= speedup["ratio"] <= speedup["high"]
-    assert result.speedup_over_baseline == pytest.approx(speedup["ratio"])
+    # The answer states that same paired speedup, with its interval, and the re-measured median:
+    # for the winner it hands back, or for the winner it names beside the defaults it keeps.
+    answer = result.answer
+    best_measured = answer.alternative if answer.keeps_defaults else answer.choice
+    assert best_measured is not None and best_measured.trial == winner["number"], answer.verdict
+    assert best_measured.speedup is not None
+    stated = best_measured.speedup
+    assert (stated.value, stated.low, stated.high) == pytest.approx(
+        (speedup["ratio"], speedup["low"], speedup["high"])
+    )
+    assert best_measured.remeasured and best_measured.tokens_per_s is not None
+    assert best_measured.tokens_per_s.value == pytest.approx(winner["median_tokens_per_s"])
+    assert result.speedup_over_baseline == pytest.approx(1.0 if answer.keeps_defaults else speedup["ratio"])
 
 
 def test_optuna_dashboard_reads_the_store(first_run: Any) -> None:

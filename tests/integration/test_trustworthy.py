@@ -3,6 +3,7 @@ winner chosen by interleaved re-measurement."""
 
 from __future__ import annotations
 
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -216,8 +217,14 @@ def test_interleaved_remeasurement_picks_the_truly_faster_config(tmp_path: Path)
     assert [len(f["tokens_per_s"]) for f in finalists] == [3, 3]
     assert slowdown.seen == {"eager": 4, "sdpa": 4}  # 1 search + 3 interleaved rounds each
     assert result.best is not None and result.best.params == {"attn_implementation": "eager"}
-    assert result.verdict is not None and "x the runner-up" in result.verdict
-    assert finalists[0]["median"] > 1.5 * finalists[1]["median"]
+    assert result.race is not None and "x the runner-up" in result.race
+    medians = [statistics.median(f["tokens_per_s"]) for f in finalists]  # the winner's first
+    assert medians[0] > 1.5 * medians[1]
+    # and the answer hands it back, with its re-measured median (no baseline: nothing to keep)
+    answer = result.answer
+    assert answer.choice is not None and answer.choice.trial == result.best.number, answer.verdict
+    assert answer.choice.remeasured and answer.choice.tokens_per_s is not None
+    assert answer.choice.tokens_per_s.value == pytest.approx(medians[0])
 
 
 def test_memory_estimate_is_stored_and_skips_what_is_clearly_over_the_cap(tmp_path: Path) -> None:

@@ -18,8 +18,9 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 
 import autotune
+from autotune.driver.answer import study_answer
 from autotune.plan.build import plan_from_study
-from autotune.study.export import export_config, select_trial
+from autotune.study.export import export_config
 from autotune.study.owner import Owner, is_alive
 from tests.helpers import FAST_RUN, write_space
 from tests.local_models import sentences, write_model
@@ -125,14 +126,17 @@ def test_a_trainer_subclass_is_tuned_in_worker_processes_running_its_override(tm
     marks = _markers(tmp_path)
     assert {m["pid"] for m in marks} == workers
     assert all(m["masked"] for m in marks)
-    # The user's arguments are kept; the winner's knobs applied.
-    out, best = tuned.training_args, tuned.search.best
-    assert best is not None
+    # The user's arguments are kept; the answer's knobs applied (no baseline was measured: the
+    # answer is the best measured trial).
+    out, best, answer = tuned.training_args, tuned.search.best, tuned.answer
+    assert best is not None and answer.choice is not None and answer.choice.trial == best.number
     assert (out.learning_rate, out.lr_scheduler_type.value, out.seed) == (3e-4, "cosine", 7)
-    assert out.per_device_train_batch_size == best.params["per_device_train_batch_size"]
-    # Same store as `autotune search`: the export reads the study, function and command alike.
-    exported = export_config(study, select_trial(study, None))
-    batch = best.params["per_device_train_batch_size"]
+    batch = answer.choice.params["per_device_train_batch_size"]
+    assert out.per_device_train_batch_size == batch
+    # Same store as `autotune search`: the export reads the study's answer, function and command alike.
+    assert study_answer(study) == answer
+    exported = export_config(study, study_answer(study))
+    assert exported["expected"]["trial"] == best.number
     assert exported["training_args"]["per_device_train_batch_size"] == batch
     done = subprocess.run(
         [sys.executable, "-m", "autotune", "export", "mine", "--storage", storage, "--format", "json"],

@@ -236,6 +236,8 @@ def test_bring_your_own_trainer_keeps_the_users_arguments(tmp_path: Path) -> Non
     assert out.output_dir == str(tmp_path / "out")
     best = tuned.search.best
     assert best is not None
+    # No baseline measured: the answer, whose knobs are applied, is the best measured trial.
+    assert tuned.answer.choice is not None and tuned.answer.choice.trial == best.number, tuned.answer.verdict
     assert out.per_device_train_batch_size == best.params["per_device_train_batch_size"]
     assert out.optim.value == best.params["optim"]
     assert seen == [(3e-4, "cosine", 0.1)] * 2  # every trial trained with the user's settings

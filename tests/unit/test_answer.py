@@ -18,6 +18,7 @@ import pytest
 from autotune.driver.answer import MATH_GAIN, decide
 from autotune.records import (
     BEATS_DEFAULTS,
+    DEFAULTS_OVER_CAP,
     KEEP_DEFAULTS,
     KEEPS_MATH,
     NO_TRIAL,
@@ -98,6 +99,8 @@ def study(
     }
     if finalists is not None:
         base = {"number": -1, "tokens_per_s": BASELINE_ROUNDS, "rounds": [1, 2, 3], "scores": BASELINE_ROUNDS}
+        if stored["schema_version"] == 0:  # version 0 stored no scores
+            base.pop("scores")
         stored["finalists"] = [*finalists, base]
     return study_record("answer-test", stored)
 
@@ -172,7 +175,9 @@ def test_a_math_change_thirty_percent_ahead_is_the_answer_with_the_math_keeping_
     assert answer.alternative is not None and answer.alternative.trial == 1
     assert not answer.alternative.changes
     # the gain stated is the alternative's over the answer: below one
-    assert answer.alternative_gain is not None and answer.alternative_gain.value == pytest.approx(1 / 1.3, rel=1e-2)
+    assert answer.alternative_gain is not None and answer.alternative_gain.value == pytest.approx(
+        1 / 1.3, rel=1e-2
+    )
     assert f"more than the {1 + MATH_GAIN:.2f}x a math change must gain" in answer.verdict
 
 
@@ -191,6 +196,15 @@ def test_under_a_cap_the_defaults_are_not_handed_back_when_their_peak_is_over_it
     assert answer.choice.peak_memory_bytes is not None and answer.choice.peak_memory_bytes <= 800 * MiB
     # Under a cap the defaults fit, they are handed back again.
     assert decide(record, trials, cap_bytes=950 * MiB).keeps_defaults
+
+
+def test_under_a_cap_that_excludes_the_defaults_a_tie_is_not_said_to_beat_them() -> None:
+    record = study([rounds(0, 1.0)], baseline_peak_mib=900)
+    trials = [trial(0, params(attn_implementation="sdpa"), 1000.0, peak_mib=700)]
+    answer = decide(record, trials, cap_bytes=800 * MiB)
+    assert answer.choice is not None and answer.choice.trial == 0
+    assert answer.rule == DEFAULTS_OVER_CAP and "beats the defaults" not in answer.verdict
+    assert "the defaults do not fit under the memory cap" in answer.verdict
 
 
 def test_a_cap_nothing_fits_hands_back_nothing() -> None:
@@ -217,14 +231,18 @@ def test_a_cap_reselects_among_the_trials_that_fit_it() -> None:
 def test_a_study_without_finalists_answers_from_the_search_windows_and_says_so() -> None:
     record = study(None)
     assert record.finalists == ()
-    answer = decide(record, [trial(0, params(attn_implementation="sdpa"), 1500.0), trial(1, params(), 1100.0)])
+    answer = decide(
+        record, [trial(0, params(attn_implementation="sdpa"), 1500.0), trial(1, params(), 1100.0)]
+    )
     assert answer.rule == NOT_REMEASURED
     assert answer.choice is not None and answer.choice.trial == 0 and not answer.choice.remeasured
     assert "not re-measured" in answer.verdict
     # the window's own figures: its throughput with its steps' interval, its speedup over the
     # baseline's window
     tokens = answer.choice.tokens_per_s
-    assert tokens is not None and (tokens.value, tokens.low, tokens.high) == pytest.approx((1500.0, 1470.0, 1530.0))
+    assert tokens is not None and (tokens.value, tokens.low, tokens.high) == pytest.approx(
+        (1500.0, 1470.0, 1530.0)
+    )
     assert answer.choice.speedup is not None and answer.choice.speedup.value == pytest.approx(1.5)
 
 
@@ -240,7 +258,9 @@ def test_without_finalists_a_leader_no_faster_than_the_defaults_leaves_them_hand
 
 def test_a_version_0_stores_finalists_are_ranked_by_their_tokens_per_s() -> None:
     # Version 0 stored tokens/s per round with their median and spread, and no scores.
-    v0_rounds = [{k: v for k, v in rounds(0, 1.2).items() if k != "scores"} | {"median": 1200.0, "spread": 0.01}]
+    v0_rounds = [
+        {k: v for k, v in rounds(0, 1.2).items() if k != "scores"} | {"median": 1200.0, "spread": 0.01}
+    ]
     v0_base = {"number": -1, "tokens_per_s": BASELINE_ROUNDS, "rounds": [1, 2, 3]}
     attrs = {
         "run_config": {"model": "tiny-gpt2", "space": "cpu"},
@@ -259,6 +279,30 @@ def test_a_version_0_stores_finalists_are_ranked_by_their_tokens_per_s() -> None
     answer = decide(record, [trial(0, params(attn_implementation="sdpa"), 1200.0)])
     assert answer.rule == BEATS_DEFAULTS and answer.choice is not None and answer.choice.trial == 0
     assert answer.choice.speedup is not None and answer.choice.speedup.value == pytest.approx(1.2, rel=1e-3)
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_finalists_are_ranked_by_their_scores_or_in_a_version_0_store_their_tokens_per_s(
+    version: int,
+) -> None:
+    # With the user's run length the rounds rank by the run's effective rate (scores): trial 1,
+    # compiled, has the higher tokens/s but pays its compilation in a short run. A version 0 store
+    # kept no scores: its finalists are ranked by tokens/s.
+    compiled = rounds(1, 1.5, scores=[b * 1.1 for b in BASELINE_ROUNDS])
+    plain = rounds(0, 1.2, scores=[b * 1.2 * w for b, w in zip(BASELINE_ROUNDS, WOBBLE, strict=True)])
+    finalists = [compiled, plain]
+    if version == 0:
+        finalists = [{k: v for k, v in f.items() if k != "scores"} for f in finalists]
+    run_config = {"model": "tiny-gpt2", "space": "cpu", "train_tokens": 10_000}
+    record = study(finalists, run_config=run_config, schema_version=version)
+    assert all((f.scores is None) == (version == 0) for f in record.finalists)
+    trials = [
+        trial(0, params(attn_implementation="sdpa"), 1200.0),
+        trial(1, params(torch_compile="inductor"), 1500.0),
+    ]
+    answer = decide(record, trials)
+    assert answer.objective == "run_time"
+    assert answer.choice is not None and answer.choice.trial == (0 if version == 1 else 1), answer.verdict
 
 
 def test_the_answer_is_stored_and_read_back_unchanged() -> None:

@@ -94,7 +94,7 @@ def test_what_post_init_derives_counts() -> None:
 def test_a_base_config_refused_here_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="not valid TrainingArguments on this machine") as info:
         knob_defaults({"tf32": True}, sdpa=True, cuda=False)  # no Ampere GPU here
-    assert info.value.hint == "change --base-args"
+    assert info.value.hint == "change base_args"  # the field: the CLI names its flag
 
 
 def test_a_base_config_may_name_its_output_dir() -> None:

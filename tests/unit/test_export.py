@@ -348,7 +348,9 @@ def test_the_answer_exports_the_remeasured_figures(tmp_path: Path) -> None:
     assert expected["baseline_tokens_per_s"] == 20000.0
     for fmt in ("yaml", "accelerate", "python"):
         text = render(config, fmt)
-        assert f"31,000 tokens/s (re-measured median, 95% interval {low:,.0f}-{high:,.0f} over 3 rounds)" in text
+        assert (
+            f"31,000 tokens/s (re-measured median, 95% interval {low:,.0f}-{high:,.0f} over 3 rounds)" in text
+        )
         assert "1.55x the baseline" in text and "the baseline at 20,000 tokens/s" in text, fmt
 
 

@@ -10,23 +10,29 @@ from typing import Any
 import optuna
 import pytest
 
+from autotune.driver.answer import decide
 from autotune.driver.finalists import BASELINE, remeasure_finalists
 from autotune.progress import Reporter
+from autotune.records import KEEP_DEFAULTS, read_study
+from autotune.study.store import read_trials
 
 
 def _study(rates: dict[int, float]) -> optuna.Study:
-    """A study whose trials (batch sizes as their numbers' tags) measured `rates` (number -> tok/s)."""
+    """A study whose trials (data-loader workers as their numbers' tags: a knob that leaves the
+    training math alone) measured `rates` (number -> tok/s)."""
     study = optuna.create_study(direction="maximize")
     for number, rate in rates.items():
         study.add_trial(
             optuna.trial.create_trial(
-                params={"per_device_train_batch_size": number + 1},
-                distributions={"per_device_train_batch_size": optuna.distributions.IntDistribution(1, 64)},
+                params={"dataloader_num_workers": number + 1},
+                distributions={"dataloader_num_workers": optuna.distributions.IntDistribution(1, 64)},
                 value=rate,
-                user_attrs={"tokens_per_s": rate, "feasible": True},
+                user_attrs={"tokens_per_s": rate, "feasible": True, "peak_memory_bytes": 1},
             )
         )
-    study.set_user_attr("baseline", {"params": {"per_device_train_batch_size": 0}, "tokens_per_s": 100.0})
+    study.set_user_attr(
+        "baseline", {"params": {"dataloader_num_workers": 0}, "tokens_per_s": 100.0, "peak_memory_bytes": 1}
+    )
     return study
 
 
@@ -128,7 +134,9 @@ def test_a_leader_no_faster_than_the_baseline_is_not_raced_against_it() -> None:
     assert len(script.calls) == 3 * 3
     winner = study.user_attrs["winner"]
     assert winner["speedup"]["beats_baseline"] is False
-    assert "nothing beat the defaults measurably" in winner["verdict"]
+    answer = decide(read_study(study), read_trials(study))
+    assert answer.rule == KEEP_DEFAULTS and answer.keeps_defaults
+    assert "nothing beat the defaults measurably" in answer.verdict
 
 
 def test_a_race_stops_when_a_round_leaves_it_undecidable() -> None:

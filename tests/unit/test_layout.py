@@ -267,9 +267,9 @@ def _user_attr_literals(path: Path) -> list[tuple[int, str]]:
             key = node.slice
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             method = node.func.attr
-            if method == "get" and _holder(node.func.value) in _ATTR_HOLDERS and node.args:
-                key = node.args[0]
-            elif method == "set_user_attr" and node.args:
+            if (method == "get" and _holder(node.func.value) in _ATTR_HOLDERS and node.args) or (
+                method == "set_user_attr" and node.args
+            ):
                 key = node.args[0]
             elif method == "set_trial_user_attr" and len(node.args) > 1:
                 key = node.args[1]

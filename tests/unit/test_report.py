@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -17,8 +18,10 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
 from autotune.cli._report import report_command
+from autotune.driver.answer import study_answer
 from autotune.errors import UsageError
 from autotune.records import FinalistRecord, write_study
+from autotune.study.export import answer_lines, export_config
 from autotune.study.report import build_report, collect, write_report
 
 MIB = 2**20
@@ -166,6 +169,17 @@ def test_header_names_study_model_device_and_winner(study: optuna.Study) -> None
     assert "trial 0: bs=8 prec=bf16, 30.0k tok/s" in html
     assert "median 31.2k tok/s re-measured" in html
     assert "bs=8 prec=bf16: 1.2x the runner-up" in html
+
+
+def test_the_header_states_the_answer_as_every_export_does(study: optuna.Study) -> None:
+    answer = study_answer(study)
+    html_text = build_report(study, answer)
+    config = export_config(study, answer)
+    for line in answer_lines(config, time_line=False):
+        key, _, value = line.partition(": ")
+        if value and not line.startswith(" "):
+            assert f"<dt>{html.escape(key)}</dt><dd>{html.escape(value)}</dd>" in html_text
+    assert f"<dd>{html.escape(answer.verdict)}</dd>" in html_text
 
 
 def test_history_shows_measured_trials_and_the_best_feasible_so_far(study: optuna.Study) -> None:

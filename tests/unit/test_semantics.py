@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from autotune.records import study_record
 from autotune.space import load_space
 from autotune.space.knobs import optimizer_family
-from autotune.records import study_record
 from autotune.study.semantics import baseline_math, semantic_changes, study_changes
 
 BASE = {
@@ -63,7 +63,9 @@ def test_derived_accumulation_is_read_from_the_applied_args():
         {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2},
     )
     assert changes == []
-    changes = study_changes(study_record("s", {}), {"per_device_train_batch_size": 4}, {"gradient_accumulation_steps": 1})
+    changes = study_changes(
+        study_record("s", {}), {"per_device_train_batch_size": 4}, {"gradient_accumulation_steps": 1}
+    )
     assert [c.what for c in changes] == ["effective batch per device"]
     assert "0.50x" in changes[0].chosen
 

@@ -22,21 +22,26 @@ from autotune.progress import (
     format_value,
     short_name,
 )
-from autotune.records import FinalistRecord, read_study
+from autotune.records import Answer, FinalistRecord, read_study
+from autotune.study.export import answer_lines, export_config
 from autotune.study.report.data import FIGURES, ReportData, collect, is_duplicate, is_feasible
 from autotune.study.report.figures import plotly_figures
 from autotune.study.report.pngs import write_pngs
-from autotune.study.semantics import record_changes
 from autotune.study.store import best_trial, measured_count
 
 
-def build_report(study: optuna.Study) -> str:
-    """The report of `study` as one self-contained HTML document (plotly.js inline, once)."""
-    return _html(study, collect(study))
+def build_report(study: optuna.Study, answer: Answer | None = None) -> str:
+    """The report of `study` as one self-contained HTML document (plotly.js inline, once), with
+    its `answer` (default: the one stored with the study)."""
+    return _html(study, collect(study), answer)
 
 
-def write_report(study: optuna.Study, path: Path, png_dir: Path | None = None) -> list[Path]:
-    """Write the HTML report of `study` to `path` (and the PNGs into `png_dir` when given).
+def write_report(
+    study: optuna.Study, path: Path, png_dir: Path | None = None, answer: Answer | None = None
+) -> list[Path]:
+    """Write the HTML report of `study` to `path` (and the PNGs into `png_dir` when given), with
+    its `answer` (default: the one stored with the study; ``autotune report`` passes the answer
+    it decides for a store that holds none).
 
     Returns:
         The files written: the HTML first, then the PNGs.
@@ -44,14 +49,14 @@ def write_report(study: optuna.Study, path: Path, png_dir: Path | None = None) -
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = collect(study)
-    path.write_text(_html(study, data), encoding="utf-8")
+    path.write_text(_html(study, data, answer), encoding="utf-8")
     written = [path]
     if png_dir is not None:
         written += write_pngs(data, Path(png_dir))
     return written
 
 
-def _html(study: optuna.Study, data: ReportData) -> str:
+def _html(study: optuna.Study, data: ReportData, answer: Answer | None) -> str:
     figures = plotly_figures(data)
     notes = _notes(data)
     sections = []
@@ -84,7 +89,7 @@ def _html(study: optuna.Study, data: ReportData) -> str:
             f"<style>{_CSS}</style>",
             "</head>",
             "<body>",
-            _header(study, data),
+            _header(study, data, answer),
             *sections,
             "<section id='trials'><h2>Trials, best first</h2>",
             table,
@@ -105,8 +110,9 @@ def _notes(data: ReportData) -> dict[str, str]:
     }
 
 
-def _header(study: optuna.Study, data: ReportData) -> str:
+def _header(study: optuna.Study, data: ReportData, answer: Answer | None) -> str:
     record = read_study(study)
+    answer = answer or record.answer
     workload = record.workload or {}
     model = workload.get("model", "unknown")
     model_text = model
@@ -128,22 +134,29 @@ def _header(study: optuna.Study, data: ReportData) -> str:
     best = best_trial(study)
     winner = record.winner
     if best is None:
-        rows.append(("winner", "no feasible trial"))
+        rows.append(("best measured", "no feasible trial"))
     else:
         line = f"trial {best.number}: {describe_params(best.params)}, {format_rate(best.tokens_per_s)} tok/s"
         if winner and winner.number == best.number and winner.median_tokens_per_s:
             line += f" in the search, median {format_rate(winner.median_tokens_per_s)} tok/s re-measured"
-        rows.append(("winner", line))
+        rows.append(("best measured", line))
         if winner and winner.number == best.number and winner.verdict:
-            rows.append(("verdict", str(winner.verdict)))
-        changes = record_changes(record, best)
+            # the finalists' race (stores before the answer was stored appended the tie to it)
+            rows.append(("re-measured", winner.verdict.split("; nothing beat the defaults measurably")[0]))
+    if answer is not None and answer.choice is not None:
+        # the answer's own lines, as the search's end, `autotune show` and every export say them
+        lines = answer_lines(export_config(study, answer), time_line=False)
+        keyed = [line.split(": ", 1) for line in lines if not line.startswith(" ")]
+        rows += [(key, value) for key, value in (pair for pair in keyed if len(pair) == 2)]
+        changes = [line.strip() for line in lines if line.startswith("  ")]
         rows.append(
             (
                 "changes to the training math",
-                "; ".join(c.text() for c in changes)
-                or "none (same precision, optimizer family, effective batch)",
+                "; ".join(changes) or "none (same precision, optimizer family, effective batch)",
             )
         )
+    elif answer is not None:
+        rows.append(("answer", answer.verdict))
     if record.finalists:
         parts = [_finalist_text(f) for f in record.finalists]
         rows.append(("finalists (median of re-measurements)", ", ".join(parts)))
