@@ -7,12 +7,15 @@ from __future__ import annotations
 
 from autotune.config import MeasureSettings, RunConfig, parse_memory_cap
 from autotune.errors import AutotuneError, SpaceError, StoreError, UsageError, WorkloadError
+from autotune.records import Answer, Choice, StudyRecord, TrialRecord, read_study, read_trial
 from autotune.space import SearchSpace, load_space
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Answer",
     "AutotuneError",
+    "Choice",
     "MeasureSettings",
     "NotIsolatedWarning",
     "RichReporter",
@@ -21,12 +24,16 @@ __all__ = [
     "SearchSpace",
     "SpaceError",
     "StoreError",
+    "StudyRecord",
+    "TrialRecord",
     "TuneResult",
     "UsageError",
     "WorkloadError",
     "__version__",
     "load_space",
     "parse_memory_cap",
+    "read_study",
+    "read_trial",
     "search",
     "tune",
 ]

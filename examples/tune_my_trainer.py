@@ -135,13 +135,17 @@ def main() -> None:
                 reporter=reporter,
             )
         a = tuned.training_args
+        # What is handed back agrees with the verdict: the Trainer's own arguments when nothing beat
+        # them measurably (the best measured is then only named, as the alternative).
+        print(f"answer: {tuned.answer.verdict}")
         print(
             f"tuned: batch {a.per_device_train_batch_size} x {a.gradient_accumulation_steps}, "
             f"optim {a.optim.value}, "
             f"bf16 {a.bf16}; kept: learning_rate {a.learning_rate}, scheduler {a.lr_scheduler_type.value}, "
             f"weight_decay {a.weight_decay}, seed {a.seed}; model kwargs {tuned.model_kwargs}"
         )
-        workers = sorted({t.user_attrs.get("worker", {}).get("pid") for t in tuned.search.study.trials})
+        owners = [autotune.read_trial(t).owner or {} for t in tuned.search.study.trials]
+        workers = sorted({owner.get("pid") for owner in owners if owner})
         print(f"trials ran in worker processes {workers}, not in this one ({os.getpid()})")
         for change in tuned.semantic_changes:
             print(f"changes the training math: {change.text()}")

@@ -37,3 +37,8 @@ def test_the_example_runs_from_a_copy_outside_the_repository(tmp_path: Path) -> 
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "tuned: batch" in done.stdout and "kept: learning_rate 0.0003" in done.stdout
+    # What it hands back agrees with its verdict: the Trainer's own batch and optimizer when nothing
+    # beat them measurably (its TrainingArguments defaults: 8 x 1, adamw_torch_fused).
+    if "answer: nothing beat the defaults measurably" in done.stdout:
+        assert "tuned: batch 8 x 1, optim adamw_torch_fused, bf16 False" in done.stdout
+        assert "changes the training math" not in done.stdout

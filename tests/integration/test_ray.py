@@ -157,11 +157,13 @@ def test_export_works_on_it(ray_run: dict[str, Any], capsys: pytest.CaptureFixtu
         main(["export", "ray", "--storage", ray_run["storage"]])
     assert info.value.code in (0, None)
     exported = json.loads(capsys.readouterr().out)
-    best = ray_run["result"].best
-    assert (
-        exported["training_args"]["per_device_train_batch_size"] == best.params["per_device_train_batch_size"]
-    )
-    assert exported["expected"]["trial"] == best.number
+    answer = ray_run["result"].answer
+    assert answer.choice is not None
+    # The export is the study's answer: a trial, or the defaults with the best measured beside them.
+    batch = answer.choice.params.get("per_device_train_batch_size", 8)
+    assert exported["training_args"]["per_device_train_batch_size"] == batch
+    assert exported["expected"]["trial"] == answer.choice.trial
+    assert exported["expected"]["verdict"] == answer.verdict
 
 
 def test_no_checkpoint_and_nothing_left(ray_run: dict[str, Any]) -> None:

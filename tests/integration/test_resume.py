@@ -109,7 +109,7 @@ def test_resume_with_another_sequence_length_is_refused(stored_study: dict) -> N
         UsageError, match=r"study='fp' was measured differently \(seq_len: stored 16, now 32\)"
     ) as info:
         autotune.search(trials=2, **{**stored_study, "seq_len": 32})
-    assert "new --study name" in (info.value.hint or "")
+    assert "new name with study=NAME" in (info.value.hint or "")  # the field: the CLI names its flag
     assert "allow_mismatch" not in (info.value.hint or "")  # not a field that may be overridden
 
 

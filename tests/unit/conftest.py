@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import optuna
 import pytest
+
+import autotune.driver.search
 
 
 @pytest.fixture(autouse=True)
@@ -14,3 +17,17 @@ def _quiet_optuna() -> Iterator[None]:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     yield
     optuna.logging.set_verbosity(level)
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[SimpleNamespace]:
+    """Replace the real search with a fake that records what the CLI hands it (the store's
+    environment variable unset, so the defaults are what a test sees)."""
+    seen: list[SimpleNamespace] = []
+
+    def fake_search(config, *, reporter=None, debug=False):  # type: ignore[no-untyped-def]
+        seen.append(SimpleNamespace(config=config, reporter=reporter, debug=debug))
+
+    monkeypatch.delenv("AUTOTUNE_STORAGE", raising=False)
+    monkeypatch.setattr(autotune.driver.search, "search", fake_search)
+    return seen

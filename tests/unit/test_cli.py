@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-from types import SimpleNamespace
 
 import pytest
 
@@ -16,6 +15,7 @@ from autotune.config import MeasureSettings, RunConfig
 from autotune.errors import StoreError, UsageError
 from autotune.space import builtin_spaces
 from autotune.view import RichReporter
+from tests.unit.cli_helpers import run
 
 
 @pytest.fixture(autouse=True)
@@ -35,29 +35,11 @@ def stderr_is_not_a_terminal(monkeypatch):
     monkeypatch.setattr(err_console, "_width", None)  # in case COLUMNS was set when it was built
 
 
-@pytest.fixture
-def calls(monkeypatch) -> list[SimpleNamespace]:
-    """Replace the real search with a fake that records what the CLI hands it."""
-    seen: list[SimpleNamespace] = []
-
-    def fake_search(config, *, reporter=None, debug=False):
-        seen.append(SimpleNamespace(config=config, reporter=reporter, debug=debug))
-
-    monkeypatch.setattr(autotune.driver.search, "search", fake_search)
-    return seen
-
-
 def fail_with(monkeypatch, exc: BaseException) -> None:
     def fake_search(config, *, reporter=None, debug=False):
         raise exc
 
     monkeypatch.setattr(autotune.driver.search, "search", fake_search)
-
-
-def run(*argv: str) -> int | str | None:
-    with pytest.raises(SystemExit) as info:
-        main(list(argv))
-    return info.value.code
 
 
 def err_lines(capsys) -> list[str]:

@@ -12,7 +12,6 @@ import inspect
 import os
 import re
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -20,7 +19,7 @@ import typer
 
 import autotune
 import autotune.driver.search
-from autotune.cli import app, main
+from autotune.cli import app
 from autotune.cli._render import err_console
 from autotune.config import GROUPS, MeasureSettings, RunConfig
 from autotune.errors import StoreError, UsageError
@@ -36,6 +35,7 @@ from autotune.options import (
     reference,
     run_config,
 )
+from tests.unit.cli_helpers import run
 
 ROOT = Path(__file__).resolve().parents[2]
 FLAGGED = [o for o in OPTIONS if o.flag is not None]
@@ -100,23 +100,6 @@ def wide_plain_terminal(monkeypatch):
 
     monkeypatch.setattr(os, "get_terminal_size", no_terminal)
     monkeypatch.setattr(err_console, "_width", None)
-
-
-@pytest.fixture
-def calls(monkeypatch) -> list[SimpleNamespace]:
-    seen: list[SimpleNamespace] = []
-
-    def fake_search(config, *, reporter=None, debug=False):
-        seen.append(SimpleNamespace(config=config, debug=debug))
-
-    monkeypatch.setattr(autotune.driver.search, "search", fake_search)
-    return seen
-
-
-def run(*argv: str) -> int | str | None:
-    with pytest.raises(SystemExit) as info:
-        main(list(argv))
-    return info.value.code
 
 
 def value_of(config: RunConfig, name: str) -> Any:

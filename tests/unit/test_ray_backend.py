@@ -8,29 +8,10 @@ from typing import Any
 
 import pytest
 
-import autotune.driver.search
-from autotune.cli import main
 from autotune.config import RunConfig
 from autotune.errors import UsageError
 from autotune.executors import ray as ray_search
-
-
-@pytest.fixture
-def calls(monkeypatch: pytest.MonkeyPatch) -> list[SimpleNamespace]:
-    seen: list[SimpleNamespace] = []
-
-    def fake_search(config: RunConfig, *, reporter: Any = None, debug: bool = False) -> None:
-        seen.append(SimpleNamespace(config=config))
-
-    monkeypatch.delenv("AUTOTUNE_STORAGE", raising=False)
-    monkeypatch.setattr(autotune.driver.search, "search", fake_search)
-    return seen
-
-
-def run(*argv: str) -> int | str | None:
-    with pytest.raises(SystemExit) as info:
-        main(list(argv))
-    return info.value.code
+from tests.unit.cli_helpers import run
 
 
 def test_backend_flags_reach_the_config(calls: list[SimpleNamespace]) -> None:
