@@ -99,6 +99,9 @@ def _from_rounds(
     def choice(f: FinalistRecord) -> Choice:
         return _remeasured_choice(study, by_number[f.number], f, baseline)
 
+    def median(f: FinalistRecord) -> float:
+        return statistics.median(f.scores_by_round().values())
+
     leader = ranked[0]
     keeps = [f for f in ranked if not record_changes(study, by_number[f.number])]
     pick: FinalistRecord | None = leader
@@ -106,13 +109,22 @@ def _from_rounds(
     gain: Speedup | None = None
     rule = BEATS_DEFAULTS
     if record_changes(study, by_number[leader.number]):
-        reference = keeps[0].scores_by_round() if keeps else base_rounds
-        gain = paired_speedup(leader.scores_by_round(), reference)
-        if gain is None or gain.low <= 1 + MATH_GAIN:
-            alternative, rule = leader, KEEPS_MATH
-            pick = keeps[0] if keeps else None
-        elif keeps:
-            alternative = keeps[0]  # the leader's math change paid: the best that keeps it, named
+        # The best measured configuration that keeps the math: a finalist, or the defaults
+        # themselves (they keep it by definition) when they are faster and may be handed back.
+        keeper = keeps[0] if keeps else None
+        if (
+            baseline is not None
+            and defaults is not None
+            and (keeper is None or median(baseline) > median(keeper))
+        ):
+            keeper = baseline
+        if keeper is not None:
+            gain = paired_speedup(leader.scores_by_round(), keeper.scores_by_round())
+            if gain is None or gain.low <= 1 + MATH_GAIN:
+                alternative, rule = leader, KEEPS_MATH
+                pick = None if keeper is baseline else keeper
+            elif keeper is not baseline:
+                alternative = keeper  # the leader's math change paid: the best that keeps it, named
     if pick is not None and baseline is not None:
         speedup = paired_speedup(pick.scores_by_round(), base_rounds)
         if (speedup is None or not speedup.beats_baseline) and defaults is not None:
@@ -120,7 +132,7 @@ def _from_rounds(
     chosen = choice(pick) if pick is not None else defaults
     if chosen is None:  # the defaults do not fit the cap: the best that does
         chosen, alternative, rule = choice(leader), None, DEFAULTS_OVER_CAP
-    elif chosen.is_defaults:
+    elif chosen.is_defaults and rule != KEEPS_MATH:
         rule = KEEP_DEFAULTS
     elif defaults is None and rule == BEATS_DEFAULTS and baseline is not None:
         speedup = paired_speedup(pick.scores_by_round(), base_rounds) if pick is not None else None
@@ -159,18 +171,20 @@ def _from_search(
     pick: TrialRecord | None = leader
     alternative: TrialRecord | None = None
     rule = NOT_REMEASURED
+    base = _baseline_rate(study, tokens) if defaults is not None else None
     if record_changes(study, leader):
+        # the best that keeps the math: a trial, or the defaults when they are faster
         keeps = [t for t in ranked if not record_changes(study, t)]
-        reference = rate(keeps[0]) if keeps else _baseline_rate(study, tokens)
+        keeper: TrialRecord | None = keeps[0] if keeps and (not base or rate(keeps[0]) >= base) else None
+        reference = rate(keeper) if keeper is not None else base
         if reference and rate(leader) / reference <= 1 + MATH_GAIN:
-            pick, alternative, rule = (keeps[0] if keeps else None), leader, KEEPS_MATH
-    base = _baseline_rate(study, tokens)
-    if pick is not None and base and rate(pick) / base <= 1 + MIN_GAIN and defaults is not None:
+            pick, alternative, rule = keeper, leader, KEEPS_MATH
+    if pick is not None and base and rate(pick) / base <= 1 + MIN_GAIN:
         pick, alternative, rule = None, leader, KEEP_DEFAULTS
     chosen = search_choice(study, pick) if pick is not None else defaults
     if chosen is None:
         chosen, alternative, rule = search_choice(study, leader), None, NOT_REMEASURED
-    elif chosen.is_defaults:
+    elif chosen.is_defaults and rule != KEEPS_MATH:
         rule = KEEP_DEFAULTS
     named = search_choice(study, alternative) if alternative is not None and alternative is not pick else None
     text = _verdict(rule, chosen, named, None, False)
@@ -262,6 +276,11 @@ def _verdict(rule: str, chosen: Choice, named: Choice | None, gain: Interval | N
     if rule == KEEP_DEFAULTS:
         best = f" (the best measured, {named.label}, {_gain(named, gain)})" if named else ""
         return f"nothing beat the defaults measurably{best}: keep them"
+    if rule == KEEPS_MATH and named is not None and chosen.is_defaults:
+        return (
+            f"keep the defaults: {named.label} is faster ({_gain(named, gain)}) but changes the training "
+            f"math, which takes a measured gain over {1 + MATH_GAIN:.2f}x: named as the alternative"
+        )
     if rule == KEEPS_MATH and named is not None:
         text = f"{chosen.label} keeps the training math"
         if speed:

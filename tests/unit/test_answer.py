@@ -181,6 +181,32 @@ def test_a_math_change_thirty_percent_ahead_is_the_answer_with_the_math_keeping_
     assert f"more than the {1 + MATH_GAIN:.2f}x a math change must gain" in answer.verdict
 
 
+@pytest.mark.parametrize(("gain", "math_change_wins"), [(1.03, False), (1.30, True)])
+def test_the_defaults_are_the_math_keeping_reference_when_they_are_the_fastest_that_keeps_it(
+    gain: float, math_change_wins: bool
+) -> None:
+    # Trial 0 keeps the math but is slower than the defaults; trial 2 changes the optimizer and is
+    # `gain` times the defaults: the defaults are the best measured configuration keeping the math.
+    record = study([rounds(2, gain), rounds(0, 0.7)])
+    trials = [
+        trial(0, params(attn_implementation="sdpa"), 700.0),
+        trial(2, params(optim="adafactor"), 1000.0 * gain),
+    ]
+    answer = decide(record, trials)
+    assert answer.choice is not None
+    if math_change_wins:
+        # its gain is over the defaults, already stated as its speedup: no alternative to name
+        assert answer.rule == BEATS_DEFAULTS and answer.choice.trial == 2 and answer.alternative is None
+    else:
+        assert answer.rule == KEEPS_MATH and answer.keeps_defaults
+        assert answer.alternative is not None and answer.alternative.trial == 2
+        assert answer.alternative_gain is not None and answer.alternative_gain.value == pytest.approx(
+            gain, 1e-2
+        )
+        assert answer.verdict.startswith("keep the defaults: trial 2 is faster")
+        assert "changes the training math" in answer.verdict
+
+
 # -- a memory cap ------------------------------------------------------------------------------
 
 
