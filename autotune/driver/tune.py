@@ -94,12 +94,12 @@ class TuneResult:
     Attributes:
         training_args: the Trainer's `TrainingArguments` with the answer's knobs applied.
         model_kwargs: model-load kwargs of the answer (``attn_implementation``): pass them to
-            ``from_pretrained`` (or to `model_init`'s load); empty when it keeps the defaults.
+            ``from_pretrained`` (or to `model_init`'s load); the defaults' when it keeps them.
         semantic_changes: the answer's differences from the baseline that change the training math.
         search: the underlying search result (the study, every trial, speedup and verdict).
-        answer: the study's answer these arguments apply: the defaults (the Trainer's own
-            arguments, unchanged) when nothing beat them measurably, with the best measured
-            configuration named as its alternative.
+        answer: the study's answer these arguments apply: the defaults (the knob values the
+            Trainer's own arguments resolve to here, as the baseline measured them) when nothing
+            beat them measurably, with the best measured configuration named as its alternative.
     """
 
     training_args: TrainingArguments
@@ -362,10 +362,11 @@ def given_training_args(args: TrainingArguments) -> dict[str, Any]:
 
 
 def _answer(result: SearchResult, user_kwargs: dict[str, Any]) -> TuneResult:
-    """The Trainer's arguments with what the study's answer hands back applied: the user's own
-    when the answer keeps the defaults (they are the baseline)."""
+    """The Trainer's arguments with what the study's answer hands back applied. When it keeps the
+    defaults, those are the knob values the baseline measured, which the Trainer's own arguments
+    resolve to on this machine (the export writes the same)."""
     choice = result.answer.choice
-    if choice is None or choice.is_defaults:
+    if choice is None:
         return TuneResult(training_arguments(**user_kwargs), {}, [], result, result.answer)
     tuned = training_arguments(**{**user_kwargs, **choice.training_args})
     changes = study_changes(read_study(result.study), choice.params, choice.training_args)
