@@ -132,8 +132,8 @@ def _from_rounds(
     chosen = choice(pick) if pick is not None else defaults
     if chosen is None:  # the defaults do not fit the cap: the best that does
         chosen, alternative, rule = choice(leader), None, DEFAULTS_OVER_CAP
-    elif chosen.is_defaults and rule != KEEPS_MATH:
-        rule = KEEP_DEFAULTS
+    elif chosen.is_defaults and (rule != KEEPS_MATH or not _beats(leader, baseline)):
+        rule = KEEP_DEFAULTS  # the leader did not even beat the defaults measurably
     elif defaults is None and rule == BEATS_DEFAULTS and baseline is not None:
         speedup = paired_speedup(pick.scores_by_round(), base_rounds) if pick is not None else None
         if speedup is None or not speedup.beats_baseline:
@@ -151,6 +151,14 @@ def _from_rounds(
         alternative=named,
         alternative_gain=_interval(gain) if named else None,
     )
+
+
+def _beats(finalist: FinalistRecord, baseline: FinalistRecord | None) -> bool:
+    """Whether a finalist's paired speedup over the baseline lies above 1 + `MIN_GAIN`."""
+    if baseline is None:
+        return False
+    speedup = paired_speedup(finalist.scores_by_round(), baseline.scores_by_round())
+    return speedup is not None and speedup.beats_baseline
 
 
 def _from_search(
@@ -184,8 +192,8 @@ def _from_search(
     chosen = search_choice(study, pick) if pick is not None else defaults
     if chosen is None:
         chosen, alternative, rule = search_choice(study, leader), None, NOT_REMEASURED
-    elif chosen.is_defaults and rule != KEEPS_MATH:
-        rule = KEEP_DEFAULTS
+    elif chosen.is_defaults and (rule != KEEPS_MATH or not base or rate(leader) / base <= 1 + MIN_GAIN):
+        rule = KEEP_DEFAULTS  # the leader did not even beat the defaults
     named = search_choice(study, alternative) if alternative is not None and alternative is not pick else None
     text = _verdict(rule, chosen, named, None, False)
     if rule != NOT_REMEASURED:

@@ -124,7 +124,7 @@ def test_a_math_change_is_the_answer_only_when_it_beats_the_best_math_keeping_on
     answer = result.answer
     assert answer.choice is not None and answer.alternative is not None
     if math_change_wins:
-        assert answer.rule == BEATS_DEFAULTS
+        assert answer.rule == BEATS_DEFAULTS, (answer, out.getvalue()[-3000:])
         assert answer.choice.trial == numbers["adafactor"]
         assert answer.alternative.trial == numbers["adamw_torch"]  # the math-keeping one, named
         assert any(change.startswith("optimizer") for change in answer.choice.changes)
@@ -152,3 +152,49 @@ def test_a_math_change_is_the_answer_only_when_it_beats_the_best_math_keeping_on
     assert figure in exported["flags"][1]
     optim = "adafactor" if math_change_wins else "adamw_torch"
     assert f"--optim {optim}" in exported["flags"][0]
+
+
+def test_tune_hands_back_the_trainers_own_arguments_on_a_tie(tmp_path: Path) -> None:
+    # A user's Trainer whose every configuration runs as fast as its own arguments.
+    import datasets
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+
+    from tests.local_models import sentences, write_model
+
+    folder = write_model(tmp_path / "mine")
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    config = AutoConfig.from_pretrained(folder)
+    train = datasets.Dataset.from_dict({"text": sentences(40)}).map(
+        lambda b: tokenizer(b["text"], truncation=True, max_length=16, padding="max_length"),
+        batched=True,
+        remove_columns=["text"],
+    )
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), learning_rate=3e-4, seed=7)
+    trainer = Trainer(
+        model_init=lambda: AutoModelForCausalLM.from_config(config),
+        args=args,
+        train_dataset=train.map(lambda row: {"labels": row["input_ids"]}),
+    )
+    space = {"optim": ["adamw_torch", "adamw_torch_fused"], "attn_implementation": ["eager", "sdpa"]}
+    tuned = autotune.tune(
+        trainer,
+        space=write_space(tmp_path, space),
+        n_trials=4,
+        storage=f"sqlite:///{tmp_path / 'tune.db'}",
+        measure=FAST,
+        finalists=2,
+        isolation="none",
+        callbacks=[FixedStepTime(0.15)],
+    )
+    answer = tuned.answer
+    assert answer.rule == KEEP_DEFAULTS and answer.keeps_defaults
+    # The Trainer's own batch, optimizer and attention come back; nothing changes the math.
+    assert tuned.training_args.per_device_train_batch_size == args.per_device_train_batch_size
+    assert tuned.training_args.gradient_accumulation_steps == args.gradient_accumulation_steps
+    assert tuned.training_args.optim == args.optim
+    assert tuned.training_args.learning_rate == 3e-4 and tuned.training_args.seed == 7
+    assert tuned.model_kwargs == answer.choice.model_kwargs  # type: ignore[union-attr]
+    assert tuned.semantic_changes == []
+    # The best measured is named beside it, as in the search's result and the store.
+    assert answer.alternative is not None and answer.alternative.trial == tuned.search.best.number
+    assert read_study(tuned.search.study).answer == answer

@@ -15,14 +15,9 @@ from typing import Any
 
 import pytest
 
+from autotune import records
 from autotune.driver.answer import MATH_GAIN, decide
 from autotune.records import (
-    BEATS_DEFAULTS,
-    DEFAULTS_OVER_CAP,
-    KEEP_DEFAULTS,
-    KEEPS_MATH,
-    NO_TRIAL,
-    NOT_REMEASURED,
     Answer,
     FinalistRecord,
     StudyRecord,
@@ -113,7 +108,7 @@ def test_a_leader_whose_interval_holds_one_leaves_the_defaults_handed_back() -> 
     record = study([rounds(0, 1.005, [0.97, 1.03, 1.0]), rounds(1, 0.9)])
     trials = [trial(0, params(attn_implementation="sdpa"), 1100.0), trial(1, params(), 950.0)]
     answer = decide(record, trials)
-    assert answer.rule == KEEP_DEFAULTS and answer.keeps_defaults
+    assert answer.rule == records.KEEP_DEFAULTS and answer.keeps_defaults
     assert answer.choice is not None and answer.choice.trial is None
     # What is handed back is the defaults' configuration, with their re-measured figures.
     assert answer.choice.params == BASELINE_PARAMS
@@ -132,7 +127,7 @@ def test_a_leader_whose_interval_holds_one_leaves_the_defaults_handed_back() -> 
 def test_a_leader_that_beats_the_defaults_measurably_is_the_answer() -> None:
     record = study([rounds(0, 1.2)])
     answer = decide(record, [trial(0, params(attn_implementation="sdpa"), 1200.0)])
-    assert answer.rule == BEATS_DEFAULTS and answer.choice is not None and answer.choice.trial == 0
+    assert answer.rule == records.BEATS_DEFAULTS and answer.choice is not None and answer.choice.trial == 0
     assert answer.alternative is None and not answer.choice.changes
     assert answer.choice.speedup is not None and answer.choice.speedup.low is not None
     assert answer.choice.speedup.low > 1.01
@@ -156,7 +151,7 @@ def _math_race(gain: float) -> tuple[StudyRecord, list[TrialRecord]]:
 
 def test_a_math_change_three_percent_ahead_is_named_but_not_handed_back() -> None:
     answer = decide(*_math_race(1.03))
-    assert answer.rule == KEEPS_MATH
+    assert answer.rule == records.KEEPS_MATH
     assert answer.choice is not None and answer.choice.trial == 1 and not answer.choice.changes
     assert answer.alternative is not None and answer.alternative.trial == 2
     assert any(change.startswith("optimizer") for change in answer.alternative.changes)
@@ -169,7 +164,7 @@ def test_a_math_change_three_percent_ahead_is_named_but_not_handed_back() -> Non
 
 def test_a_math_change_thirty_percent_ahead_is_the_answer_with_the_math_keeping_one_named() -> None:
     answer = decide(*_math_race(1.30))
-    assert answer.rule == BEATS_DEFAULTS
+    assert answer.rule == records.BEATS_DEFAULTS
     assert answer.choice is not None and answer.choice.trial == 2
     assert any(change.startswith("optimizer") for change in answer.choice.changes)
     assert answer.alternative is not None and answer.alternative.trial == 1
@@ -196,9 +191,11 @@ def test_the_defaults_are_the_math_keeping_reference_when_they_are_the_fastest_t
     assert answer.choice is not None
     if math_change_wins:
         # its gain is over the defaults, already stated as its speedup: no alternative to name
-        assert answer.rule == BEATS_DEFAULTS and answer.choice.trial == 2 and answer.alternative is None
+        assert (
+            answer.rule == records.BEATS_DEFAULTS and answer.choice.trial == 2 and answer.alternative is None
+        )
     else:
-        assert answer.rule == KEEPS_MATH and answer.keeps_defaults
+        assert answer.rule == records.KEEPS_MATH and answer.keeps_defaults
         assert answer.alternative is not None and answer.alternative.trial == 2
         assert answer.alternative_gain is not None and answer.alternative_gain.value == pytest.approx(
             gain, 1e-2
@@ -229,14 +226,14 @@ def test_under_a_cap_that_excludes_the_defaults_a_tie_is_not_said_to_beat_them()
     trials = [trial(0, params(attn_implementation="sdpa"), 1000.0, peak_mib=700)]
     answer = decide(record, trials, cap_bytes=800 * MiB)
     assert answer.choice is not None and answer.choice.trial == 0
-    assert answer.rule == DEFAULTS_OVER_CAP and "beats the defaults" not in answer.verdict
+    assert answer.rule == records.DEFAULTS_OVER_CAP and "beats the defaults" not in answer.verdict
     assert "the defaults do not fit under the memory cap" in answer.verdict
 
 
 def test_a_cap_nothing_fits_hands_back_nothing() -> None:
     record = study([rounds(0, 1.2)], baseline_peak_mib=900)
     answer = decide(record, [trial(0, params(attn_implementation="sdpa"), 1200.0, peak_mib=700)], 100 * MiB)
-    assert answer.rule == NO_TRIAL and answer.choice is None
+    assert answer.rule == records.NO_TRIAL and answer.choice is None
 
 
 def test_a_cap_reselects_among_the_trials_that_fit_it() -> None:
@@ -260,7 +257,7 @@ def test_a_study_without_finalists_answers_from_the_search_windows_and_says_so()
     answer = decide(
         record, [trial(0, params(attn_implementation="sdpa"), 1500.0), trial(1, params(), 1100.0)]
     )
-    assert answer.rule == NOT_REMEASURED
+    assert answer.rule == records.NOT_REMEASURED
     assert answer.choice is not None and answer.choice.trial == 0 and not answer.choice.remeasured
     assert "not re-measured" in answer.verdict
     # the window's own figures: its throughput with its steps' interval, its speedup over the
@@ -274,7 +271,7 @@ def test_a_study_without_finalists_answers_from_the_search_windows_and_says_so()
 
 def test_without_finalists_a_leader_no_faster_than_the_defaults_leaves_them_handed_back() -> None:
     answer = decide(study(None), [trial(0, params(attn_implementation="sdpa"), 1005.0)])
-    assert answer.rule == KEEP_DEFAULTS and answer.keeps_defaults
+    assert answer.rule == records.KEEP_DEFAULTS and answer.keeps_defaults
     assert answer.alternative is not None and answer.alternative.trial == 0
     assert answer.verdict.endswith("(search windows only: not re-measured)")
 
@@ -303,7 +300,7 @@ def test_a_version_0_stores_finalists_are_ranked_by_their_tokens_per_s() -> None
     # without rounds stored, they are numbered from 1
     assert FinalistRecord(number=5, tokens_per_s=[1.0, 2.0]).scores_by_round() == {1: 1.0, 2: 2.0}
     answer = decide(record, [trial(0, params(attn_implementation="sdpa"), 1200.0)])
-    assert answer.rule == BEATS_DEFAULTS and answer.choice is not None and answer.choice.trial == 0
+    assert answer.rule == records.BEATS_DEFAULTS and answer.choice is not None and answer.choice.trial == 0
     assert answer.choice.speedup is not None and answer.choice.speedup.value == pytest.approx(1.2, rel=1e-3)
 
 
