@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from rich.console import Console
@@ -108,10 +108,12 @@ def trials_table(
     title: str,
     limit: int | None = 10,
     remeasured: Mapping[int, float] | None = None,
+    baseline_like: Collection[int] = (),
 ) -> Table:
     """The trials, one row each: their knobs, the search window's figures and, for the finalists
     (`remeasured`: trial number -> re-measured median tokens/s), the re-measured figure beside
-    it. The re-measured trials come first, in the order their re-measurement put them."""
+    it. The re-measured trials come first, in the order their re-measurement put them. Trials in
+    `baseline_like` ran the baseline's own configuration: their state says so."""
     remeasured = dict(remeasured or {})
     first = sorted((t for t in trials if t.number in remeasured), key=lambda t: -remeasured[t.number])
     trials = [*first, *(t for t in trials if t.number not in remeasured)]
@@ -135,6 +137,8 @@ def trials_table(
             state = f"reused #{t.duplicate_of}"
         else:
             state = "ok" if t.state == "COMPLETE" else f"{t.state.lower()} ({t.reason})"
+            if t.number in baseline_like:
+                state += " (= baseline)"
         table.add_row(
             str(t.number),
             *(format_value(t.params.get(k, "-")) for k in knob_names),
@@ -283,7 +287,10 @@ class RichReporter(Reporter):
             return
         self.console.print()
         title = f"Top trials of {result.study.study_name}"
-        self.console.print(trials_table(result.trials, title, remeasured=result.remeasured))
+        table = trials_table(
+            result.trials, title, remeasured=result.remeasured, baseline_like=result.baseline_like
+        )
+        self.console.print(table)
         print_answer(self.console, result)
 
 

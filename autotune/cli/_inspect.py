@@ -66,6 +66,7 @@ def show_command(
     from autotune.driver.result import SearchResult
     from autotune.errors import UsageError
     from autotune.records import read_study
+    from autotune.study.choices import same_as_baseline
     from autotune.study.store import best_trial, load_existing_study, ranked_trials
     from autotune.view import console, print_answer, time_breakdown_table, trials_table
 
@@ -80,8 +81,15 @@ def show_command(
         trials = [t for t in trials if t.state != "COMPLETE" or not t.is_feasible]
     record = read_study(loaded)
     remeasured = record.remeasured_tokens_per_s()
+    itself = [t.number for t in trials if same_as_baseline(record, t)]
     console.print(
-        trials_table(trials, f"Trials of {study} ({len(trials)})", limit=limit, remeasured=remeasured)
+        trials_table(
+            trials,
+            f"Trials of {study} ({len(trials)})",
+            limit=limit,
+            remeasured=remeasured,
+            baseline_like=itself,
+        )
     )
     for trial in trials[:limit] if limit else trials:
         if trial.message and trial.state != "COMPLETE":

@@ -43,7 +43,7 @@ from autotune.records import (
     read_study,
 )
 from autotune.space.knobs import trial_kwargs
-from autotune.study.choices import fits, measured_in_full, one_window, search_choice
+from autotune.study.choices import fits, measured_in_full, one_window, same_as_baseline, search_choice
 from autotune.study.objective import score
 from autotune.study.semantics import record_changes
 
@@ -67,6 +67,9 @@ def decide(study: StudyRecord, trials: Sequence[TrialRecord], cap_bytes: int | N
         if measured_in_full(t, cap_bytes is not None) and fits(t.peak_memory_bytes, cap_bytes)
     ]
     defaults = _defaults(study, cap_bytes)
+    # A trial that ran the baseline's configuration is the baseline, never a contestant against it.
+    itself = [t for t in candidates if same_as_baseline(study, t)] if defaults is not None else []
+    candidates = [t for t in candidates if t not in itself]
     base_tokens = study.baseline.remeasured_median or study.baseline.tokens_per_s
     # what every answer of this study carries; each path fills in the rest
     common = Answer(
@@ -77,7 +80,11 @@ def decide(study: StudyRecord, trials: Sequence[TrialRecord], cap_bytes: int | N
     if not candidates:
         if defaults is None:
             return replace(common, verdict="no measured configuration to hand back")
+        if itself:
+            return replace(common, rule=KEEP_DEFAULTS, verdict=_fastest_defaults(itself), choice=defaults)
         return replace(common, verdict="no trial was measured in full: keep the defaults", choice=defaults)
+    if not rounds and itself and _search_leads(itself, candidates, tokens):
+        return replace(common, rule=KEEP_DEFAULTS, verdict=_fastest_defaults(itself), choice=defaults)
     if rounds:
         return _from_rounds(study, candidates, rounds, finalists.get(BASELINE), defaults, common)
     return _from_search(study, candidates, defaults, tokens, common)
@@ -151,6 +158,20 @@ def _from_rounds(
         alternative=named,
         alternative_gain=_interval(gain) if named else None,
     )
+
+
+def _fastest_defaults(itself: Sequence[TrialRecord]) -> str:
+    numbers = ", ".join(str(t.number) for t in itself)
+    return (
+        f"the defaults are the fastest measured (trial {numbers} ran their configuration; "
+        "not re-measured): keep them"
+    )
+
+
+def _search_leads(itself: Sequence[TrialRecord], others: Sequence[TrialRecord], tokens: float | None) -> bool:
+    """Whether a trial of the baseline's configuration has the best search score of all."""
+    best_self = max(score(t, tokens) or 0.0 for t in itself)
+    return all(best_self >= (score(t, tokens) or 0.0) for t in others)
 
 
 def _beats(finalist: FinalistRecord, baseline: FinalistRecord | None) -> bool:

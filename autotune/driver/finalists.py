@@ -7,7 +7,7 @@ the answer, and the speedup over the baseline is measured under the same conditi
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -26,6 +26,7 @@ from autotune.records import (
     read_study,
     write_study,
 )
+from autotune.study.choices import same_as_baseline
 from autotune.study.objective import score
 from autotune.study.semantics import record_changes
 from autotune.study.store import ranked_trials
@@ -86,7 +87,7 @@ def remeasure_finalists(measure: Measure, plan: Plan, study: optuna.Study, repor
     round_number = 0
     while round_number < max_rounds:
         round_number += 1
-        for number in measured_now:
+        for number in round_order(measured_now, round_number):
             params, verbatim = contestants[number]
             try:
                 measured = measure(params, number, verbatim=verbatim)
@@ -141,6 +142,30 @@ def remeasure_finalists(measure: Measure, plan: Plan, study: optuna.Study, repor
     write_study(study, finalists=records, winner=Winner(**answer, verdict=text))
 
 
+def round_order(contestants: Sequence[int], round_number: int) -> list[int]:
+    """The order of round `round_number` (from 1): a row of a balanced Latin square (Williams
+    design) over the contestants. Over n rounds each contestant is measured once in every position
+    (for an odd n, the next n rounds mirror them, which balances who follows whom): an effect of
+    position (the process before, the page cache, the allocator) falls on every contestant alike
+    instead of entering the paired ratios as a speedup."""
+    n = len(contestants)
+    if n < 2:
+        return list(contestants)
+    first, low, high = [0], 1, n - 1
+    while len(first) < n:
+        if len(first) % 2:
+            first.append(low)
+            low += 1
+        else:
+            first.append(high)
+            high -= 1
+    r = round_number - 1
+    row = [(j + r) % n for j in first]
+    if n % 2 and (r // n) % 2:
+        row.reverse()
+    return [contestants[i] for i in row]
+
+
 def choose_finalists(study: optuna.Study, count: int) -> list[TrialRecord]:
     """The best `count` feasible trials by their search score (reused duplicates left out); when
     the first of them changes the training math, the best one that keeps it joins them (the
@@ -148,7 +173,10 @@ def choose_finalists(study: optuna.Study, count: int) -> list[TrialRecord]:
     if count <= 0:
         return []
     record = read_study(study)
-    candidates = [t for t in ranked_trials(study) if t.feasible and not t.reused]
+    # a trial of the baseline's own configuration is the baseline, measured beside them anyway
+    candidates = [
+        t for t in ranked_trials(study) if t.feasible and not t.reused and not same_as_baseline(record, t)
+    ]
     chosen = candidates[:count]
     if chosen and record_changes(record, chosen[0]) and all(record_changes(record, t) for t in chosen):
         keeping = next((t for t in candidates[count:] if not record_changes(record, t)), None)

@@ -61,6 +61,14 @@ class SearchResult:
         """Trial number -> its re-measured median tokens/s, for the finalists (not the baseline)."""
         return read_study(self.study).remeasured_tokens_per_s()
 
+    @property
+    def baseline_like(self) -> list[int]:
+        """The trials that ran the baseline's own configuration (the baseline, not contestants)."""
+        from autotune.study.choices import same_as_baseline
+
+        record = read_study(self.study)
+        return [t.number for t in self.trials if same_as_baseline(record, t)]
+
     def best_config(self) -> dict[str, Any]:
         """What the answer hands back, as ``{"training_args": {...}, "model_kwargs": {...}}`` (the
         knobs' `TrainingArguments` kwargs and model-load kwargs; the defaults' when nothing beat

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from autotune.records import Choice, Interval, StudyRecord, TrialRecord
+from autotune.space.knobs import trial_kwargs
 from autotune.study.objective import score
 from autotune.study.outcomes import OVER_MEMORY_CAP
 from autotune.study.semantics import record_changes
@@ -26,6 +27,21 @@ def measured_in_full(trial: TrialRecord, recapped: bool = False) -> bool:
     if trial.state == "COMPLETE":
         return trial.is_feasible or recapped
     return recapped and trial.state == "PRUNED" and trial.reason == OVER_MEMORY_CAP
+
+
+def same_as_baseline(study: StudyRecord, trial: TrialRecord) -> bool:
+    """Whether a trial ran the baseline's configuration: its knobs over the baseline's (a knob it
+    did not sample ran at the baseline's value) resolve to the same `TrainingArguments` and model
+    kwargs, and it applied the same batch split. Such a trial *is* the baseline: never a
+    contestant against it."""
+    base = study.baseline.params
+    if not base:
+        return False
+    if trial_kwargs({**base, **trial.params}) != trial_kwargs(base):
+        return False
+    applied, expected = trial.training_args or {}, trial_kwargs(base)[0]
+    split = ("per_device_train_batch_size", "gradient_accumulation_steps")
+    return all(applied.get(key, expected.get(key)) == expected.get(key) for key in split)
 
 
 def fits(peak_bytes: int | None, cap_bytes: int | None) -> bool:

@@ -198,3 +198,20 @@ def test_tune_hands_back_the_trainers_own_arguments_on_a_tie(tmp_path: Path) -> 
     # The best measured is named beside it, as in the search's result and the store.
     assert answer.alternative is not None and answer.alternative.trial == tuned.search.best.number
     assert read_study(tuned.search.study).answer == answer
+
+
+def test_a_trial_of_the_defaults_configuration_is_the_baseline_not_a_contestant(tmp_path: Path) -> None:
+    # The space holds the baseline's own configuration (adamw_torch_fused), made the fastest.
+    hook = FixedStepTime(0.3, by_params=[({"optim": "adamw_torch_fused"}, 0.24)])
+    out = io.StringIO()
+    result = _search(tmp_path, {"optim": ["adamw_torch_fused", "adamw_torch", "adafactor"]}, 3, hook, out)
+    itself = [t.number for t in result.trials if t.params.get("optim") == "adamw_torch_fused"]
+    assert itself, "the space's baseline configuration was never sampled: the test proves nothing"
+    record = read_study(result.study)
+    # No trial is compared with itself: the baseline's configuration never enters the finalists.
+    assert not set(itself) & {f.number for f in record.finalists}
+    answer = result.answer
+    assert answer.rule == KEEP_DEFAULTS and answer.keeps_defaults
+    assert result.speedup_over_baseline == 1.0 and "beats the defaults" not in answer.verdict
+    assert answer.alternative is None or answer.alternative.trial not in itself
+    assert "ok (= baseline)" in out.getvalue()  # the table shows it as the baseline

@@ -335,3 +335,16 @@ def test_the_answer_is_stored_and_read_back_unchanged() -> None:
     assert stored["schema_version"] == 1
     assert Answer.from_dict(stored["answer"]) == answer
     assert study_record("again", stored).answer == answer
+
+
+def test_a_trial_of_the_baselines_configuration_is_the_baseline() -> None:
+    # Without finalists, trial 0 (the baseline's own knobs) measured fastest in the search: the
+    # answer is that the defaults are the fastest measured, with no speedup of them over themselves.
+    record = study(None)
+    trials = [trial(0, params(), 1100.0), trial(1, params(attn_implementation="sdpa"), 1050.0)]
+    answer = decide(record, trials)
+    assert answer.rule == records.KEEP_DEFAULTS and answer.keeps_defaults
+    assert answer.verdict.startswith("the defaults are the fastest measured (trial 0 ran their configuration")
+    # Slower than another trial, it is left out of the contest: trial 1 is judged on its own.
+    slower = decide(record, [trial(0, params(), 900.0), trial(1, params(attn_implementation="sdpa"), 1050.0)])
+    assert slower.choice is not None and slower.choice.trial == 1

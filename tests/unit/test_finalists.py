@@ -11,7 +11,7 @@ import optuna
 import pytest
 
 from autotune.driver.answer import decide
-from autotune.driver.finalists import BASELINE, remeasure_finalists
+from autotune.driver.finalists import BASELINE, remeasure_finalists, round_order
 from autotune.progress import Reporter
 from autotune.records import KEEP_DEFAULTS, read_study
 from autotune.study.store import read_trials
@@ -149,3 +149,72 @@ def test_a_race_stops_when_a_round_leaves_it_undecidable() -> None:
     assert script.calls.count(0) == script.calls.count(1) == 4
     finalists = {f["number"]: f for f in study.user_attrs["finalists"]}
     assert finalists[0]["rounds"] == finalists[1]["rounds"] == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("count", [2, 3, 4, 5, 6])
+def test_a_round_order_puts_every_contestant_in_every_position(count: int) -> None:
+    contestants = [10 * i for i in range(count)]
+    rows = [round_order(contestants, r) for r in range(1, count + 1)]
+    for row in rows:
+        assert sorted(row) == contestants
+    for position in range(count):
+        assert sorted(row[position] for row in rows) == contestants
+    # Who follows whom is balanced too: over n rounds for an even n, over 2n for an odd n.
+    span = count if count % 2 == 0 else 2 * count
+    follows = [(row[i], row[i + 1]) for r in range(1, span + 1) for row in [round_order(contestants, r)]
+               for i in range(count - 1)]  # fmt: skip
+    assert len(set(follows)) == count * (count - 1)
+    assert len(follows) == span // count * count * (count - 1)
+
+
+def test_the_rounds_rotate_every_contestant_through_every_position() -> None:
+    # Today's code measured trial 5, trial 0, trial 7, then the baseline in every round: a position
+    # effect entered every paired ratio the same way.
+    script = _Script({0: [200.0] * 3, 1: [150.0] * 3, BASELINE: [100.0] * 3})
+    study = _study({0: 200.0, 1: 150.0})
+    remeasure_finalists(script, _plan(finalists=2, rounds=3), study, Reporter())
+    rounds = [script.calls[i : i + 3] for i in range(0, 9, 3)]
+    for position in range(3):
+        assert sorted(r[position] for r in rounds) == sorted([0, 1, BASELINE])
+
+
+def test_a_trial_of_the_baselines_configuration_is_not_a_finalist() -> None:
+    # Trial 0 ran the baseline's own configuration (it sampled the baseline's values): it is the
+    # baseline, measured beside the finalists anyway, never a contestant against it.
+    study = _study({0: 200.0, 1: 150.0, 2: 140.0})
+    stored = study.trials[0]
+    study.set_user_attr(
+        "baseline",
+        {"params": dict(stored.params), "tokens_per_s": 100.0, "peak_memory_bytes": 1},
+    )
+    script = _Script({1: [150.0] * 3, 2: [140.0] * 3, BASELINE: [100.0] * 3})
+    remeasure_finalists(script, _plan(finalists=2, rounds=3), study, Reporter())
+    assert 0 not in script.calls and sorted(set(script.calls)) == sorted([1, 2, BASELINE])
+
+
+class _LastPaysMore(_Script):
+    """Equal contestants, but whichever is measured last in a round runs 5% slower (a position
+    effect: the process before it, the page cache, the allocator)."""
+
+    def __init__(self, contestants: int, rate: float = 100.0) -> None:
+        super().__init__({})
+        self.contestants, self.rate = contestants, rate
+        self.in_round: list[int] = []
+
+    def __call__(self, params: dict[str, Any], number: int, verbatim: bool = False) -> dict[str, Any]:
+        self.calls.append(number)
+        last = len(self.calls) % self.contestants == 0
+        rate = self.rate * (0.95 if last else 1.0)
+        return {"tokens_per_s": rate, "samples_per_s": rate / 10, "peak_memory_bytes": 1}
+
+
+def test_a_position_effect_is_not_claimed_as_a_speedup_between_equal_configurations() -> None:
+    # Two trials and the baseline, all equally fast. Measured in one fixed order, the baseline
+    # (always last) paid the 5% every round and both trials "beat" it by 1.05x with a tight interval.
+    script = _LastPaysMore(contestants=3)
+    study = _study({0: 100.0, 1: 100.0})
+    remeasure_finalists(script, _plan(finalists=2, rounds=3), study, Reporter())
+    winner = study.user_attrs["winner"]
+    assert winner["speedup"]["beats_baseline"] is False
+    answer = decide(read_study(study), read_trials(study))
+    assert answer.keeps_defaults and "beats the defaults" not in answer.verdict
