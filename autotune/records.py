@@ -18,7 +18,6 @@ Pure: no optuna, no torch.
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -300,7 +299,6 @@ _GROUP_TYPES: dict[str, type] = {
 
 # Keys a trial's attrs hold that are read through their own modules' constants.
 OWNER_KEY = "worker"
-REASON_KEY = "reason"
 RAY_TRIAL_KEY = "ray_trial_id"  # the Ray trial that ran an optuna trial: links the two tables
 
 
@@ -554,6 +552,12 @@ class Winner:
     def attrs(self) -> dict[str, Any]:
         return _write(self)
 
+    @property
+    def race(self) -> str | None:
+        """The finalists' race in words (stores written before the answer was stored appended the
+        tie with the defaults to it: that part is the answer's now)."""
+        return (self.verdict or "").split("; nothing beat the defaults measurably")[0] or None
+
 
 @dataclass(frozen=True)
 class StudyRecord:
@@ -719,7 +723,3 @@ def write_study(study: Any, **facts: Any) -> None:
     """Store some of a study's facts (`study_attrs`) in an optuna `Study`."""
     for key, value in study_attrs(**facts).items():
         study.set_user_attr(key, value)
-
-
-def finite_or_none(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None

@@ -53,8 +53,7 @@ class SearchResult:
         winner = read_study(self.study).winner
         if winner is None or self.best is None or winner.number != self.best.number:
             return None
-        # stores written before the answer was stored appended the tie to the race
-        return (winner.verdict or "").split("; nothing beat the defaults measurably")[0] or None
+        return winner.race
 
     @property
     def remeasured(self) -> dict[int, float]:

@@ -230,7 +230,7 @@ class ProcessExecutor(Executor):
         self.capacity = len(self.slots)
         self.watchdog_s = watchdog_seconds(plan.config.measure.trial_timeout_s)
         self.active: dict[int, Watched] = {}  # slot index -> process
-        self.logs = tempfile.mkdtemp(prefix="autotune-logs-", dir=plan.config.output_dir)
+        self.logs: str | None = None  # made with the first job: an executor that starts none leaves none
         self.started = 0
         self.watch_lock = threading.Lock()
         self.watcher: threading.Thread | None = None
@@ -251,6 +251,8 @@ class ProcessExecutor(Executor):
         index = next(i for i in range(len(self.slots)) if i not in self.active)
         slot = self.slots[index]
         self.started += 1
+        if self.logs is None:
+            self.logs = tempfile.mkdtemp(prefix="autotune-logs-", dir=self.plan.config.output_dir)
         job = dataclasses.replace(
             job,
             cpu_cores=slot.cpu_cores,
@@ -325,4 +327,6 @@ class ProcessExecutor(Executor):
             worker.kill_group()
             worker.join()
         self.active.clear()
-        shutil.rmtree(self.logs, ignore_errors=True)
+        if self.logs is not None:
+            shutil.rmtree(self.logs, ignore_errors=True)
+            self.logs = None

@@ -167,4 +167,6 @@ class TorchrunExecutor(ProcessExecutor):
     """Each job in a fresh torchrun group of ``--nproc-per-node`` ranks."""
 
     def _spawn(self, job: Job) -> Watched:
-        return TorchrunWorker(job, self.plan.config.nproc_per_node, self.watchdog_s, self.logs)
+        # the job's log lies in the executor's log folder, made with its first job
+        folder = os.path.dirname(job.log_path or "") or tempfile.gettempdir()
+        return TorchrunWorker(job, self.plan.config.nproc_per_node, self.watchdog_s, folder)

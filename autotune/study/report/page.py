@@ -140,9 +140,8 @@ def _header(study: optuna.Study, data: ReportData, answer: Answer | None) -> str
         if winner and winner.number == best.number and winner.median_tokens_per_s:
             line += f" in the search, median {format_rate(winner.median_tokens_per_s)} tok/s re-measured"
         rows.append(("best measured", line))
-        if winner and winner.number == best.number and winner.verdict:
-            # the finalists' race (stores before the answer was stored appended the tie to it)
-            rows.append(("re-measured", winner.verdict.split("; nothing beat the defaults measurably")[0]))
+        if winner and winner.number == best.number and winner.race:
+            rows.append(("re-measured", winner.race))
     if answer is not None and answer.choice is not None:
         # the answer's own lines, as the search's end, `autotune show` and every export say them
         lines = answer_lines(export_config(study, answer), time_line=False)
