@@ -4,14 +4,22 @@ One `ThroughputCallback` lives for the whole search; `on_train_begin` starts a n
 measurement. Step times are taken between consecutive `on_step_end` events with the device
 synchronized there, so they cover the whole optimizer step (data loading, forward, backward,
 optimizer) and nothing of the set-up before the first step.
+
+Screening stops a search trial whose fastest step proves it cannot compete with the study's best
+(`ScreenReference`): on throughput, or with the user's run length on that run's predicted time. A
+trial is screened out only once its reference is confirmed under the same conditions: the machine
+probe (`autotune.measure.drift`) runs again, and where the machine runs slower now than when the
+reference was measured the trial's steps are judged at the reference's speed.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -19,11 +27,15 @@ from transformers import TrainerCallback
 
 from autotune.config import MeasureSettings
 from autotune.errors import AutotuneError
+from autotune.measure import drift
 from autotune.measure.deadline import StepDeadline
 from autotune.measure.memory import PeakMemoryMeter
 from autotune.measure.ranks import from_rank_zero
 from autotune.measure.stats import summarize_window, warmup_done, window_done
 from autotune.progress import Reporter
+
+# A probe taken in a trial confirms its screening verdicts for this long; then the probe runs again.
+REPROBE_S = 10.0
 
 
 class MeasurementError(AutotuneError):
@@ -34,9 +46,59 @@ class TrialTimeout(RuntimeError):
     """The trial ran past its time budget."""
 
 
+@dataclass(frozen=True)
+class ScreenReference:
+    """What a search trial is screened against: the study's best when the trial began
+    (`autotune.trial.measured.screen_reference`).
+
+    Without the user's run length a trial is judged on throughput: it is screened out when its
+    fastest step runs under `ratio` of `tokens_per_s`. With it (`run_tokens`), on that run's
+    predicted time: when even its optimistic run, `run_tokens` at its fastest step's speed plus
+    `setup_s` (and no compilation), takes longer than `run_s` / `ratio`. That is the same
+    comparison of effective rates (tokens over run time), and it stops only a configuration that
+    cannot win the run, whatever its compilation and set-up turn out to cost.
+
+    Attributes:
+        tokens_per_s: the best steady-state throughput measured (the study's trials and baseline).
+        probe_s: the machine probe (`autotune.measure.drift`) taken after the best was measured
+            (with `run_tokens`: the best run's); None where none was recorded (a store from before
+            probes): the verdict is then not confirmed against the machine's drift.
+        run_tokens: the tokens of the user's run; None: the trial is judged on throughput.
+        run_s: the shortest predicted run of `run_tokens` measured in the study.
+        setup_s: the least set-up a measured run took: the set-up a run of any configuration pays
+            at best (model, data and Trainer are built alike for every configuration).
+    """
+
+    tokens_per_s: float
+    probe_s: float | None = None
+    run_tokens: float | None = None
+    run_s: float | None = None
+    setup_s: float = 0.0
+
+    @property
+    def judges_run(self) -> bool:
+        return bool(self.run_tokens and self.run_s)
+
+    def line_tokens_per_s(self, ratio: float, setup_s: float) -> float:
+        """The speed a trial's fastest step must reach to stay in the search (screening line):
+        `ratio` of the best throughput; with the run's length, the speed at which the run (at
+        `setup_s` of set-up) takes `run_s` / `ratio`."""
+        if not self.judges_run:
+            return ratio * self.tokens_per_s
+        allowed_s = float(self.run_s or 0.0) / ratio - setup_s
+        return float(self.run_tokens or 0.0) / allowed_s if allowed_s > 0 else math.inf
+
+    def optimistic_run_s(self, tokens_per_s: float, setup_s: float) -> float | None:
+        """The predicted run of `run_tokens` at `tokens_per_s` and `setup_s` of set-up, without
+        compilation; None without the run's length."""
+        if not self.judges_run:
+            return None
+        return float(self.run_tokens or 0.0) / tokens_per_s + setup_s if tokens_per_s > 0 else math.inf
+
+
 class ScreenedOut(RuntimeError):
     """Screening stopped the trial: even its fastest step is too slow to compete (see
-    `ThroughputCallback.screen_against`).
+    `ScreenReference`).
 
     Attributes:
         bound_tokens_per_s: the trial's optimistic throughput, its fastest step's.
@@ -46,6 +108,11 @@ class ScreenedOut(RuntimeError):
             `stopped_s` is set).
         steps_s: the seconds those steps took (compilation included).
         stopped_s: the seconds the last step had run when its deadline stopped it (None: it ended).
+        slowdown: how much slower the machine ran when the trial was stopped than when the
+            reference was measured, by the probe (`drift.slowdown`); the trial's steps were judged
+            that much faster.
+        run_tokens, run_s, reference_run_s: judged on the user's run: its tokens, the trial's
+            optimistic predicted run (seconds) and the best predicted run measured.
     """
 
     def __init__(
@@ -56,6 +123,10 @@ class ScreenedOut(RuntimeError):
         steps: int,
         steps_s: float,
         stopped_s: float | None = None,
+        slowdown: float = 1.0,
+        run_tokens: float | None = None,
+        run_s: float | None = None,
+        reference_run_s: float | None = None,
     ) -> None:
         self.bound_tokens_per_s = bound_tokens_per_s
         self.reference_tokens_per_s = reference_tokens_per_s
@@ -63,22 +134,44 @@ class ScreenedOut(RuntimeError):
         self.steps = steps
         self.steps_s = steps_s
         self.stopped_s = stopped_s
-        when = f"after {steps} steps: its fastest step ran at"
-        if stopped_s is not None:  # the stopped step's speed is a bound: it would have taken longer
-            when = f"in step {steps}, stopped after {stopped_s:.2f} s: no step ran faster than"
-        super().__init__(
-            f"screened out {when} {bound_tokens_per_s:,.0f} tok/s, "
-            f"under {ratio:g}x the best measured {reference_tokens_per_s:,.0f} tok/s"
-        )
+        self.slowdown = slowdown
+        self.run_tokens, self.run_s, self.reference_run_s = run_tokens, run_s, reference_run_s
+        super().__init__(self._sentence())
+
+    def _sentence(self) -> str:
+        when = f"after {self.steps} steps: its fastest step ran at"
+        if self.stopped_s is not None:  # the stopped step's speed is a bound: it would have taken longer
+            when = f"in step {self.steps}, stopped after {self.stopped_s:.2f} s: no step ran faster than"
+        speed = f"{self.bound_tokens_per_s:,.0f} tok/s"
+        if self.slowdown > 1:
+            speed += (
+                f" ({self.bound_tokens_per_s * self.slowdown:,.0f} tok/s at the machine's speed when the"
+                f" best was measured: its probe ran {self.slowdown:.2f}x slower now)"
+            )
+        if self.run_tokens and self.run_s is not None and self.reference_run_s is not None:
+            return (
+                f"screened out {when} {speed}: judged on the predicted run of {self.run_tokens:,.0f} "
+                f"tokens, at least {self.run_s:,.1f} s with it (its set-up at the least measured, no "
+                f"compilation), over {1 / self.ratio:g}x the best predicted run, "
+                f"{self.reference_run_s:,.1f} s"
+            )
+        best = f"{self.reference_tokens_per_s:,.0f} tok/s"
+        return f"screened out {when} {speed}, under {self.ratio:g}x the best measured {best}"
 
     def attrs(self) -> dict[str, Any]:
+        optional = {
+            "screen_step_stopped_s": self.stopped_s,
+            "screen_slowdown": self.slowdown if self.slowdown > 1 else None,
+            "screen_run_s": self.run_s,
+            "screen_reference_run_s": self.reference_run_s,
+        }
         return {
             "screen_tokens_per_s": self.bound_tokens_per_s,
             "screen_reference_tokens_per_s": self.reference_tokens_per_s,
             "screen_ratio": self.ratio,
             "screen_steps": self.steps,
             "screen_s": self.steps_s,
-            **({"screen_step_stopped_s": self.stopped_s} if self.stopped_s is not None else {}),
+            **{key: value for key, value in optional.items() if value is not None},
         }
 
 
@@ -110,9 +203,9 @@ class ThroughputCallback(TrainerCallback):
     # order no longer says which samples a step trained, so each step's batches are counted as they
     # arrive (`add_step_tokens`) instead of by `count_tokens`.
     count_batches: bool = False
-    # Screening (`MeasureSettings.screen_ratio`): the best tokens/s the study had measured when
-    # this trial began, set by the Trainer for search trials (None: a measurement, no screening).
-    screen_against: float | None = None
+    # Screening (`MeasureSettings.screen_ratio`): the study's best when this trial began, set by
+    # the Trainer for search trials (None: a measurement, no screening).
+    screen_against: ScreenReference | None = None
     # Set by the Trainer while a trial trains where a step can be stopped at its deadline
     # (`autotune.measure.deadline`): screening then judges a step that runs past the line's
     # duration there instead of at its end (`_arm_deadline`).
@@ -122,7 +215,11 @@ class ThroughputCallback(TrainerCallback):
         self.settings = settings
         self.tokens_per_sample = tokens_per_sample
         self.reporter = reporter
-        self.meter = PeakMemoryMeter("cuda" if torch.cuda.is_available() else "cpu")
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.meter = PeakMemoryMeter(device)
+        # The machine probe on this trial's device (`drift.probe_s`): taken before and after each
+        # trial's window, and again before screening stops a trial. Tests give a fake one.
+        self.machine_probe: Callable[[], float] = functools.partial(drift.probe_s, device)
         self._reset_trial()
 
     def _reset_trial(self) -> None:
@@ -139,6 +236,8 @@ class ThroughputCallback(TrainerCallback):
         self._world_size = 1
         self._compiled = False
         self.not_promoted: dict[str, float] | None = None
+        self._probed: tuple[float, float] | None = None  # this trial's last probe: (when, seconds)
+        self._probe_before_s: float | None = None
 
     @property
     def train_begin_s(self) -> float:
@@ -185,13 +284,18 @@ class ThroughputCallback(TrainerCallback):
         self.samples_per_step = (
             args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
         )
+        # The machine's speed before the window, as `result` reads it after (before the meter's
+        # reset: its matrices are no trial's; its seconds are no set-up a run pays).
+        probe_start = time.perf_counter()
+        self._probe_before_s = self.machine_probe()
+        probe_took_s = time.perf_counter() - probe_start
         self.meter.reset()
         _sync()
         self._train_begin = self._last_edge = time.perf_counter()
         if self.job_started_s is not None:
             # Loading the study, building the model and the Trainer's own set-up (pre-checked
             # trials before it included: a job trains at most one trial).
-            self.setup_s = max(0.0, self._train_begin - self.job_started_s)
+            self.setup_s = max(0.0, self._train_begin - self.job_started_s - probe_took_s)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.deadline is not None:
@@ -220,7 +324,7 @@ class ThroughputCallback(TrainerCallback):
                 f"still training after {now - self._train_begin:.0f} s (limit {s.trial_timeout_s:.0f} s)"
             )
         if screened is not None:
-            raise ScreenedOut(*screened)
+            raise ScreenedOut(**screened)
         if warming:
             self.warmup_times_s.append(step_s)
             self.reporter.on_step("warmup", len(self.warmup_times_s), step_s)
@@ -233,12 +337,14 @@ class ThroughputCallback(TrainerCallback):
             self._arm_deadline()  # disarmed at the next step's end, or when the trial's block ends
 
     def _screen_line_s(self) -> float | None:
-        """The seconds a step takes at the screening line (each sample at its full length); None
-        without screening."""
+        """The seconds a step takes at the screening line (each sample at its full length), on the
+        machine as this trial's last probe found it; None without screening."""
         reference, ratio = self.screen_against, self.settings.screen_ratio
         if not reference or ratio <= 0:
             return None
-        return self.samples_per_step * self.tokens_per_sample / (ratio * reference)
+        line = reference.line_tokens_per_s(ratio, self._best_setup_s(reference))
+        slowdown = drift.slowdown(reference.probe_s, self._probed[1] if self._probed else None)
+        return self.samples_per_step * self.tokens_per_sample * slowdown / line
 
     def _arm_deadline(self) -> None:
         """After a step, when screening judges the next one and every step so far was slower than
@@ -266,42 +372,85 @@ class ThroughputCallback(TrainerCallback):
         the step's duration so far as its duration (it can only grow), or None to go on."""
         running_s = time.perf_counter() - self._last_edge
         verdict = self._screen(running_s)
-        return None if verdict is None else ScreenedOut(*verdict, stopped_s=running_s)
+        return None if verdict is None else ScreenedOut(**verdict, stopped_s=running_s)
 
-    def _screen(self, step_s: float) -> tuple[float, float, float, int, float] | None:
+    def _screen(self, step_s: float) -> dict[str, Any] | None:
         """The verdict of screening after this step: stop (`ScreenedOut`'s arguments) or go on (None).
 
         The trial's optimistic throughput is its fastest step's, over every step since the first
         (compilation and allocator growth only make steps slower, and so does noise, mostly), with
         each sample counted at its full length: real throughput is never higher. It is judged from
-        the second step on (`screen_from_step`), and every step after (it only rises)."""
+        the second step on (`screen_from_step`), and every step after (it only rises), against the
+        screening line (`ScreenReference.line_tokens_per_s`). Under the line, the verdict is
+        confirmed against the machine's drift before it stands (`_slowdown_now`)."""
         reference, ratio = self.screen_against, self.settings.screen_ratio
         steps = len(self.warmup_times_s) + len(self.window_times_s) + 1
         if not reference or ratio <= 0 or steps < self.screen_from_step:
             return None
         fastest = min(step_s, *self.warmup_times_s, *self.window_times_s)
         bound = self.samples_per_step * self.tokens_per_sample / fastest if fastest > 0 else math.inf
-        if bound >= ratio * reference:
+        setup_s = self._best_setup_s(reference)
+        line = reference.line_tokens_per_s(ratio, setup_s)
+        if bound >= line:
             return None
-        return bound, reference, ratio, steps, math.fsum([*self.warmup_times_s, *self.window_times_s, step_s])
+        slowdown = self._slowdown_now(reference)
+        if bound * slowdown >= line:
+            return None
+        return {
+            "bound_tokens_per_s": bound,
+            "reference_tokens_per_s": reference.tokens_per_s,
+            "ratio": ratio,
+            "steps": steps,
+            "steps_s": math.fsum([*self.warmup_times_s, *self.window_times_s, step_s]),
+            "slowdown": slowdown,
+            "run_tokens": reference.run_tokens if reference.judges_run else None,
+            "run_s": reference.optimistic_run_s(bound * slowdown, setup_s),
+            "reference_run_s": reference.run_s if reference.judges_run else None,
+        }
+
+    def _best_setup_s(self, reference: ScreenReference) -> float:
+        """The set-up a run of this trial's configuration pays at best: the least the study
+        measured, or this trial's own where it was shorter (it is known before the first step)."""
+        if self.job_started_s is None:
+            return reference.setup_s
+        return min(reference.setup_s, self.setup_s)
+
+    def _slowdown_now(self, reference: ScreenReference) -> float:
+        """How much slower the machine ran for this trial's steps than when the reference was
+        measured (`drift.slowdown`). The trial's fastest step ran between its first probe (before
+        its first step) and a probe taken now (or its last one, under `REPROBE_S` old), so at
+        best at the faster of the two's speed: a load that came, or a burst that passed, while
+        the trial ran leaves that step uncorrected; only one there all along corrects it. The
+        probe's seconds are no step's: the step under way, or the next, starts that much later."""
+        if reference.probe_s is None:
+            return 1.0
+        _sync()  # the step's queued work stays the step's (at a deadline, mid-step)
+        start = time.perf_counter()
+        if self._probed is None or start - self._probed[0] > REPROBE_S:
+            probe_s = self.machine_probe()
+            end = time.perf_counter()
+            self._last_edge += end - start
+            self._probed = (end, min(probe_s, self._probe_before_s or math.inf))
+        return drift.slowdown(reference.probe_s, self._probed[1])
 
     def _behind(self, window: list[float]) -> bool:
         """Whether the window can end now because it measures the trial clearly under the promotion
         line (`MeasureSettings.promote_ratio` of the study's best, `screen_against`): after
         `min_steps` steps, the upper end of its 95% interval, each sample counted at its full
         length, is under the line. The trial keeps what the window measured (its interval wider
-        than the target); it only does not earn the rest of the window (`not_promoted`)."""
+        than the target); it only does not earn the rest of the window (`not_promoted`). Not where
+        the trial is judged on the user's run: the line reads throughput, not the run's time."""
         reference, line = self.screen_against, self.settings.promote_ratio
-        if not reference or line <= 0 or len(window) < self.settings.min_steps:
+        if not reference or reference.judges_run or line <= 0 or len(window) < self.settings.min_steps:
             return False
         full_length = self.samples_per_step * self.tokens_per_sample
         stats = summarize_window(window, full_length, self.samples_per_step)
         upper = stats.tokens_per_s * (1 + stats.rel_ci_halfwidth)
-        if upper >= line * reference:
+        if upper >= line * reference.tokens_per_s:
             return False
         self.not_promoted = {
             "upper_tokens_per_s": upper,
-            "reference_tokens_per_s": reference,
+            "reference_tokens_per_s": reference.tokens_per_s,
             "promote_ratio": line,
             "steps": len(window),
         }
@@ -335,6 +484,7 @@ class ThroughputCallback(TrainerCallback):
         stats = summarize_window(self.window_times_s, tokens_per_step, self.samples_per_step)
         steady_s = statistics.median(self.window_times_s)
         warmup_s = math.fsum(self.warmup_times_s)
+        memory = self.meter.read()  # before the probe, whose matrices are no trial's
         return {
             **stats.to_dict(),
             "tokens_per_step": tokens_per_step,
@@ -351,7 +501,11 @@ class ThroughputCallback(TrainerCallback):
             # A window ended at the promotion line: what it measured, and the line it was under.
             **({"not_promoted": dict(self.not_promoted)} if self.not_promoted else {}),
             "loss_curve": self.loss_curve(),
-            **self.meter.read(),
+            # the machine's speed around the window, what a trial screened against this one is
+            # confirmed with (`autotune.measure.drift`): the faster of the probes before and after
+            # it, so that a load that came or went during the window screens out nothing
+            "probe_s": min(self.machine_probe(), self._probe_before_s or math.inf),
+            **memory,
         }
 
     def loss_curve(self) -> list[list[float]]:

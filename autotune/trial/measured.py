@@ -1,5 +1,5 @@
 """What a trial's measurement is completed with before it is judged and stored: every rank's peak,
-the seconds its configuration takes to compile cold, its MFU, and the throughput it is screened
+the seconds its configuration takes to compile cold, its MFU, and the study's best it is screened
 against. Each takes and returns a `TrialRecord` (or reads the study through `autotune.records`)."""
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ from typing import Any, cast
 import optuna
 
 from autotune.config import RunConfig
+from autotune.measure.callback import ScreenReference
 from autotune.measure.flops import matmul_precision, mfu
 from autotune.measure.ranks import is_rank_zero
 from autotune.plan.resolved import Plan, trial_world_size
 from autotune.records import TrialRecord, read_study, read_trial
 from autotune.space.defaults import tf32_matmuls
 from autotune.space.knobs import Value
-from autotune.study.objective import compile_s
+from autotune.study.objective import compile_s, predicted_run_s, run_tokens
 from autotune.trial.compile_cache import CompileCache, cold_compile_s, compile_key, study_compile_cache
 
 
@@ -75,19 +76,38 @@ def with_mfu(
     return replace(record, measurement=measurement)
 
 
-def screen_reference(study: optuna.Study | None, config: RunConfig) -> float | None:
-    """The best tokens/s of the study so far (its completed trials and its baseline), which a
-    search trial is screened against; None where nothing is measured yet, for trials outside an
-    optuna study, with screening off (`MeasureSettings.screen_ratio` 0: the promotion line is off
-    too), or when the objective is the user's run time (a slower configuration without
-    compilation can still win a short run)."""
+def screen_reference(study: optuna.Study | None, config: RunConfig) -> ScreenReference | None:
+    """The study's best so far (its completed trials and its baseline), which a search trial is
+    screened against (`autotune.measure.callback.ScreenReference`): the best tokens/s, and with
+    the user's run length (`run_tokens`) the shortest predicted run of it (`predicted_run_s`), each
+    with the machine probe its trial recorded around its window. None where nothing is measured yet, for
+    trials outside an optuna study, or with screening off (`MeasureSettings.screen_ratio` 0: the
+    promotion line is off too).
+
+    The set-up a trial's run is granted is the least any measured run took: every configuration
+    loads the same model and data and builds the same Trainer before its first step, so none
+    starts sooner than the quickest measured; zero would leave every trial of a short run, where
+    set-up is most of the time, unscreenable. Its compilation is granted none (see
+    `ScreenReference`): when a trial is judged its warm-up, which holds compilation, is not over."""
     if study is None or config.measure.screen_ratio <= 0:
         return None
-    if config.train_tokens is not None or config.train_steps is not None:
-        return None
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    rates = [float(r.tokens_per_s) for r in map(read_trial, complete) if r.tokens_per_s]
     baseline = read_study(study).baseline
+    measured = [r for r in map(read_trial, complete) if r.tokens_per_s]
     if baseline.tokens_per_s:
-        rates.append(float(baseline.tokens_per_s))
-    return max(rates, default=None)
+        measured.append(baseline.as_trial())
+    if not measured:
+        return None
+    fastest = max(measured, key=lambda r: float(r.tokens_per_s or 0.0))
+    reference = ScreenReference(float(fastest.tokens_per_s or 0.0), fastest.measurement.probe_s)
+    tokens = run_tokens(config.train_tokens, config.train_steps, baseline)
+    if tokens is None:
+        return reference
+    runs = [(seconds, r) for r in measured if (seconds := predicted_run_s(r, tokens))]
+    if not runs:
+        return reference
+    run_s, shortest = min(runs, key=lambda run: run[0])
+    setup_s = min(float(r.measurement.setup_s or 0.0) for r in measured)
+    return replace(
+        reference, probe_s=shortest.measurement.probe_s, run_tokens=tokens, run_s=run_s, setup_s=setup_s
+    )

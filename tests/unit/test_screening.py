@@ -15,7 +15,7 @@ from autotune.config import MeasureSettings
 from autotune.errors import UsageError
 from autotune.measure import callback as callback_module
 from autotune.measure import deadline as deadline_module
-from autotune.measure.callback import ScreenedOut, ThroughputCallback
+from autotune.measure.callback import ScreenedOut, ScreenReference, ThroughputCallback
 from autotune.measure.deadline import StepDeadline, step_deadlines
 from autotune.progress import Reporter
 from autotune.study import outcomes
@@ -42,7 +42,7 @@ def _drive(
     callback_module.time.perf_counter = lambda: clock[0]  # type: ignore[assignment]
     try:
         measured = ThroughputCallback(settings, TOKENS_PER_SAMPLE, Reporter())
-        measured.screen_against = reference
+        measured.screen_against = None if reference is None else ScreenReference(reference)
         control = SimpleNamespace(should_training_stop=False)
         measured.on_train_begin(args, None, control)
         for number, seconds in enumerate(step_times, start=1):
@@ -209,7 +209,7 @@ def _after_first_step(
     tokens per step: against a best of 1000 tok/s and a ratio of 0.5, a step at the line takes 0.2 s)."""
     measured = ThroughputCallback(SETTINGS, TOKENS_PER_SAMPLE, Reporter())
     measured.deadline = deadline
-    measured.screen_against = 1000.0
+    measured.screen_against = ScreenReference(1000.0)
     control = SimpleNamespace(should_training_stop=False)
     measured.on_train_begin(args, None, control)
     time.sleep(first_s)
