@@ -183,7 +183,11 @@ class MeasureSettings:
         help="Screening: a search trial whose fastest step, from its second step on (a compiled "
         "trial: once its minimum warm-up is done), runs under this fraction of the best tokens/s "
         "the study has measured (its trials and its baseline) stops there, reason screened_out, "
-        "instead of taking its full window; 0: every trial gets its full window (the promotion "
+        "instead of taking its full window; with {train_tokens} or {train_steps}, one whose run "
+        "at that speed (its set-up at the least measured, no compilation) is predicted to take "
+        "longer than the best predicted run divided by this fraction. A machine probe confirms "
+        "the verdict first: where the machine runs slower than when the best was measured, the "
+        "trial is judged that much faster (up to 4x). 0: every trial gets its full window (the promotion "
         "line is off too).",
         group="measurement",
     )
@@ -423,8 +427,9 @@ class RunConfig:
     )
     loss_tolerance: float = option(
         0.05,
-        help="A trial whose loss is worse than the baseline's at equal tokens by more than this "
-        "fraction is infeasible, reason loss_diverged.",
+        help="A trial whose loss at equal tokens is worse than the baseline's by more than this "
+        "fraction, beyond the noise of its paired steps, is infeasible, reason loss_diverged; "
+        "trials that change the effective batch or the data order are not judged.",
         group="choice",
     )
     train_tokens: int | None = option(

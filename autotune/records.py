@@ -18,6 +18,7 @@ Pure: no optuna, no torch.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -85,6 +86,9 @@ class Measurement:
     warmup_excess_s: float | None = _key("warmup_excess_s")
     first_step_s: float | None = _key("first_step_s")
     setup_s: float | None = _key("setup_s")
+    # the machine probe's seconds around the window, the faster of before and after
+    # (`autotune.measure.drift`): what a trial screened against this one is confirmed with
+    probe_s: float | None = _key("probe_s")
     train_loss: float | None = _key("train_loss")
     # [tokens seen, loss] after each optimizer step
     loss_curve: list[list[float]] | None = _key("loss_curve")
@@ -141,6 +145,11 @@ class ScreeningRecord:
     steps: int | None = _key("screen_steps")
     seconds: float | None = _key("screen_s")
     stopped_step_s: float | None = _key("screen_step_stopped_s")
+    # how much slower the machine ran than when the reference was measured, by its probe (> 1 only)
+    slowdown: float | None = _key("screen_slowdown")
+    # judged on the user's run: the trial's optimistic predicted run and the best one, in seconds
+    run_s: float | None = _key("screen_run_s")
+    reference_run_s: float | None = _key("screen_reference_run_s")
     # the promotion line: steps, upper_tokens_per_s, reference_tokens_per_s, promote_ratio
     not_promoted: dict[str, Any] | None = _key("not_promoted")
 
@@ -321,6 +330,7 @@ class Baseline:
     setup_s: float | None = _key("setup_s")
     warmup_excess_s: float | None = _key("warmup_excess_s")
     compile_s: float | None = _key("compile_s")
+    probe_s: float | None = _key("probe_s")
     loss_curve: list[list[float]] | None = _key("loss_curve")
     error: str | None = _key("error")
     remeasured_median: float | None = _key("remeasured_median")
@@ -477,6 +487,52 @@ CHOSEN = "chosen"  # a trial the caller named (an export of one trial), not a de
 
 
 @dataclass(frozen=True)
+class AA:
+    """The instrument measured against itself: the same configuration (the baseline) measured
+    twice in each round of the finalists, in two positions of the rotated order. Two measurements
+    of one configuration differ only by the instrument: the process, the machine's drift within
+    the round, the position in the round. Their per-round log ratios have a mean (`offset`: what
+    position and order leave in a paired ratio) and a spread (`spread`: how far one pair of
+    measurements strays); every paired interval is widened by both (`autotune.measure.stats.paired_speedup`).
+
+    Attributes:
+        offset: the mean of the per-round log ratios (first measurement over second).
+        spread: their standard deviation (0 with one round).
+        rounds: the rounds both were measured in.
+        largest: the largest per-round |log ratio|.
+    """
+
+    offset: float
+    spread: float
+    rounds: int
+    largest: float
+
+    @property
+    def mean_difference(self) -> float:
+        """The A/A difference as a fraction: the offset's size (0.02: 2%)."""
+        return math.exp(abs(self.offset)) - 1
+
+    @property
+    def largest_difference(self) -> float:
+        return math.exp(self.largest) - 1
+
+    def describe(self) -> str:
+        return (
+            f"the same configuration measured twice in a round differed by {100 * self.mean_difference:.1f}% "
+            f"on average (at most {100 * self.largest_difference:.1f}% in a round, over {self.rounds} rounds)"
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return {"offset": self.offset, "spread": self.spread, "rounds": self.rounds, "largest": self.largest}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> AA | None:
+        if not data:
+            return None
+        return cls(float(data["offset"]), float(data["spread"]), int(data["rounds"]), float(data["largest"]))
+
+
+@dataclass(frozen=True)
 class Answer:
     """What a study answers: the configuration to use, how sure that is, and what else was close.
 
@@ -496,6 +552,11 @@ class Answer:
         baseline_tokens_per_s: the baseline's throughput as the figures were compared with it.
         memory_cap_bytes: the cap the choice was made under (None: the study's own, or none).
         objective: ``"tokens_per_s"``, or ``"run_time"`` with the user's run length.
+        aa: the baseline measured against itself in the finalists' rounds (`AA`), which widened
+            every paired interval above; None: no rounds measured it twice.
+        finalists_time: where the finalists' time went (`autotune.driver.accounting`: wall
+            seconds, their share of the search, measurements, rounds, set-up/warm-up/window
+            seconds); None: no finalists ran in the search that decided it.
     """
 
     rule: str
@@ -506,6 +567,8 @@ class Answer:
     baseline_tokens_per_s: float | None = None
     memory_cap_bytes: int | None = None
     objective: str = "tokens_per_s"
+    aa: AA | None = None
+    finalists_time: dict[str, Any] | None = None
 
     @property
     def keeps_defaults(self) -> bool:
@@ -521,6 +584,8 @@ class Answer:
             "baseline_tokens_per_s": self.baseline_tokens_per_s,
             "memory_cap_bytes": self.memory_cap_bytes,
             "objective": self.objective,
+            "aa": self.aa.to_dict() if self.aa else None,
+            "finalists_time": dict(self.finalists_time) if self.finalists_time else None,
         }
 
     @classmethod
@@ -534,6 +599,8 @@ class Answer:
             baseline_tokens_per_s=data.get("baseline_tokens_per_s"),
             memory_cap_bytes=data.get("memory_cap_bytes"),
             objective=str(data.get("objective") or "tokens_per_s"),
+            aa=AA.from_dict(data.get("aa")),
+            finalists_time=dict(data["finalists_time"]) if data.get("finalists_time") else None,
         )
 
 

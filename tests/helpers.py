@@ -289,3 +289,133 @@ def terminate_connections(admin_url: str, database: str, seconds: float, kills: 
                 time.sleep(0.02)
     finally:
         engine.dispose()
+
+
+class TrainedOn(TrainerCallback):
+    """Writes what each run trained on, micro-batch by micro-batch: the ``input_ids`` and
+    ``labels`` rows the model received, in order, with the run's batch split and checkpointing, one
+    JSON file per run in `folder` (the baseline's measurement included). Pickled into worker
+    processes like the other probes. `slow_s` adds that many seconds to every optimizer step of a
+    run with activation checkpointing: its cost, and nothing else."""
+
+    def __init__(self, folder: str, slow_s: float = 0.0) -> None:
+        self.folder, self.slow_s = folder, slow_s
+        self._rows: dict[str, list[list[int]]] = {}
+        self._handle: Any = None
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any) -> None:
+        self._rows = {"input_ids": [], "labels": []}
+        self._handle = model.register_forward_pre_hook(self._record, with_kwargs=True)
+
+    def _record(self, module: Any, args: Any, kwargs: dict[str, Any]) -> None:
+        for key in ("input_ids", "labels"):
+            self._rows[key] += kwargs[key].tolist()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        import time
+
+        if args.activation_checkpointing:
+            time.sleep(self.slow_s)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        import json
+        import os
+        import time
+
+        self._handle.remove()
+        run = {
+            "batch": args.per_device_train_batch_size,
+            "accumulation": args.gradient_accumulation_steps,
+            "checkpointing": bool(args.activation_checkpointing),
+            **self._rows,
+        }
+        name = f"{time.monotonic_ns()}-{os.getpid()}.json"
+        with open(os.path.join(self.folder, name), "w") as handle:
+            json.dump(run, handle)
+
+
+# Stops and continues its parent, `stop_s` stopped then `run_s` running, until its time is up, its
+# parent is gone or it is told to end (SIGTERM): it always leaves its parent running.
+_THROTTLE = """
+import os, signal, sys, time
+target, stop_s, run_s = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+end = time.monotonic() + float(sys.argv[4])
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+try:
+    while time.monotonic() < end and os.getppid() == target:
+        os.kill(target, signal.SIGSTOP)
+        time.sleep(stop_s)
+        os.kill(target, signal.SIGCONT)
+        time.sleep(run_s)
+finally:
+    try:
+        os.kill(target, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
+"""
+
+
+class Throttle(TrainerCallback):
+    """Slows the whole process down from the end of the first run it sees (the baseline's
+    measurement, taken before the search) on, as a machine slowed as a whole would: the process is
+    stopped (SIGSTOP) `stop_s` out of every `stop_s + run_s` seconds, its steps, set-up and the
+    machine probe alike, by a helper process that runs until `stop()` (by pid). A later run in
+    another process starts its own helper as its Trainer is built. The helper also ends by itself
+    after `limit_s` or when the process is gone, and always leaves it running. `folder` marks the
+    first run across processes. Pickled into worker processes like the other probes."""
+
+    def __init__(
+        self, folder: str, stop_s: float = 0.004, run_s: float = 0.002, limit_s: float = 180.0
+    ) -> None:
+        self.folder, self.stop_s, self.run_s, self.limit_s = folder, stop_s, run_s, limit_s
+        self._helper: Any = None
+        self._first = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_helper": None}  # a process handle stays with its parent
+
+    @property
+    def _marker(self) -> str:
+        import os
+
+        return os.path.join(self.folder, "first-run")
+
+    def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        import os
+
+        if os.path.exists(self._marker):
+            self._start()
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        import os
+
+        try:  # the first run anywhere creates the marker, and runs at full speed
+            os.close(os.open(self._marker, os.O_CREAT | os.O_EXCL))
+            self._first = True
+        except FileExistsError:
+            self._start()
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._first:
+            self._first = False
+            self._start()
+
+    def _start(self) -> None:
+        import os
+        import subprocess
+        import sys
+
+        if self._helper is None:
+            timing = [str(os.getpid()), str(self.stop_s), str(self.run_s), str(self.limit_s)]
+            self._helper = subprocess.Popen([sys.executable, "-c", _THROTTLE, *timing])
+
+    @property
+    def throttling(self) -> bool:
+        return self._helper is not None
+
+    def stop(self) -> None:
+        """End the helper this process started (it continues this process as it ends)."""
+        helper, self._helper = self._helper, None
+        if helper is not None:
+            helper.terminate()
+            helper.wait(timeout=10)
