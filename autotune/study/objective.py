@@ -6,20 +6,26 @@ predicted wall time (set-up + compilation + tokens / throughput), so that a conf
 compilation cannot pay for itself in a short run loses to one that does not compile. One helper,
 `score`, says this for the trial's objective, the ranking and the finalists alike.
 
-Loss parity: trials read the same data in the same order from the same seed, so after the same
-number of tokens every configuration has seen the same samples, whatever its batch split. Its loss
-curve (tokens seen, loss per optimizer step) is compared with the baseline's as the token-weighted
-mean loss over the second half of the token range both curves cover (`loss_delta`).
+Loss parity: trials read the same data in the same order from the same seed, masked-LM masks
+included (`autotune.workloads.masking`), so after the same number of tokens every configuration has
+seen the same inputs and labels, whatever its batch split. Its loss curve (tokens seen, loss per
+optimizer step) is compared with the baseline's as the token-weighted mean loss over the second half
+of the token range both curves cover (`loss_delta`), with the noise of that difference
+(`compare_losses`, which says the model): a loss is diverged only when it is worse than the
+tolerance and the difference stands out of the noise (`loss_diverged`).
 
 Pure: no torch, no optuna.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from autotune.measure.stats import t95
 from autotune.records import Baseline, StudyRecord, TrialRecord
 
 Curve = Sequence[Sequence[float]]  # [(tokens seen after the step, the step's mean loss), ...]
@@ -107,18 +113,23 @@ def _mean_over(curve: Curve, start: float, end: float) -> float:
     return total / (end - start)
 
 
+def _window(curve: Curve, baseline: Curve) -> tuple[float, float] | None:
+    """The compared tokens: the second half of the range both curves cover (None: no overlap)."""
+    if not curve or not baseline:
+        return None
+    end = min(float(curve[-1][0]), float(baseline[-1][0]))
+    return (end / 2, end) if end > 0 else None
+
+
 def loss_delta(curve: Curve, baseline: Curve) -> float | None:
     """The relative difference of a trial's loss from the baseline's at equal tokens: the
     token-weighted mean loss over the second half of the token range both curves cover, as
     (trial - baseline) / baseline. ``inf`` when the trial's loss is not finite there; None when
     the curves do not overlap or the baseline's loss is not a positive finite number."""
-    if not curve or not baseline:
+    window = _window(curve, baseline)
+    if window is None:
         return None
-    end = min(float(curve[-1][0]), float(baseline[-1][0]))
-    start = end / 2
-    if end <= start:
-        return None
-    mine, theirs = _mean_over(curve, start, end), _mean_over(baseline, start, end)
+    mine, theirs = _mean_over(curve, *window), _mean_over(baseline, *window)
     if not math.isfinite(theirs) or theirs <= 0:
         return None
     if not math.isfinite(mine):
@@ -126,9 +137,100 @@ def loss_delta(curve: Curve, baseline: Curve) -> float | None:
     return (mine - theirs) / theirs
 
 
-def loss_diverged(delta: float | None, tolerance: float) -> bool:
-    """Whether a loss delta (see `loss_delta`) is past the tolerance; no delta is no verdict."""
-    return delta is not None and (not math.isfinite(delta) or delta > tolerance)
+@dataclass(frozen=True)
+class LossComparison:
+    """A trial's loss against the baseline's over the compared tokens (`compare_losses`).
+
+    Attributes:
+        delta: `loss_delta` (None: nothing to compare; ``inf``: not finite where the baseline's is).
+        interval: the 95% interval of `delta` from the paired steps (None: fewer than two steps
+            pair up, or a loss that is not finite).
+        paired_steps: the optimizer steps of the compared tokens that pair up.
+    """
+
+    delta: float | None = None
+    interval: tuple[float, float] | None = None
+    paired_steps: int = 0
+
+    @property
+    def significant(self) -> bool:
+        """Whether the difference stands out of the noise: its interval excludes 0."""
+        return self.interval is not None and (self.interval[0] > 0 or self.interval[1] < 0)
+
+
+def compare_losses(curve: Curve, baseline: Curve) -> LossComparison:
+    """A trial's loss against the baseline's at equal tokens, with the noise of the difference.
+
+    The noise model. Every trial trains on the same samples in the same order with the same masks,
+    so where the trial's steps end at the same token counts as the baseline's (the same effective
+    batch), step k of both trained on the same inputs and labels: their losses pair up, and the
+    per-step difference d_k = trial_k - baseline_k holds no difference of data. What it still holds
+    is what no knob decides: dropout draws (another kernel or batch split draws them differently)
+    and rounding. For a configuration that keeps the math this is the baseline measured against
+    itself, an A/A pair, and the scatter of d_k from step to step is its noise. That scatter is
+    estimated as half the mean squared successive difference of d_k (von Neumann's estimator: a
+    gap that grows or shrinks smoothly, as a numerics problem's does, does not count as noise),
+    and the interval of the mean difference over the compared tokens (each step weighted by its
+    tokens there) is a Student-t interval with one degree of freedom fewer than paired steps.
+    Without two paired steps there is no interval: the difference cannot be told from noise.
+    """
+    delta = loss_delta(curve, baseline)
+    window = _window(curve, baseline)
+    if delta is None or window is None or not math.isfinite(delta):
+        return LossComparison(delta)
+    pairs = _paired_steps(curve, baseline, *window)
+    theirs = _mean_over(baseline, *window)
+    interval = _interval(delta, pairs, theirs) if len(pairs) >= 2 else None
+    return LossComparison(delta, interval, len(pairs))
+
+
+def _paired_steps(curve: Curve, baseline: Curve, start: float, end: float) -> list[tuple[float, float]]:
+    """(the step's tokens inside [start, end], trial loss - baseline loss) for each step of the
+    compared tokens; [] unless every one of them covers the same tokens in both curves."""
+    theirs = {span: float(loss) for span, loss in _spans(baseline)}
+    pairs = []
+    for (low, high), loss in _spans(curve):
+        inside = min(high, end) - max(low, start)
+        if inside <= 0:
+            continue
+        if (low, high) not in theirs:
+            return []
+        pairs.append((inside, float(loss) - theirs[(low, high)]))
+    return pairs
+
+
+def _spans(curve: Curve) -> list[tuple[tuple[float, float], float]]:
+    """Each step of a curve as ((tokens before it, tokens after it), its loss)."""
+    spans, previous = [], 0.0
+    for tokens, loss in curve:
+        spans.append(((previous, float(tokens)), float(loss)))
+        previous = float(tokens)
+    return spans
+
+
+def _interval(delta: float, pairs: list[tuple[float, float]], theirs: float) -> tuple[float, float] | None:
+    """The 95% interval of `delta` from the paired per-step differences (see `compare_losses`)."""
+    weights = [w for w, _ in pairs]
+    diffs = [d / theirs for _, d in pairs]
+    if not all(math.isfinite(d) for d in diffs):
+        return None
+    # von Neumann: half the mean squared successive difference, blind to a smooth drift.
+    variance = sum((b - a) ** 2 for a, b in itertools.pairwise(diffs)) / (2 * (len(diffs) - 1))
+    error = math.sqrt(variance * sum(w * w for w in weights)) / sum(weights)
+    half = t95(len(diffs) - 1) * error
+    return (delta - half, delta + half)
+
+
+def loss_diverged(comparison: LossComparison, tolerance: float) -> bool:
+    """Whether a trial's loss diverged from the baseline's (see `compare_losses`): not finite
+    where the baseline's is, or worse by more than `tolerance` with a difference that stands out
+    of the noise (its interval excludes 0). No delta, or no interval, is no verdict."""
+    delta = comparison.delta
+    if delta is None:
+        return False
+    if not math.isfinite(delta):
+        return True
+    return delta > tolerance and comparison.significant
 
 
 # -- the answer ----------------------------------------------------------------------------------

@@ -2,12 +2,13 @@
 
 Speed-only knobs (compile, attention kernel, fused vs plain AdamW, checkpointing, data loading)
 leave the math alone. Precision, the optimizer's update rule and the effective batch size do not:
-a user adopting the answer must know, and usually retune something. Pure: reads stored values.
+a user adopting the answer must know, and usually retune something. The same changes decide what
+the loss guard judges (`loss_compared`). Pure: reads stored values.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -17,6 +18,8 @@ from autotune.space.defaults import base_knobs
 from autotune.space.knobs import optimizer_family
 
 BATCH, ACCUM = "per_device_train_batch_size", "gradient_accumulation_steps"
+# The changes (`SemanticChange.what`) that alter which samples an optimizer step trains on.
+EFFECTIVE_BATCH, DATA_ORDER = "effective batch per device", "data order"
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,7 @@ def semantic_changes(baseline: Mapping[str, Any], chosen: Mapping[str, Any]) -> 
         ratio = new_batch / old_batch
         changes.append(
             SemanticChange(
-                "effective batch per device",
+                EFFECTIVE_BATCH,
                 f"{old_batch} ({baseline[BATCH]} x {baseline[ACCUM]} accumulation)",
                 f"{new_batch} ({merged[BATCH]} x {merged[ACCUM]} accumulation), {ratio:.2f}x",
                 f"scale the learning rate by {ratio:.2f}x (linear rule; {ratio**0.5:.2f}x by the "
@@ -90,7 +93,7 @@ def semantic_changes(baseline: Mapping[str, Any], chosen: Mapping[str, Any]) -> 
         order = {True: "grouped by length", False: "as sampled"}
         changes.append(
             SemanticChange(
-                "data order",
+                DATA_ORDER,
                 order[bool(baseline.get("group_by_length"))],
                 order[bool(merged.get("group_by_length"))],
                 "batches of similar-length samples: the loss curve is noisier per step; compare it with "
@@ -98,6 +101,16 @@ def semantic_changes(baseline: Mapping[str, Any], chosen: Mapping[str, Any]) -> 
             )
         )
     return changes
+
+
+def loss_compared(changes: Iterable[SemanticChange]) -> bool:
+    """Whether a configuration's loss is judged against the baseline's at equal tokens
+    (`autotune.trial.judge`): unless one of its `changes` alters which samples an optimizer step
+    trains on. A changed effective batch has taken fewer (or more) optimizer steps at equal tokens,
+    at a learning rate tuned for the baseline's batch, and a changed data order has trained on
+    other samples: their loss differs by construction, not by numerics. The answer names both
+    changes and how to adapt the learning rate; precision and the optimizer are judged."""
+    return not any(change.what in (EFFECTIVE_BATCH, DATA_ORDER) for change in changes)
 
 
 def record_changes(study: StudyRecord, trial: TrialRecord) -> list[SemanticChange]:

@@ -12,6 +12,7 @@ what the ranks really ran (`strategy_applied`, `ddp_settings`) is read back from
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
@@ -117,3 +118,19 @@ def ddp_settings(model: Any) -> dict[str, Any] | None:
             getattr(model, "forward_sync_buffers", getattr(model, "broadcast_buffers", True))
         ),
     }
+
+
+def averages_over_items(model: Any) -> bool:
+    """Whether a model's loss averages over ``num_items_in_batch`` when the Trainer passes it (so
+    the Trainer must not divide it by the accumulation steps again): it says so
+    (``accepts_loss_kwargs``), or its forward hands its kwargs to transformers' loss functions
+    (``self.loss_function``). A forward that takes **kwargs but computes its own loss does not."""
+    declared = getattr(type(model), "accepts_loss_kwargs", None)
+    if isinstance(declared, bool):
+        return declared
+    forward = getattr(type(model), "forward", None)
+    try:
+        source = inspect.getsource(forward) if forward is not None else ""
+    except (OSError, TypeError):
+        return True  # cannot tell: as the Trainer assumes
+    return "loss_function" in source or "num_items_in_batch" in source

@@ -38,6 +38,7 @@ from autotune.plan.resolved import Plan, trial_world_size
 from autotune.progress import Reporter
 from autotune.records import (
     Baseline,
+    StudyRecord,
     TrialRecord,
     measured_record,
     read_study,
@@ -51,6 +52,7 @@ from autotune.space.knobs import Value, data_choices, trial_kwargs
 from autotune.study.objective import run_tokens, score
 from autotune.study.outcomes import TrialOutcome, fail_running_trial, record_outcome
 from autotune.study.owner import this_process
+from autotune.study.semantics import loss_compared, study_changes
 from autotune.trial import apply, memory
 from autotune.trial.compile_cache import CompileMeter
 from autotune.trial.errors import (
@@ -62,7 +64,7 @@ from autotune.trial.errors import (
     failure_record,
     one_line,
 )
-from autotune.trial.judge import judge, non_finite_loss
+from autotune.trial.judge import Verdict, judge, non_finite_loss
 from autotune.trial.measured import cold_compile, screen_reference, with_mfu, with_rank_peaks
 from autotune.trial.padding import padding_free_comparison
 from autotune.trial.prechecks import agreed_precheck, precheck_trial
@@ -123,6 +125,12 @@ class AutotuneTrainer(Trainer):
         measurement.count_tokens = self.workload.tokens_in
         # With tqdm off, Trainer prints its metrics dict; the reporter shows trials instead.
         self.remove_callback(PrinterCallback)
+        # Trainer leaves the division of the loss by the accumulation steps to any model whose
+        # forward takes **kwargs, believing it averages over num_items_in_batch. Some do not
+        # (BertForMaskedLM builds its own CrossEntropyLoss): their step loss would be the sum of
+        # the micro-batches' means, and loss parity would judge 4 x 2 twice as bad as 8 x 1.
+        if self.model_accepts_loss_kwargs and not apply.averages_over_items(self.model):
+            self.model_accepts_loss_kwargs = False
 
     @property
     def space(self) -> SearchSpace:
@@ -211,7 +219,8 @@ class AutotuneTrainer(Trainer):
             return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
         study = _study_of(trial)
         config = self.plan.config
-        # Screening compares with the study's best throughput as rank 0 reads it when the trial begins.
+        # Screening compares with the study's best (throughput; with the run's length, its predicted
+        # time) as rank 0 reads it when the trial begins.
         self.measurement.screen_against = from_rank_zero(
             screen_reference(study, config) if is_rank_zero() else None
         )
@@ -228,12 +237,9 @@ class AutotuneTrainer(Trainer):
                 raise
             raise optuna.TrialPruned(f"{failure_reason(exc)}: {one_line(exc)}") from exc
         # Rank 0's reading of the study and its loss curve decide, so every rank of a group ends alike.
-        baseline: Baseline | None = from_rank_zero(_study_baseline(study) if is_rank_zero() else None)
-        verdict = from_rank_zero(
-            judge(record, self.plan.cap_bytes, _as_trial(baseline), config.loss_tolerance)
-            if is_rank_zero()
-            else None
-        )
+        studied = read_study(study) if study is not None and is_rank_zero() else None
+        baseline: Baseline | None = from_rank_zero(studied.baseline if studied is not None else None)
+        verdict = from_rank_zero(self._judge(record, studied) if is_rank_zero() else None)
         record = replace(record, measurement=replace(record.measurement, loss_delta=verdict.loss_delta))
         if not verdict.complete:
             self._finish(trial, TrialOutcome(verdict.state, verdict.reason, verdict.message, record=record))
@@ -290,10 +296,17 @@ class AutotuneTrainer(Trainer):
             raise NonFiniteLoss(problem)
         return record
 
-    def measure_config(self, params: dict[str, Value], number: int, verbatim: bool = False) -> dict[str, Any]:
+    def measure_config(
+        self,
+        params: dict[str, Value],
+        number: int,
+        verbatim: bool = False,
+        window: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """Measure a configuration outside the search: a finalist again (its params are a point of
-        the space), or with `verbatim` any knob values at all (the baseline). Returns its flat
-        measured attrs (`autotune.records.trial_attrs`).
+        the space), or with `verbatim` any knob values at all (the baseline). `window` replaces
+        measurement settings for this measurement alone (a finalists' round's shorter window).
+        Returns its flat measured attrs (`autotune.records.trial_attrs`).
 
         Raises:
             Exception: whatever training raised; memory is released either way.
@@ -305,12 +318,27 @@ class AutotuneTrainer(Trainer):
             self._verbatim_values = dict(params)
             self.hp_space = lambda trial: {}
         self.measurement.screen_against = None  # a measurement takes its full window
+        settings = self.measurement.settings
+        if window:
+            self.measurement.settings = replace(settings, **window)
         try:
             return trial_attrs(self._measure(optuna.trial.FixedTrial({} if verbatim else params, number)))
         finally:
+            self.measurement.settings = settings
             self.hp_search_backend = None
             self._verbatim_values = None
             self._release()
+
+    def _judge(self, record: TrialRecord, study: StudyRecord | None) -> Verdict:
+        """The verdict on a measured trial (`autotune.trial.judge`) against the study's baseline;
+        its loss is not judged where the trial changes the effective batch or the data order
+        (`autotune.study.semantics.loss_compared`)."""
+        if study is None:
+            return judge(record, self.plan.cap_bytes, None, self.plan.config.loss_tolerance)
+        changes = study_changes(study, self.trial_values, apply.applied_args(self.trial_values))
+        baseline = study.baseline.as_trial()
+        tolerance = self.plan.config.loss_tolerance
+        return judge(record, self.plan.cap_bytes, baseline, tolerance, loss_compared(changes))
 
     # -- ending a trial -----------------------------------------------------------------------
 
@@ -387,11 +415,3 @@ class AutotuneTrainer(Trainer):
 def _study_of(trial: Any) -> optuna.Study | None:
     """The study of an optuna trial (None elsewhere: Ray dicts, replays, other ranks)."""
     return getattr(trial, "study", None) if isinstance(trial, optuna.Trial) else None
-
-
-def _study_baseline(study: optuna.Study | None) -> Baseline | None:
-    return read_study(study).baseline if study is not None else None
-
-
-def _as_trial(baseline: Baseline | None) -> TrialRecord | None:
-    return baseline.as_trial() if baseline is not None else None

@@ -4,7 +4,8 @@ Causal and masked LM text is packed into ``seq_len`` blocks (as the Transformers
 ``run_mlm.py`` examples do), so every token is real; or, with ``packing="examples"``, each text is
 one sample, truncated to ``seq_len`` and padded per batch, as fine-tuning on documents or chats is.
 Classification samples are truncated to ``seq_len`` and padded per batch by the collator; only their
-real tokens count towards tokens/s.
+real tokens count towards tokens/s. Masked-LM samples are masked as they are read, each by its own
+seeded generator (`autotune.workloads.masking`), so that every trial trains on the same masks.
 
 Tokenization runs through `Dataset.map` with a fingerprint computed from the source data, the
 tokenizer's content and the settings, so the result lands in the `datasets` cache and every later
@@ -23,6 +24,7 @@ import torch
 
 from autotune.errors import WorkloadError
 from autotune.workloads.hub import is_local, require_hub
+from autotune.workloads.masking import SampleMasking, padding_collator
 
 BUILDERS = {".txt": "text", ".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
 _FORMAT_VERSION = "1"  # bump when the tokenization below changes: old cache entries then miss
@@ -49,6 +51,8 @@ class PreparedData:
         collator: the task's data collator.
         identity: what the data is, for the study's fingerprint.
         num_labels: distinct labels (classification only).
+        masking: how masked-LM samples are masked as they are read (None: other tasks); the
+            collator then only pads.
     """
 
     dataset: Any
@@ -56,6 +60,7 @@ class PreparedData:
     collator: Any
     identity: str
     num_labels: int | None = None
+    masking: SampleMasking | None = None
     _prefix: list[int] = field(default_factory=list, repr=False)
 
     def __len__(self) -> int:
@@ -154,7 +159,7 @@ def prepare(
 def _packed(
     rows: Any, tokenizer: Any, task: str, seq_len: int, text_column: str, source: DataSource, key: str
 ) -> PreparedData:
-    from transformers import DataCollatorForLanguageModeling, default_data_collator
+    from transformers import default_data_collator
 
     _check_mask_token(tokenizer, task)
     tokenized = rows.map(
@@ -180,12 +185,10 @@ def _packed(
             "use more text, or a smaller seq_len",
             field=("dataset", "seq_len"),
         )
-    collator = (
-        default_data_collator
-        if causal
-        else DataCollatorForLanguageModeling(tokenizer, mlm=True, mlm_probability=0.15)
-    )
-    return PreparedData(packed, [seq_len] * len(packed), collator, f"{source.path}@{key}")
+    # Blocks are all seq_len long: stacking them is the whole collation (masked LM: masked as read).
+    masking = None if causal else SampleMasking.of_tokenizer(tokenizer)
+    lengths = [seq_len] * len(packed)
+    return PreparedData(packed, lengths, default_data_collator, f"{source.path}@{key}", masking=masking)
 
 
 def _examples(
@@ -222,11 +225,15 @@ def _examples(
         )
     if tokenizer.pad_token is None:  # GPT-style tokenizers: pad with EOS (masked out of the loss)
         tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
-    collator = DataCollatorForLanguageModeling(
-        tokenizer, mlm=task == "masked-lm", mlm_probability=0.15, pad_to_multiple_of=pad_to_multiple_of
-    )
     lengths = [len(ids) for ids in tokenized["input_ids"]]
-    return PreparedData(tokenized, lengths, collator, f"{source.path}@{key}-examples")
+    identity = f"{source.path}@{key}-examples"
+    if task == "masked-lm":  # masked as read; the collator pads
+        masking = SampleMasking.of_tokenizer(tokenizer)
+        return PreparedData(
+            tokenized, lengths, padding_collator(tokenizer, pad_to_multiple_of), identity, masking=masking
+        )
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm=False, pad_to_multiple_of=pad_to_multiple_of)
+    return PreparedData(tokenized, lengths, collator, identity)
 
 
 def _check_mask_token(tokenizer: Any, task: str) -> None:

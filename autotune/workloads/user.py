@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from autotune.workloads.data import Cycled
+from autotune.workloads.masking import MaskedSamples, SampleMasking, padding_collator
 from autotune.workloads.workload import Workload, without_cache
 
 
@@ -72,11 +73,21 @@ class UserWorkload(Workload):
         return None  # the user's model_init or model may not build on the meta device
 
     def dataset(self, seed: int) -> torch.utils.data.Dataset:
+        """The user's samples read in a loop; with a stock masked-LM collator, each sample masked
+        as it is read by its own seeded generator (`autotune.workloads.masking`), so that every
+        trial trains on the same masks."""
+        masking = SampleMasking.of_collator(self.data_collator)
+        if masking is not None:
+            return MaskedSamples(Cycled(self.train_dataset), masking, seed)
         return Cycled(self.train_dataset)
 
     def collator(self) -> Any:
+        """The user's collator; for a stock masked-LM one, which `dataset` masks for, one that
+        only pads."""
         from transformers import default_data_collator
 
+        if SampleMasking.of_collator(self.data_collator) is not None:
+            return padding_collator(self.data_collator.tokenizer, self.data_collator.pad_to_multiple_of)
         return self.data_collator or default_data_collator
 
     def tokens_in(self, first: int, count: int) -> int:

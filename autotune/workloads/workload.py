@@ -21,6 +21,7 @@ from autotune.errors import WorkloadError
 from autotune.workloads.data import Cycled, DataSource, PreparedData, prepare
 from autotune.workloads.hub import quiet_loading
 from autotune.workloads.loading import load_config, load_tokenizer
+from autotune.workloads.masking import MaskedSamples
 from autotune.workloads.presets import PRESETS, Preset, preset_config
 from autotune.workloads.synthetic import SyntheticTokens
 from autotune.workloads.tasks import AUTO_CLASS, MODEL_MAPPING, TASKS, Task, task_of
@@ -130,8 +131,12 @@ class Workload:
         return model
 
     def dataset(self, seed: int) -> torch.utils.data.Dataset:
-        """The training samples: the user's data read in a loop, or synthetic tokens."""
+        """The training samples: the user's data read in a loop, or synthetic tokens. Every trial
+        of a run of `seed` reads the same samples, masked-LM masks included (each sample masked
+        by its own seeded generator, `autotune.workloads.masking`)."""
         if self.data is not None:
+            if self.data.masking is not None:
+                return MaskedSamples(Cycled(self.data.dataset), self.data.masking, seed)
             return Cycled(self.data.dataset)
         num_labels = int(getattr(self.config, "num_labels", 2))
         return SyntheticTokens(self.seq_len, int(self.config.vocab_size), self.task, num_labels, seed)

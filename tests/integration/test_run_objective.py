@@ -4,6 +4,7 @@ the predicted wall time of a run of --train-tokens (compilation paid once) inste
 from __future__ import annotations
 
 import pickle
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,29 +13,32 @@ import torch
 
 import autotune
 from autotune.study.export import export_config
-from tests.helpers import IN_PROCESS, DivergeLoss, SlowCompile, write_space
+from tests.helpers import FAST, IN_PROCESS, DivergeLoss, SlowCompile, write_space
 
 pytestmark = pytest.mark.timeout(300)
+LOSS_WINDOWS = replace(FAST, min_steps=6, max_steps=8)
 
 
 def test_a_diverging_configuration_is_loss_diverged_never_the_winner(tmp_path: Path) -> None:
-    hook = DivergeLoss({"per_device_train_batch_size": 4})
+    # The guard judges numerics (an optimizer here) at the baseline's effective batch.
+    hook = DivergeLoss({"optim": "adafactor"})
     pickle.loads(pickle.dumps(hook))  # it reaches worker processes pickled, like `Fault`
-    space = write_space(tmp_path, {"per_device_train_batch_size": [4, 8]})
+    space = write_space(tmp_path, {"optim": ["adafactor", "adamw_torch_fused"]})
     result = autotune.search(
         model="tiny-gpt2",
         space=space,
         trials=2,
         storage=f"sqlite:///{tmp_path / 'loss.db'}",
         seq_len=16,
-        **{**IN_PROCESS, "measure_baseline": True},
+        # Windows long enough for several paired steps (`autotune.study.objective.compare_losses`).
+        **{**IN_PROCESS, "measure_baseline": True, "measure": LOSS_WINDOWS},
         callbacks=[hook],
-        enqueue=[{"per_device_train_batch_size": 4}, {"per_device_train_batch_size": 8}],
+        enqueue=[{"optim": "adafactor"}, {"optim": "adamw_torch_fused"}],
     )
     baseline = result.study.user_attrs["baseline"]
     assert baseline["loss_curve"] and baseline["tokens_per_step"] == 8 * 16
-    by_batch = {t.params["per_device_train_batch_size"]: t for t in result.trials}
-    diverged, healthy = by_batch[4], by_batch[8]
+    by_optim = {t.params["optim"]: t for t in result.trials}
+    diverged, healthy = by_optim["adafactor"], by_optim["adamw_torch_fused"]
     assert diverged.state == "PRUNED" and diverged.reason == "loss_diverged"
     assert diverged.attrs["feasible"] is False and diverged.attrs["loss_curve"]
     assert "worse than the baseline's at equal tokens" in (diverged.message or "")

@@ -75,7 +75,10 @@ def test_a_loss_worse_than_the_baselines_past_the_tolerance_diverged() -> None:
     verdict = judge(worse, CAP, BASELINE, TOLERANCE)
     assert verdict.reason == LOSS_DIVERGED and verdict.state == "PRUNED"
     assert verdict.loss_delta == pytest.approx(0.1)
-    assert verdict.message == "the loss is 10.0% worse than the baseline's at equal tokens (tolerance 5%)"
+    assert verdict.message == (
+        "the loss is 10.0% worse than the baseline's at equal tokens "
+        "(95% interval 10.0% to 10.0% over 5 paired steps; tolerance 5%)"
+    )
     # Within a wider tolerance it completes, its delta kept.
     within = judge(worse, CAP, BASELINE, 0.2)
     assert within.complete and within.loss_delta == pytest.approx(0.1)

@@ -10,6 +10,8 @@ from autotune.config import RunConfig
 from autotune.errors import UsageError
 from autotune.records import Baseline, TrialRecord, measured_record, study_record, trial_attrs
 from autotune.study.objective import (
+    LossComparison,
+    compare_losses,
     loss_delta,
     loss_diverged,
     payoff_tokens,
@@ -90,16 +92,21 @@ def test_the_delta_is_over_the_second_half_of_the_shared_tokens() -> None:
     trial = _curve(100, [10.0, 10.0, 10.0, 11.0, 11.0, 11.0, 11.0, 11.0, 11.0, 11.0])
     # only 600 tokens shared with a shorter trial: its loss over tokens 300..600 is 11
     assert loss_delta(trial[:6], baseline) == pytest.approx(0.1)
-    assert loss_diverged(loss_delta(trial[:6], baseline), 0.05)
-    assert not loss_diverged(loss_delta(trial[:6], baseline), 0.2)
+    # Every compared step is 10% worse, no spread: the difference stands out of the noise.
+    comparison = compare_losses(trial[:6], baseline)
+    assert comparison.paired_steps == 3 and comparison.interval == pytest.approx((0.1, 0.1))
+    assert loss_diverged(comparison, 0.05)
+    assert not loss_diverged(comparison, 0.2)
 
 
 def test_a_non_finite_loss_diverges_and_no_overlap_gives_no_verdict() -> None:
     baseline = _curve(100, [10.0] * 4)
     assert loss_delta(_curve(100, [10.0, 10.0, 10.0, math.nan]), baseline) == math.inf
-    assert loss_diverged(math.inf, 0.05)
+    assert loss_diverged(compare_losses(_curve(100, [10.0, 10.0, 10.0, math.nan]), baseline), 0.05)
+    assert loss_diverged(LossComparison(math.inf), 0.05)
     assert loss_delta([], baseline) is None and loss_delta(baseline, []) is None
-    assert not loss_diverged(None, 0.05)
+    assert compare_losses([], baseline) == LossComparison()
+    assert not loss_diverged(LossComparison(), 0.05)
 
 
 def test_loss_diverged_is_an_infeasible_constraint() -> None:
