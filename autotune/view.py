@@ -266,7 +266,7 @@ class RichReporter(Reporter):
             self.progress.remove_task(self._steps_task)
             self._steps_task = None
         result = f"{format_rate(tokens_per_s)} tok/s" if error is None else f"failed: {error}"
-        who = "baseline" if number < 0 else f"trial {number}"
+        who = "baseline" if number == -1 else "baseline again (A/A)" if number < 0 else f"trial {number}"
         self.console.print(f"  re-measure round {round_number}: {who}  {result}", highlight=False)
 
     def on_note(self, text: str) -> None:

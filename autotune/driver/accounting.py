@@ -9,7 +9,9 @@ search had ``wall_s x slots`` of them (slots: jobs the executor runs at once), a
 accounts for is ``between_s``: starting processes, the supervisor and the store, pre-checked
 trials that train nothing, jobs that failed, idle slots. So the phases sum to ``wall_s x slots``
 exactly, and ``measured_share`` is the part of it that measured throughput. The stages (baseline,
-search, finalists) are wall-clock seconds of each part of the search.
+search, finalists) are wall-clock seconds of each part of the search; ``by_stage`` sums the phases
+of the measure jobs each of the baseline and finalists stages ran (the answer states the
+finalists').
 """
 
 from __future__ import annotations
@@ -52,10 +54,15 @@ def _seconds(value: Any) -> float:
 
 
 def breakdown(
-    wall_s: float, slots: int, jobs: list[dict[str, float]], stages: dict[str, float]
+    wall_s: float,
+    slots: int,
+    jobs: list[dict[str, float]],
+    stages: dict[str, float],
+    by_stage: dict[str, list[dict[str, float]]] | None = None,
 ) -> dict[str, Any]:
     """The stored breakdown: phases summed over `jobs` (see `job_phases`), ``between_s`` the rest of
-    ``wall_s x slots``, the measured share, and the stages' wall-clock seconds."""
+    ``wall_s x slots``, the measured share, the stages' wall-clock seconds, and the phases of the
+    measure jobs of each stage (`by_stage`: stage name -> its jobs)."""
     phases = {name: math.fsum(job[name] for job in jobs) for name in PHASES[:-1]}
     slot_s = wall_s * slots
     # Jobs overlapping beyond the slots cannot happen; clock granularity can: never negative.
@@ -67,6 +74,13 @@ def breakdown(
         "phases": phases,
         "measured_share": phases["window_s"] / slot_s if slot_s > 0 else 0.0,
         "stages": {name: stages.get(name, 0.0) for name in STAGES},
+        "by_stage": {
+            stage: {
+                "measurements": len(stage_jobs),
+                **{name: math.fsum(job[name] for job in stage_jobs) for name in PHASES[:4]},
+            }
+            for stage, stage_jobs in (by_stage or {}).items()
+        },
     }
 
 
@@ -82,23 +96,29 @@ class TimeAccount:
         self.before = {t.number for t in study.get_trials(deepcopy=False) if t.state.is_finished()}
         self.jobs: list[dict[str, float]] = []
         self.stages: dict[str, float] = {}
+        self.by_stage: dict[str, list[dict[str, float]]] = {}
+        self._stage: str | None = None
 
     def measuring(self, measure: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
         """`measure` (a measure job: the baseline, a finalist), its result accounted."""
 
         def accounted(*args: Any, **kwargs: Any) -> dict[str, Any]:
             measured = measure(*args, **kwargs)
-            self.jobs.append(job_phases(measured_record(measured)))
+            phases = job_phases(measured_record(measured))
+            self.jobs.append(phases)
+            if self._stage is not None:
+                self.by_stage.setdefault(self._stage, []).append(phases)
             return measured
 
         return accounted
 
     @contextlib.contextmanager
     def stage(self, name: str) -> Iterator[None]:
-        began = time.monotonic()
+        began, self._stage = time.monotonic(), name
         try:
             yield
         finally:
+            self._stage = None
             self.stages[f"{name}_s"] = self.stages.get(f"{name}_s", 0.0) + time.monotonic() - began
 
     def store(self, study: optuna.Study) -> dict[str, Any]:
@@ -107,6 +127,6 @@ class TimeAccount:
         trials = [t for t in study.get_trials(deepcopy=False) if t.number not in self.before]
         trained = [read_trial(t) for t in trials if was_trained(t)]
         jobs = [*self.jobs, *(job_phases(t) for t in trained if not t.reused)]
-        result = breakdown(time.monotonic() - self.started_s, self.slots, jobs, self.stages)
+        result = breakdown(time.monotonic() - self.started_s, self.slots, jobs, self.stages, self.by_stage)
         write_study(study, time_breakdown=result)
         return result

@@ -24,10 +24,11 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from autotune.measure.stats import MIN_GAIN, Speedup, paired_speedup, t95
+from autotune.measure.stats import MIN_GAIN, Speedup, aa_of, paired_speedup, t95
 from autotune.records import (
+    AA,
     BEATS_DEFAULTS,
     DEFAULTS_OVER_CAP,
     KEEP_DEFAULTS,
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
 # it is handed back only when it measurably gains more than this over keeping the math.
 MATH_GAIN = 0.05
 BASELINE = -1  # the baseline's number among the finalists
+BASELINE_AGAIN = -2  # its second measurement in each round (the A/A pair)
 
 
 def decide(study: StudyRecord, trials: Sequence[TrialRecord], cap_bytes: int | None = None) -> Answer:
@@ -76,6 +78,8 @@ def decide(study: StudyRecord, trials: Sequence[TrialRecord], cap_bytes: int | N
         NO_TRIAL, "", None, baseline_tokens_per_s=base_tokens, memory_cap_bytes=cap_bytes, objective=objective
     )
     finalists = {f.number: f for f in study.finalists}
+    aa = _aa(finalists)
+    common = replace(common, aa=aa, finalists_time=finalists_time(study.time_breakdown))
     rounds = {t.number: finalists[t.number] for t in candidates if t.number in finalists}
     if not candidates:
         if defaults is None:
@@ -86,7 +90,7 @@ def decide(study: StudyRecord, trials: Sequence[TrialRecord], cap_bytes: int | N
     if not rounds and itself and _search_leads(itself, candidates, tokens):
         return replace(common, rule=KEEP_DEFAULTS, verdict=_fastest_defaults(itself), choice=defaults)
     if rounds:
-        return _from_rounds(study, candidates, rounds, finalists.get(BASELINE), defaults, common)
+        return _from_rounds(study, candidates, rounds, finalists.get(BASELINE), defaults, common, aa)
     return _from_search(study, candidates, defaults, tokens, common)
 
 
@@ -97,14 +101,18 @@ def _from_rounds(
     baseline: FinalistRecord | None,
     defaults: Choice | None,
     common: Answer,
+    aa: AA | None,
 ) -> Answer:
-    """The answer from the finalists' interleaved rounds."""
+    """The answer from the finalists' rounds, every paired interval widened by the A/A figure."""
     by_number = {t.number: t for t in candidates}
     ranked = sorted(rounds.values(), key=lambda f: -statistics.median(f.scores_by_round().values()))
     base_rounds = baseline.scores_by_round() if baseline is not None else {}
 
     def choice(f: FinalistRecord) -> Choice:
-        return _remeasured_choice(study, by_number[f.number], f, baseline)
+        return _remeasured_choice(study, by_number[f.number], f, baseline, aa)
+
+    def paired(trial: dict[int, float], over: dict[int, float]) -> Speedup | None:
+        return paired_speedup(trial, over, aa)
 
     def median(f: FinalistRecord) -> float:
         return statistics.median(f.scores_by_round().values())
@@ -126,29 +134,29 @@ def _from_rounds(
         ):
             keeper = baseline
         if keeper is not None:
-            gain = paired_speedup(leader.scores_by_round(), keeper.scores_by_round())
+            gain = paired(leader.scores_by_round(), keeper.scores_by_round())
             if gain is None or gain.low <= 1 + MATH_GAIN:
                 alternative, rule = leader, KEEPS_MATH
                 pick = None if keeper is baseline else keeper
             elif keeper is not baseline:
                 alternative = keeper  # the leader's math change paid: the best that keeps it, named
     if pick is not None and baseline is not None:
-        speedup = paired_speedup(pick.scores_by_round(), base_rounds)
+        speedup = paired(pick.scores_by_round(), base_rounds)
         if (speedup is None or not speedup.beats_baseline) and defaults is not None:
             alternative, pick, rule = leader, None, KEEP_DEFAULTS
     chosen = choice(pick) if pick is not None else defaults
     if chosen is None:  # the defaults do not fit the cap: the best that does
         chosen, alternative, rule = choice(leader), None, DEFAULTS_OVER_CAP
-    elif chosen.is_defaults and (rule != KEEPS_MATH or not _beats(leader, baseline)):
+    elif chosen.is_defaults and (rule != KEEPS_MATH or not _beats(leader, baseline, aa)):
         rule = KEEP_DEFAULTS  # the leader did not even beat the defaults measurably
     elif defaults is None and rule == BEATS_DEFAULTS and baseline is not None:
-        speedup = paired_speedup(pick.scores_by_round(), base_rounds) if pick is not None else None
+        speedup = paired(pick.scores_by_round(), base_rounds) if pick is not None else None
         if speedup is None or not speedup.beats_baseline:
             rule = DEFAULTS_OVER_CAP  # kept over the defaults because they do not fit, not by speed
     named = choice(alternative) if alternative is not None and alternative is not pick else None
     if named is not None and alternative is not None:
         over = pick.scores_by_round() if pick is not None else base_rounds
-        gain = paired_speedup(alternative.scores_by_round(), over)
+        gain = paired(alternative.scores_by_round(), over)
     verdict = _verdict(rule, chosen, named, _interval(gain), baseline is not None)
     return replace(
         common,
@@ -174,11 +182,11 @@ def _search_leads(itself: Sequence[TrialRecord], others: Sequence[TrialRecord], 
     return all(best_self >= (score(t, tokens) or 0.0) for t in others)
 
 
-def _beats(finalist: FinalistRecord, baseline: FinalistRecord | None) -> bool:
+def _beats(finalist: FinalistRecord, baseline: FinalistRecord | None, aa: AA | None) -> bool:
     """Whether a finalist's paired speedup over the baseline lies above 1 + `MIN_GAIN`."""
     if baseline is None:
         return False
-    speedup = paired_speedup(finalist.scores_by_round(), baseline.scores_by_round())
+    speedup = paired_speedup(finalist.scores_by_round(), baseline.scores_by_round(), aa)
     return speedup is not None and speedup.beats_baseline
 
 
@@ -248,9 +256,13 @@ def _defaults(study: StudyRecord, cap_bytes: int | None) -> Choice | None:
 
 
 def _remeasured_choice(
-    study: StudyRecord, trial: TrialRecord, finalist: FinalistRecord, baseline: FinalistRecord | None
+    study: StudyRecord,
+    trial: TrialRecord,
+    finalist: FinalistRecord,
+    baseline: FinalistRecord | None,
+    aa: AA | None,
 ) -> Choice:
-    speedup = paired_speedup(finalist.scores_by_round(), baseline.scores_by_round()) if baseline else None
+    speedup = paired_speedup(finalist.scores_by_round(), baseline.scores_by_round(), aa) if baseline else None
     peak = _median_peak(finalist)
     return Choice(
         trial=trial.number,
@@ -288,6 +300,37 @@ def _interval(speedup: Speedup | None) -> Interval | None:
         return None
     high = speedup.high if math.isfinite(speedup.high) else None
     return Interval(speedup.ratio, speedup.low if high is not None else None, high, speedup.rounds)
+
+
+# -- the instrument and the rounds' cost ------------------------------------------------------------
+
+
+def _aa(finalists: dict[int, FinalistRecord]) -> AA | None:
+    """The baseline measured against itself in the finalists' rounds (None: not twice in a round)."""
+    first, second = finalists.get(BASELINE), finalists.get(BASELINE_AGAIN)
+    if first is None or second is None:
+        return None
+    return aa_of(first.scores_by_round(), second.scores_by_round())
+
+
+def finalists_time(breakdown: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The finalists' part of a search's time breakdown (`autotune.driver.accounting`): their
+    wall seconds and share of the search, and their measurements' set-up, warm-up and window
+    seconds; None where the search ran no finalists."""
+    if not breakdown:
+        return None
+    stages = breakdown.get("stages") or {}
+    seconds = float(stages.get("finalists_s") or 0.0)
+    if seconds <= 0:
+        return None
+    wall = float(breakdown.get("wall_s") or 0.0)
+    jobs = (breakdown.get("by_stage") or {}).get("finalists") or {}
+    return {
+        "seconds": seconds,
+        "share": seconds / wall if wall > 0 else None,
+        "wall_s": wall,
+        **{k: jobs[k] for k in ("measurements", "setup_s", "compile_s", "warmup_s", "window_s") if k in jobs},
+    }
 
 
 # -- the baseline ------------------------------------------------------------------------------

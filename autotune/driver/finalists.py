@@ -1,11 +1,14 @@
 """Measuring given values around the search: the baseline before it, the finalists after it.
 
-The best few trials and the baseline are re-measured in interleaved rounds (A B C A B C ...) and
-the winner is declared by median: a single window's luck (or a neighbour's noise) does not pick
-the answer, and the speedup over the baseline is measured under the same conditions."""
+The best few trials and the baseline are re-measured in rounds, each in a rotated order (a
+balanced Latin square), and the winner is declared by median: a single window's luck (or a
+neighbour's noise) does not pick the answer, and the speedup over the baseline is measured under
+the same conditions. The baseline is measured twice in each round (an A/A pair): what the
+instrument shows against itself widens every interval the answer states."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -13,11 +16,13 @@ from typing import Any
 
 import optuna
 
+from autotune.config import MeasureSettings
 from autotune.measure.ranks import distributed, from_rank_zero, is_rank_zero
-from autotune.measure.stats import MIN_GAIN, paired_speedup, rank_finalists, verdict
+from autotune.measure.stats import MIN_GAIN, aa_of, paired_speedup, rank_finalists, verdict
 from autotune.plan.resolved import Plan, baseline_values
 from autotune.progress import Reporter, describe_params
 from autotune.records import (
+    AA,
     Baseline,
     FinalistRecord,
     TrialRecord,
@@ -55,22 +60,53 @@ def measure_baseline(measure: Measure, plan: Plan, study: optuna.Study, reporter
 
 
 BASELINE = -1  # the baseline's number among the finalists
+BASELINE_AGAIN = -2  # its second measurement in each round: the A/A pair
+# A round's window before the A/A pair has shown the spread between processes: its 95% half-width.
+FIRST_ROUND_CI = 0.05
+ROUND_CI_CAP = 0.10  # ... and the loosest any round's window takes
+
+
+def round_window(settings: MeasureSettings, aa: AA | None) -> dict[str, Any]:
+    """The measurement settings of a finalists' round (`Job.window`): as long as placing the
+    contestants needs, not each window's own target. A round's pairs differ by the process, the
+    position and the machine's drift as well as by their windows; a window's noise well under
+    that spread (its 95% half-width at most half the A/A pairs' spread, `FIRST_ROUND_CI` before
+    there is one, within `target_rel_ci` and `ROUND_CI_CAP`) adds little to it. A third of the
+    search's steps and seconds at most (at least its minimum window)."""
+    spread = aa.spread if aa is not None and aa.rounds >= 2 else 2 * FIRST_ROUND_CI
+    target = min(ROUND_CI_CAP, max(settings.target_rel_ci, spread / 2))
+    return {
+        "max_steps": max(settings.min_steps, math.ceil(settings.max_steps / 3)),
+        "max_seconds": settings.max_seconds / 3,
+        "target_rel_ci": target,
+    }
 
 
 def remeasure_finalists(measure: Measure, plan: Plan, study: optuna.Study, reporter: Reporter) -> None:
-    """Re-measure the best few trials, and the baseline, in interleaved rounds (A B C A B C ...)
-    and declare the winner by median: a single window's luck (or a neighbour's noise) does not pick
-    the answer, and the speedup over the baseline is measured under the same conditions."""
+    """Re-measure the best few trials and the baseline in rounds, each round in the order of a
+    balanced Latin square, and declare the winner by median: a single window's luck (or a
+    neighbour's noise) does not pick the answer, and the speedup over the baseline is measured
+    under the same conditions.
+
+    Each round measures the baseline twice, in two positions (`BASELINE_AGAIN`): the A/A pair,
+    whose spread and offset widen every paired interval (`autotune.measure.stats.paired_speedup`).
+    A round's windows are as short as placing the contestants needs (`round_window`), and a trial
+    decided slower than the leader leaves the rounds at once (`_decided_out`)."""
     finalists = choose_finalists(study, plan.config.finalists)
-    baseline = read_study(study).baseline
+    record = read_study(study)
+    baseline = record.baseline
     contestants: dict[int, tuple[dict[str, Any], bool]] = {f.number: (f.params, False) for f in finalists}
     if baseline.measured and finalists:
         contestants[BASELINE] = (baseline.params, True)
+        contestants[BASELINE_AGAIN] = (baseline.params, True)
     contestants = from_rank_zero(contestants)  # every rank of a launched group measures the same
     if len(contestants) < 2:
         return
+    # the trials that keep the training math: the best of them stays in the rounds (the answer
+    # compares a math change with it, `autotune.driver.answer.MATH_GAIN`)
+    keeping = {f.number for f in finalists if not record_changes(record, f)}
     # With the user's run length, finalists are compared on its predicted time, not on tokens/s.
-    tokens = read_study(study).train_tokens
+    tokens = record.train_tokens
     rounds = plan.config.finalist_rounds
     # Rounds go on (up to twice as many) while the answer is not decided: the leader's speedup over
     # the baseline (its interval wholly above or below the gain worth a change), or its lead over
@@ -78,8 +114,9 @@ def remeasure_finalists(measure: Measure, plan: Plan, study: optuna.Study, repor
     # Those extra rounds race only the contestants of the open question; the others keep the
     # rounds they have.
     max_rounds = 2 * rounds
-    named = ", ".join("the baseline" if n == BASELINE else str(n) for n in contestants)
-    reporter.on_note(f"re-measuring trials {named} in {rounds} interleaved rounds")
+    named = ", ".join(_name(n) for n in contestants if n != BASELINE_AGAIN)
+    twice = " (the baseline twice in each)" if BASELINE_AGAIN in contestants else ""
+    reporter.on_note(f"re-measuring {named} in {rounds} rotated rounds{twice}")
     by_round: dict[int, dict[int, float]] = {number: {} for number in contestants}
     throughput: dict[int, list[float]] = {number: [] for number in contestants}
     peaks: dict[int, list[int | None]] = {number: [] for number in contestants}
@@ -87,10 +124,11 @@ def remeasure_finalists(measure: Measure, plan: Plan, study: optuna.Study, repor
     round_number = 0
     while round_number < max_rounds:
         round_number += 1
+        window = round_window(plan.config.measure, _aa(by_round))
         for number in round_order(measured_now, round_number):
             params, verbatim = contestants[number]
             try:
-                measured = measure(params, number, verbatim=verbatim)
+                measured = measure(params, number, verbatim=verbatim, window=window)
             except Exception as exc:  # a finalist that fails now is reported, not fatal
                 if distributed():
                     raise  # unless one rank alone failed and the others wait for it
@@ -100,6 +138,11 @@ def remeasure_finalists(measure: Measure, plan: Plan, study: optuna.Study, repor
             throughput[number].append(measured["tokens_per_s"])
             peaks[number].append(measured.get("peak_memory_bytes"))
             reporter.on_remeasure(number, round_number, measured["tokens_per_s"], None)
+        out = from_rank_zero(_decided_out(by_round, keeping) if is_rank_zero() else [])
+        if out:
+            measured_now = [n for n in measured_now if n not in out]
+            why = ", ".join(f"trial {n}" for n in out)
+            reporter.on_note(f"after {round_number} rounds {why} measured slower than the leader: out")
         if round_number >= rounds:
             pending = from_rank_zero(_undecided(by_round, max_rounds) if is_rank_zero() else None)
             if pending is None or round_number == max_rounds:
@@ -107,7 +150,7 @@ def remeasure_finalists(measure: Measure, plan: Plan, study: optuna.Study, repor
             measured_now, why = pending
             reporter.on_note(f"after {round_number} rounds {why}: one more round of those")
     ranked = rank_finalists({number: list(values.values()) for number, values in by_round.items()})
-    trials_ranked = [f for f in ranked if f.number != BASELINE]
+    trials_ranked = [f for f in ranked if f.number >= 0]
     if not trials_ranked or not is_rank_zero():
         return
     by_number = {f.number: f for f in finalists}
@@ -124,7 +167,7 @@ def remeasure_finalists(measure: Measure, plan: Plan, study: optuna.Study, repor
     if remeasured_baseline is not None:
         remeasured = replace(baseline, remeasured_median=statistics.median(throughput[BASELINE]))
         write_study(study, baseline=remeasured)
-        speedup = paired_speedup(by_round[winner.number], by_round[BASELINE])
+        speedup = paired_speedup(by_round[winner.number], by_round[BASELINE], _aa(by_round))
         if speedup is not None:
             answer["speedup"] = speedup.to_dict()
     # each with the rounds it was measured in (extra rounds race only some of them), its score
@@ -140,6 +183,35 @@ def remeasure_finalists(measure: Measure, plan: Plan, study: optuna.Study, repor
         for f in ranked
     ]
     write_study(study, finalists=records, winner=Winner(**answer, verdict=text))
+
+
+def _name(number: int) -> str:
+    return "the baseline" if number in (BASELINE, BASELINE_AGAIN) else f"trial {number}"
+
+
+def _aa(by_round: dict[int, dict[int, float]]) -> AA | None:
+    """The A/A figure of the rounds so far: the baseline against its second measurement."""
+    return aa_of(by_round.get(BASELINE, {}), by_round.get(BASELINE_AGAIN, {}))
+
+
+def _decided_out(by_round: dict[int, dict[int, float]], keeping: set[int]) -> list[int]:
+    """The trials decided slower than the leader (by median) after the rounds so far: the paired
+    interval of their ratio to the leader, widened by the A/A figure, lies wholly below 1. They
+    leave the rounds: no further round could make them the answer. The baseline and its A/A pair
+    stay (every answer is stated against them), and so does the fastest trial that keeps the
+    training math (`keeping`) while the leader changes it."""
+    ranked = [f.number for f in rank_finalists({n: list(v.values()) for n, v in by_round.items()})]
+    trials = [n for n in ranked if n >= 0]
+    if len(trials) < 2:
+        return []
+    leader, aa = trials[0], _aa(by_round)
+    keeper = next((n for n in trials if n in keeping), None) if leader not in keeping else None
+    out = []
+    for number in trials[1:]:
+        lead = paired_speedup(by_round[number], by_round[leader], aa)
+        if number != keeper and lead is not None and lead.rounds >= 2 and lead.high < 1:
+            out.append(number)
+    return out
 
 
 def round_order(contestants: Sequence[int], round_number: int) -> list[int]:
@@ -192,23 +264,24 @@ def _undecided(by_round: dict[int, dict[int, float]], max_rounds: int) -> tuple[
     `max_rounds` rounds could decide it (`Speedup.could_decide`). None when neither question is
     open and decidable, or cannot be judged yet (fewer than two paired rounds)."""
     ranked = [f.number for f in rank_finalists({n: list(v.values()) for n, v in by_round.items()})]
-    trials = [number for number in ranked if number != BASELINE]
+    trials = [number for number in ranked if number >= 0]
     if not trials:
         return None
     leader, racing, reasons = trials[0], [], []
-    speedup = paired_speedup(by_round[leader], by_round.get(BASELINE, {}))
+    aa = _aa(by_round)
+    speedup = paired_speedup(by_round[leader], by_round.get(BASELINE, {}), aa)
     if (
         speedup is not None
         and speedup.rounds >= 2
         and not speedup.decided
         and speedup.could_decide(max_rounds, 1 + MIN_GAIN)
     ):
-        racing.append(BASELINE)
+        racing += [BASELINE, BASELINE_AGAIN] if BASELINE_AGAIN in by_round else [BASELINE]
         reasons.append(
             f"the speedup of trial {leader} over the baseline is not decided ({speedup.describe()})"
         )
     if len(trials) > 1:
-        lead = paired_speedup(by_round[leader], by_round[trials[1]])
+        lead = paired_speedup(by_round[leader], by_round[trials[1]], aa)
         if (
             lead is not None
             and lead.rounds >= 2

@@ -109,13 +109,22 @@ class Supervisor:
 
     # -- measurements of given values (baseline, finalists) -------------------------------------
 
-    def measure(self, params: dict[str, Any], number: int, verbatim: bool = False) -> dict[str, Any]:
-        """Measure knob values once in a job of their own and return the measurements.
+    def measure(
+        self,
+        params: dict[str, Any],
+        number: int,
+        verbatim: bool = False,
+        window: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Measure knob values once in a job of their own and return the measurements (`window`:
+        measurement settings replaced for this job, as `Job.window`).
 
         Raises:
             MeasureFailed: the measurement failed, or its process died (with the reason).
         """
-        return self._run_one(self.job(kind="measure", params=dict(params), number=number, verbatim=verbatim))
+        return self._run_one(
+            self.job(kind="measure", params=dict(params), number=number, verbatim=verbatim, window=window)
+        )
 
     def batch_ladder(self, candidates: Sequence[int]) -> tuple[list[int], dict[str, Any] | None]:
         """Which of `candidates` (the space's larger batches) fit, by the memory estimate of a job

@@ -7,6 +7,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from autotune.records import AA
+
 # Two-sided 95% Student-t quantiles for 1..30 degrees of freedom; beyond that the normal 1.96.
 _T95 = (
     12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
@@ -163,12 +165,14 @@ MIN_GAIN = 0.01
 class Speedup:
     """A speedup over the baseline from paired re-measurements (both measured in each round, next
     to each other, so the drift of the machine cancels): the geometric mean of the per-round
-    ratios and a 95% t interval on their logarithms."""
+    ratios and a 95% t interval on their logarithms, widened by what the instrument shows against
+    itself (`AA`: `offset` is the allowance added to each side, in log terms)."""
 
     ratio: float
     low: float
     high: float
     rounds: int
+    offset: float = 0.0
 
     @property
     def beats_baseline(self) -> bool:
@@ -181,15 +185,16 @@ class Speedup:
 
     def could_decide(self, rounds: int, threshold: float) -> bool:
         """Whether `rounds` paired rounds in all could put the interval wholly on one side of
-        `threshold`, were the ratio and the rounds' spread to stay as measured (the half-width
-        shrinks with the t quantile and the square root of the rounds). A race that could not end
-        so is not run on: a ratio measured at the threshold (two configurations alike, or a
-        leader no faster than the baseline) would spend every extra round to stay undecided."""
+        `threshold`, were the ratio, the rounds' spread and the A/A allowance to stay as measured
+        (the spread's part of the half-width shrinks with the t quantile and the square root of
+        the rounds; the allowance does not). A race that could not end so is not run on: a ratio
+        measured at the threshold (two configurations alike, or a leader no faster than the
+        baseline) would spend every extra round to stay undecided."""
         if self.rounds < 2 or rounds <= self.rounds or not math.isfinite(self.high):
             return False
-        half_now = math.log(self.high / self.ratio)
+        half_now = math.log(self.high / self.ratio) - self.offset
         spread = half_now * math.sqrt(self.rounds) / t95(self.rounds - 1)
-        half_then = t95(rounds - 1) * spread / math.sqrt(rounds)
+        half_then = t95(rounds - 1) * spread / math.sqrt(rounds) + self.offset
         return abs(math.log(self.ratio / threshold)) > half_then
 
     def describe(self) -> str:
@@ -202,12 +207,32 @@ class Speedup:
             "high": self.high,
             "rounds": self.rounds,
             "beats_baseline": self.beats_baseline,
+            "aa_offset": self.offset,
         }
 
 
-def paired_speedup(trial: dict[int, float], baseline: dict[int, float]) -> Speedup | None:
+def aa_of(first: dict[int, float], second: dict[int, float]) -> AA | None:
+    """The A/A figure of two measurements of one configuration by round (round -> score); None
+    without a round both were measured in."""
+    rounds = sorted(set(first) & set(second))
+    logs = [math.log(first[r] / second[r]) for r in rounds if first[r] > 0 and second[r] > 0]
+    if not logs:
+        return None
+    spread = statistics.stdev(logs) if len(logs) > 1 else 0.0
+    return AA(statistics.fmean(logs), spread, len(logs), max(abs(x) for x in logs))
+
+
+def paired_speedup(
+    trial: dict[int, float], baseline: dict[int, float], aa: AA | None = None
+) -> Speedup | None:
     """The speedup of a trial over the baseline from the rounds both were measured in (round ->
-    tokens/s); None without such a round. One round gives no interval (it spans everything)."""
+    tokens/s); None without such a round. One round gives no interval (it spans everything).
+
+    With the instrument's A/A figure (`aa`), the interval is widened twice: the spread of the
+    pair's log ratios is taken as at least the A/A pairs' spread (a few rounds that happen to agree
+    do not make the instrument more precise than it is), and the A/A offset's size is added to
+    each side (a position effect the rotation did not cancel enters the ratio as a speedup would).
+    A speedup is decided only when the interval so widened excludes the line."""
     rounds = sorted(set(trial) & set(baseline))
     logs = [math.log(trial[r] / baseline[r]) for r in rounds if trial[r] > 0 and baseline[r] > 0]
     if not logs:
@@ -215,5 +240,9 @@ def paired_speedup(trial: dict[int, float], baseline: dict[int, float]) -> Speed
     mean = statistics.fmean(logs)
     if len(logs) < 2:
         return Speedup(math.exp(mean), 0.0, math.inf, 1)
-    half = t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-    return Speedup(math.exp(mean), math.exp(mean - half), math.exp(mean + half), len(logs))
+    spread = statistics.stdev(logs)
+    offset = 0.0
+    if aa is not None:
+        spread, offset = max(spread, aa.spread), abs(aa.offset)
+    half = t95(len(logs) - 1) * spread / math.sqrt(len(logs)) + offset
+    return Speedup(math.exp(mean), math.exp(mean - half), math.exp(mean + half), len(logs), offset)

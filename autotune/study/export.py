@@ -149,6 +149,11 @@ def export_config(
         **(trial_run_facts(study, trial) if trial is not None else defaults_run_facts(record)),
         # what the search that found it cost (`autotune.driver.accounting`)
         "search_time": record.time_breakdown,
+        # the baseline measured twice in each finalists' round: it widened every interval above
+        "aa": answer.aa.to_dict() if answer.aa else None,
+        "aa_text": answer.aa.describe() if answer.aa else None,
+        # where the finalists' rounds spent their time
+        "finalists_time": answer.finalists_time,
     }
     config: dict[str, Any] = {
         "training_args": training_args,
@@ -238,6 +243,11 @@ def answer_lines(config: dict[str, Any], *, time_line: bool = True) -> list[str]
     if alternative:
         lines.append(f"alternative, not handed back: {alternative_text(alternative)}")
     lines += run_lines(exp)
+    if exp.get("aa_text"):
+        lines.append(f"instrument (A/A): {exp['aa_text']}; every interval above is widened by it")
+    finalists = finalists_time_text(exp.get("finalists_time"))
+    if finalists:
+        lines.append(finalists)
     spent = describe_time_breakdown(exp.get("search_time"))
     if spent and time_line:
         lines.append(spent)
@@ -248,6 +258,28 @@ def answer_lines(config: dict[str, Any], *, time_line: bool = True) -> list[str]
     else:
         lines.append("training math as the baseline's (precision, optimizer family, effective batch)")
     return lines
+
+
+def finalists_time_text(spent: Mapping[str, Any] | None) -> str | None:
+    """``finalists: 14.2 s, 15% of the search's 94.0 s: 15 measurements (set-up 4.1 s, ...)``."""
+    if not spent:
+        return None
+    text = f"finalists: {spent['seconds']:.1f} s"
+    if spent.get("share") is not None:
+        text += f", {100 * spent['share']:.0f}% of the search's {spent['wall_s']:.1f} s"
+    if spent.get("measurements"):
+        phases = ", ".join(
+            f"{name} {spent[key]:.1f} s"
+            for key, name in (
+                ("setup_s", "set-up"),
+                ("compile_s", "compile"),
+                ("warmup_s", "warm-up"),
+                ("window_s", "windows"),
+            )
+            if key in spent
+        )
+        text += f": {spent['measurements']} measurements ({phases})"
+    return text
 
 
 def figures_text(exp: Mapping[str, Any]) -> str:

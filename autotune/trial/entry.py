@@ -147,7 +147,8 @@ def run_on(
         storage.stamp_new_trials(trial_facts(owner=trainer.owner_attrs()))
     trainer.measurement.job_started_s = time.perf_counter() if started_s is None else started_s
     if job.kind == "measure":
-        return Measured(dict(trainer.measure_config(job.params, job.number, verbatim=job.verbatim)))
+        measured = trainer.measure_config(job.params, job.number, verbatim=job.verbatim, window=job.window)
+        return Measured(dict(measured))
     if job.kind == "ladder":
         rungs, probe = trainer.batch_ladder(job.params["candidates"])
         return Measured({"batch_ladder": rungs, "probe": probe})

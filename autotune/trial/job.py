@@ -22,6 +22,8 @@ class Job:
         budget: the study's total budget of measured trials (``trial``): a process that finds it
             spent, counting the trials running elsewhere, measures nothing.
         params, number, verbatim: what to measure (``measure``), as `AutotuneTrainer.measure_config`.
+        window: measurement settings replaced for a ``measure`` job (`MeasureSettings` fields: a
+            finalists' round measures shorter windows); None: the run's own.
         seed_offset: added to the sampler's seed, different for each concurrent job.
         cpu_cores: CPU cores the process may use (its share of the machine), None: all.
         cuda_device: the one GPU it sees (``CUDA_VISIBLE_DEVICES``), None: as inherited.
@@ -48,6 +50,7 @@ class Job:
     params: dict[str, Any] = field(default_factory=dict)
     number: int = 0
     verbatim: bool = False
+    window: dict[str, Any] | None = None
     seed_offset: int = 0
     cpu_cores: tuple[int, ...] | None = None
     cuda_device: str | None = None

@@ -98,6 +98,15 @@ def test_a_tie_with_the_defaults_hands_back_the_defaults_everywhere(
         text = exported[fmt][0]
         assert "# use: the defaults" in text, fmt
         assert f"alternative, not handed back: trial {result.best.number}" in text, fmt
+        # the finalists' time and the A/A figure travel with the answer into every format
+        assert "finalists: " in text and "measurements (set-up" in text, fmt
+        assert "instrument (A/A): the same configuration measured twice" in text, fmt
+    spent = answer.finalists_time
+    assert spent is not None and spent["measurements"] >= 3 * 3 and 0 < spent["share"] < 1
+    assert config["expected"]["finalists_time"] == spent
+    assert answer.aa is not None and answer.aa.rounds >= 3
+    assert config["expected"]["aa"] == answer.aa.to_dict()
+    assert "finalists: " in printed and "instrument (A/A)" in printed
     assert "use: the defaults" in exported["flags"][1]  # beside the flags, on stderr
     # `autotune show` gives the same answer from the store.
     shown, _ = _run(["show", result.study.study_name, "--storage", url], capsys)

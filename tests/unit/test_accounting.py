@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
+import optuna
 import pytest
 
-from autotune.driver.accounting import PHASES, breakdown, job_phases
+from autotune.driver.accounting import PHASES, TimeAccount, breakdown, job_phases
+from autotune.driver.answer import finalists_time
 from autotune.progress import PHASE_NAMES, describe_time_breakdown
 from autotune.records import measured_record
+from autotune.study.export import finalists_time_text
 
 
 def test_compile_is_counted_out_of_the_warm_up() -> None:
@@ -60,3 +64,37 @@ def test_the_breakdown_in_one_line_names_every_phase_and_stage() -> None:
     assert "measured windows 6.0 s" in line and "between trials 8.0 s" in line
     assert "; stages: baseline 0.0 s, search 9.0 s, finalists 0.0 s" in line
     assert describe_time_breakdown(None) is None and describe_time_breakdown({}) is None
+
+
+def test_the_measure_jobs_of_each_stage_are_summed_apart(tmp_path: Path) -> None:
+    # The baseline's job and two finalists' jobs, told apart by the stage they ran in; the
+    # answer states the finalists' part, and every export says it in one line.
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}")
+    account = TimeAccount(study, 1)
+    job = {"tokens_per_s": 1.0, "setup_s": 1.0, "warmup_s": 2.0, "compile_s": 0.5, "window_s": 3.0}
+    measure = account.measuring(lambda *args, **kwargs: dict(job))
+    with account.stage("baseline"):
+        measure({}, -1)
+    with account.stage("finalists"):
+        measure({}, 0, window={"max_steps": 10})
+        measure({}, -1)
+    measure({}, 5)  # outside any stage: counted in the phases, in no stage
+    stored = account.store(study)
+    assert stored["by_stage"]["baseline"]["measurements"] == 1
+    finalists = stored["by_stage"]["finalists"]
+    assert finalists == {
+        "measurements": 2,
+        "setup_s": 2.0,
+        "compile_s": 1.0,
+        "warmup_s": 3.0,
+        "window_s": 6.0,
+    }
+    assert len(account.jobs) == 4
+    spent = finalists_time({**stored, "wall_s": 40.0, "stages": {"finalists_s": 10.0}})
+    assert spent is not None and spent["share"] == pytest.approx(0.25) and spent["measurements"] == 2
+    line = finalists_time_text(spent)
+    assert line == (
+        "finalists: 10.0 s, 25% of the search's 40.0 s: 2 measurements "
+        "(set-up 2.0 s, compile 1.0 s, warm-up 3.0 s, windows 6.0 s)"
+    )
+    assert finalists_time({**stored, "stages": {"finalists_s": 0.0}}) is None and finalists_time(None) is None

@@ -173,7 +173,7 @@ def _finalist_text(f: FinalistRecord) -> str:
     if median is None and f.tokens_per_s:
         rounds = Finalist(f.number, tuple(f.tokens_per_s))
         median, spread = rounds.median, rounds.spread if rounds.median > 0 else None
-    who = "baseline" if f.number < 0 else f"#{f.number}"
+    who = "baseline" if f.number == -1 else "baseline (A/A)" if f.number < 0 else f"#{f.number}"
     spread_text = f" ±{100 * spread:.1f}%" if spread is not None else ""
     # extra rounds race only some of them
     return f"{who} {format_rate(median)} tok/s{spread_text} over {len(f.tokens_per_s)} rounds"
