@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 RUN_ARGS ?= --model tiny-gpt2 --space quick --trials 8
 LINT_PATHS := autotune tests $(wildcard benchmarks/*.py)
 
-.PHONY: install run test test-unit lint format clean bench bench-grid bench-isolation
+.PHONY: install run test test-unit lint format clean bench bench-grid bench-isolation bench-aa bench-ab
 
 install: $(STAMP)
 
@@ -54,6 +54,18 @@ bench-isolation: install
 
 bench-grid: install
 	$(BIN)/python benchmarks/grid.py $(GRID_MODELS) --repeats 2 --fresh
+
+# Issue 31's A/A benchmark (15-25 minutes on 2 cores): 10 searches over benchmarks/space_aa.yaml,
+# in which the defaults are the fastest configuration; at most 1 may claim a speedup.
+AA_ARGS ?=
+bench-aa: install
+	$(BIN)/python benchmarks/aa_check.py $(AA_ARGS)
+
+# The A/B check (about 25 minutes): each CPU preset's `make run` answer re-measured as a user does,
+# fresh plain-Trainer processes in rotated order; the stated interval must hold the user's ratio.
+AB_ARGS ?=
+bench-ab: install
+	$(BIN)/python benchmarks/ab_check.py $(AB_ARGS)
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .mypy_cache .ruff_cache autotune.db

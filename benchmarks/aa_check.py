@@ -1,0 +1,395 @@
+"""An A/A benchmark: searches over a space in which the defaults are the fastest configuration.
+
+    python benchmarks/aa_check.py                     # 10 searches of 6 trials, 15-25 minutes on 2 cores
+    python benchmarks/aa_check.py --searches 2 --trials 3 --check-quads 1 --max-steps 5   # a smoke run
+
+Every value of `benchmarks/space_aa.yaml` other than the defaults' is slower on a 2-core CPU (a
+tiny GPT-2 at sequence length 256: batch 8 as 8 x 1 or 2 x 4 under a global batch of 8,
+checkpointing off or on, 0 or 1 data-loader workers, fused AdamW or Adafactor), so no search over it
+should hand back anything but the defaults: every claimed speedup is one the instrument made up.
+The issue's bar is at most 1 claim in 10 searches. One search took 122 s here with the finalists of
+26e57e0 (53% of it), the space check about 2.5 minutes.
+
+The benchmark first confirms the space on the machine it runs on (the space check): the defaults
+and each configuration that changes one knob of them to another value of the space, measured with
+the search's own trial code (`harness.Bench`: warm-up, adaptive window) right beside the defaults,
+in ``--check-quads`` quads of A B B A (then B A A B), so that a change of the machine's load within
+seconds reaches both alike. A change is slower when its median quad (its better window of two over
+the defaults' better window) and its best window against the defaults' best are both under 1:
+other jobs on a shared machine only slow a window down, so the better window is the less disturbed
+one, and one disturbed window moves a mean far (the quads' geometric mean is shown too, with its
+interval).
+
+Then ``--searches`` searches, seeds 0, 1, ..., each with a fresh SQLite store in a temporary folder
+and the finalists as a search runs them by default. A search *claims a speedup* when its answer
+hands back a configuration other than the defaults (rule ``beats_defaults``, or any other rule with
+a non-default choice). Per search: the seed, the rule, the verdict, the stated speedup with its
+interval (the choice's, else the alternative's named beside the defaults), the answer's A/A figure
+where it gives one, the wall time and the finalists' share of it (the study's time breakdown), and
+how many trials' search windows measured faster than the search's own baseline. Writes
+``results/aa_check.json`` and ``sections/aa_check.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from harness import Bench, machine, write_section  # noqa: E402
+
+from autotune.measure.stats import paired_speedup  # noqa: E402
+from autotune.progress import format_value, short_name  # noqa: E402
+from autotune.records import Answer, read_study  # noqa: E402
+
+RESULTS = HERE / "results" / "aa_check.json"
+SECTION = HERE / "sections" / "aa_check.md"
+SPACE = HERE / "space_aa.yaml"
+BATCH, ACCUMULATION = "per_device_train_batch_size", "gradient_accumulation_steps"
+ALLOWED_CLAIMS_PER_10 = 1  # the issue's bar
+
+
+def space_knobs(space: Path) -> dict[str, list[Any]]:
+    return {name: list(values) for name, values in yaml.safe_load(space.read_text())["knobs"].items()}
+
+
+def space_defaults(knobs: dict[str, list[Any]], baseline: dict[str, Any]) -> dict[str, Any]:
+    """The defaults' value of each knob of the space (`baseline`: all of their knob values on this
+    machine); a space that does not hold them cannot be an A/A space."""
+    missing = [f"{k}={baseline.get(k)!r}" for k, values in knobs.items() if baseline.get(k) not in values]
+    if missing:
+        raise SystemExit(f"the space does not hold the defaults' values: {', '.join(missing)}")
+    return {name: baseline[name] for name in knobs}
+
+
+def one_knob_changes(
+    knobs: dict[str, list[Any]], defaults: dict[str, Any], global_batch: int | None
+) -> dict[str, dict[str, Any]]:
+    """Each configuration that changes one knob of the defaults to another value of the space
+    (under a global batch, a batch comes with the accumulation that keeps it), by label."""
+    changes = {}
+    for name, values in knobs.items():
+        if name == ACCUMULATION and global_batch:
+            continue  # derived from the batch
+        for value in values:
+            if value == defaults[name]:
+                continue
+            change = {name: value}
+            label = f"{short_name(name)}={format_value(value)}"
+            if name == BATCH and global_batch and ACCUMULATION in knobs:
+                change[ACCUMULATION] = global_batch // int(value)
+                label += f"x{change[ACCUMULATION]}"
+            changes[label] = change
+    return changes
+
+
+def _beside_defaults(
+    bench: Bench, baseline: dict[str, Any], change: dict[str, Any], quads: int
+) -> dict[str, Any]:
+    """One change measured in `quads` quads (A B B A, B A A B, ...; A the defaults): per quad its
+    better window's tokens/s over the defaults' better window, and every window of both."""
+    better: dict[str, dict[int, float]] = {"A": {}, "B": {}}
+    rates: dict[str, list[float]] = {"A": [], "B": []}
+    for quad in range(quads):
+        got: dict[str, list[float]] = {"A": [], "B": []}
+        for which in "ABBA" if quad % 2 == 0 else "BAAB":
+            params = baseline if which == "A" else {**baseline, **change}
+            rate = bench.measure(params, verbatim=True).tokens_per_s
+            if rate:
+                got[which].append(rate)
+        if got["A"] and got["B"]:  # each side's better window of its two: the less disturbed one
+            better["A"][quad], better["B"][quad] = max(got["A"]), max(got["B"])
+        rates["A"] += got["A"]
+        rates["B"] += got["B"]
+    ratios = [better["B"][q] / better["A"][q] for q in better["A"]]
+    paired = paired_speedup(better["B"], better["A"])
+    return {
+        "change": change,
+        "tokens_per_s": rates["B"],
+        "defaults_tokens_per_s": rates["A"],
+        "quad_ratios": ratios,
+        "paired": None if paired is None else paired.to_dict(),
+        "median_ratio": statistics.median(ratios) if ratios else None,
+    }
+
+
+def check_space(
+    model: str, space: Path, seq_len: int | None, global_batch: int | None, quads: int
+) -> dict[str, Any]:
+    """Each one-knob change of the space measured right beside the defaults with the search's own
+    trial code in this process (`harness.Bench`), `quads` quads each, and whether it is slower."""
+    knobs = space_knobs(space)
+    with Bench(model, str(space), seq_len=seq_len) as bench:
+        baseline = bench.baseline()
+        defaults = space_defaults(knobs, baseline)
+        bench.measure(baseline, verbatim=True)  # the process's first measurement pays its warm-up
+        rows: dict[str, Any] = {}
+        for label, change in one_knob_changes(knobs, defaults, global_batch).items():
+            rows[label] = _beside_defaults(bench, baseline, change, quads)
+            quads_text = ", ".join(f"{r:.2f}x" for r in rows[label]["quad_ratios"])
+            print(f"[check] {label}: quads {quads_text}", flush=True)
+    best_base = max((r for row in rows.values() for r in row["defaults_tokens_per_s"]), default=None)
+    for row in rows.values():
+        best = max(row["tokens_per_s"]) / best_base if row["tokens_per_s"] and best_base else None
+        row["best_over_best"] = best
+        # Other jobs on the machine only slow a window down: slower by the median quad and by the
+        # least disturbed windows (the change's best against the defaults' best), not by a mean.
+        median = row["median_ratio"]
+        row["slower"] = median is not None and median < 1 and best is not None and best < 1
+    return {"quads": quads, "defaults": defaults, "defaults_best_tokens_per_s": best_base, "changes": rows}
+
+
+def jsonable(value: Any) -> Any:
+    """The answer's A/A figure, whatever its type (another part of issue 31 adds it)."""
+    if value is None or isinstance(value, int | float | str | bool | list | dict):
+        return value
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return str(value)
+
+
+def _interval(choice: Any) -> dict[str, Any] | None:
+    speedup = getattr(choice, "speedup", None)
+    return None if speedup is None else speedup.to_dict()
+
+
+def finalists_share(breakdown: dict[str, Any]) -> float | None:
+    """The finalists' share of a search's wall time, from its stored time breakdown."""
+    finalists_s, wall_s = (breakdown.get("stages") or {}).get("finalists_s"), breakdown.get("wall_s")
+    return finalists_s / wall_s if finalists_s is not None and wall_s else None
+
+
+def claims_speedup(answer: Answer) -> bool:
+    """Whether the answer hands back a non-default configuration as the faster one."""
+    return answer.choice is not None and not answer.choice.is_defaults
+
+
+def one_search(seed: int, folder: Path, **search: Any) -> dict[str, Any]:
+    import autotune
+
+    began = time.monotonic()
+    storage = f"sqlite:///{folder / f'aa{seed}.db'}"
+    result = autotune.search(storage=storage, study=f"aa-{seed}", seed=seed, **search)
+    wall_s = time.monotonic() - began
+    answer, record = result.answer, read_study(result.study)
+    breakdown = record.time_breakdown or {}
+    base = record.baseline.tokens_per_s
+    measured = [t for t in result.trials if t.tokens_per_s and t.number not in result.baseline_like]
+    aa = getattr(answer, "aa", None)
+    return {
+        "seed": seed,
+        "rule": answer.rule,
+        "verdict": answer.verdict,
+        "claims_speedup": claims_speedup(answer),
+        "choice": answer.choice.label if answer.choice else None,
+        "choice_params": dict(answer.choice.params) if answer.choice else None,
+        "choice_speedup": _interval(answer.choice),
+        "alternative": answer.alternative.label if answer.alternative else None,
+        "alternative_params": dict(answer.alternative.params) if answer.alternative else None,
+        "alternative_speedup": _interval(answer.alternative),
+        "alternative_gain": answer.alternative_gain.to_dict() if answer.alternative_gain else None,
+        "aa": jsonable(aa),
+        "aa_text": aa.describe() if aa is not None and hasattr(aa, "describe") else None,
+        "wall_s": wall_s,
+        "study_wall_s": breakdown.get("wall_s"),
+        "finalists_s": (breakdown.get("stages") or {}).get("finalists_s"),
+        "finalists_share": finalists_share(breakdown),
+        "time_breakdown": breakdown,
+        "finalists_time": jsonable(getattr(answer, "finalists_time", None)),
+        "baseline_tokens_per_s": base,
+        "baseline_like": result.baseline_like,
+        "finalists": [f.number for f in record.finalists],
+        "trials": [
+            {
+                "number": t.number,
+                "params": t.params,
+                "state": t.state,
+                "reason": t.reason,
+                "tokens_per_s": t.tokens_per_s,
+            }
+            for t in result.trials
+        ],
+        "faster_than_baseline": sum(1 for t in measured if base and t.tokens_per_s > base),
+        "measured_trials": len(measured),
+        "answer": answer.to_dict(),
+    }
+
+
+def _x(interval: dict[str, Any] | None) -> str:
+    if not interval:
+        return "-"
+    value = interval.get("value", interval.get("ratio"))
+    low, high = interval.get("low"), interval.get("high")
+    if low is None or high is None or not interval.get("rounds", 1) > 1:
+        return f"{value:.2f}x"
+    return f"{value:.2f}x ({low:.2f}-{high:.2f}x)"
+
+
+def _times(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}x"
+
+
+def _check_lines(check: dict[str, Any] | None) -> list[str]:
+    if check is None:
+        return ["The space check was not run (`--check-quads 0`).\n"]
+    best = check["defaults_best_tokens_per_s"]
+    lines = [
+        f"**The space check**: every value but the defaults' changed alone, measured right beside the "
+        f"defaults with the search's trial code in one process, {check['quads']} quad(s) each (A B B A, "
+        f"B A A B, ...). The defaults' best window: {best / 1000:.1f}k tokens/s.\n",
+        "| change | per quad: its better window over the defaults' | geometric mean (95% interval) | "
+        "median quad | its best / the defaults' best | slower |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, row in check["changes"].items():
+        paired = row["paired"]
+        mean = "-" if paired is None else _x({**paired, "value": paired["ratio"]})
+        quads = ", ".join(f"{r:.2f}" for r in row["quad_ratios"])
+        median, best = _times(row["median_ratio"]), _times(row["best_over_best"])
+        slower = "yes" if row["slower"] else "**no**"
+        lines.append(f"| {name} | {quads} | {mean} | {median} | {best} | {slower} |")
+    lines.append(
+        "\nSlower: the median quad and the change's best window against the defaults' best both under "
+        "1. Other jobs on a machine only slow a window down: the better window is the less disturbed "
+        "one, and one disturbed window moves a mean far.\n"
+    )
+    return lines
+
+
+def _shares(shares: list[float]) -> str:
+    if not shares:
+        return "-"
+    return f"{100 * statistics.median(shares):.0f}% ({100 * min(shares):.0f}-{100 * max(shares):.0f}%)"
+
+
+def _aa_cell(search: dict[str, Any]) -> str:
+    """The answer's A/A figure in a table cell: the two baseline measurements' mean and largest
+    difference, where the stored figure has them; its own words otherwise."""
+    aa = search["aa"]
+    if isinstance(aa, dict) and {"offset", "largest", "rounds"} <= set(aa):
+        mean, largest = math.exp(abs(aa["offset"])) - 1, math.exp(aa["largest"]) - 1
+        return f"{100 * mean:.1f}% (at most {100 * largest:.1f}%, {aa['rounds']} rounds)"
+    return search["aa_text"] or ("-" if aa is None else str(aa))
+
+
+def _search_lines(searches: list[dict[str, Any]]) -> list[str]:
+    claims = sum(1 for s in searches if s["claims_speedup"])
+    allowed = ALLOWED_CLAIMS_PER_10 * len(searches) // 10
+    shares = [s["finalists_share"] for s in searches if s["finalists_share"] is not None]
+    lines = [
+        f"**{claims} of {len(searches)} searches claimed a speedup** (the bar: at most {allowed}, 1 in "
+        f"10). Wall time per search: median {statistics.median(s['wall_s'] for s in searches):.0f} s; "
+        f"the finalists' share of it: median {_shares(shares)}.\n",
+        "| seed | rule | stated speedup | A/A difference | trials over the baseline | wall | finalists "
+        "| verdict |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for s in searches:
+        stated = s["choice_speedup"] if s["claims_speedup"] else s["alternative_speedup"]
+        who = s["choice"] if s["claims_speedup"] else (s["alternative"] or "-")
+        share = "-" if s["finalists_share"] is None else f"{100 * s['finalists_share']:.0f}%"
+        lines.append(
+            f"| {s['seed']} | {s['rule']} | {who}: {_x(stated)} | {_aa_cell(s)} | "
+            f"{s['faster_than_baseline']}/{s['measured_trials']} | {s['wall_s']:.0f} s | {share} | "
+            f"{s['verdict']} |"
+        )
+    lines.append(
+        "\nThe stated speedup is the choice's over the baseline where the answer claims one, else the "
+        "alternative's named beside the defaults. *A/A difference*: the baseline measured twice in "
+        "each round of the finalists, how far the two differed (mean, largest). *Trials over the "
+        "baseline*: trials (not of the defaults' own configuration) whose search window measured "
+        "faster than the search's baseline window, a single window each.\n"
+    )
+    return lines
+
+
+def section(data: dict[str, Any]) -> str:
+    m = data["machine"]
+    lines = [
+        "## A/A: searches over a space in which the defaults are the fastest\n",
+        f"`{data['command']}`, {m['date']}, commit {m['commit']}: {m['cpu']}, {m['cores']} threads, native "
+        f"bf16 {m['native_bf16']}, torch {m['torch']}, transformers {m['transformers']}. "
+        f"{data['model']} at sequence length {data['seq_len'] or 'of the preset'}, space "
+        f"`{data['space']}` (global batch {data['global_batch']}), {data['trials']} trials per search, "
+        f"{data['finalists']} finalists over {data['finalist_rounds']} rounds.\n",
+        *_check_lines(data.get("check")),
+        *(_search_lines(data["searches"]) if data["searches"] else []),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--searches", type=int, default=10)
+    parser.add_argument("--trials", type=int, default=6)
+    parser.add_argument("--model", default="tiny-gpt2")
+    parser.add_argument("--seq-len", type=int, default=256, help="tokens per sample")
+    parser.add_argument("--space", type=Path, default=SPACE)
+    parser.add_argument("--global-batch", type=int, default=8, help="0: free")
+    parser.add_argument("--check-quads", type=int, default=3, help="A B B A quads per change (0: no check)")
+    parser.add_argument("--max-steps", type=int, default=None, help="a shorter window, for smoke runs")
+    args = parser.parse_args()
+    knobs = space_knobs(args.space)
+    global_batch = args.global_batch or None
+    workload = {"model": args.model, "seq_len": args.seq_len}
+    began = time.monotonic()
+    check = None
+    if args.check_quads > 0:
+        check = check_space(args.model, args.space, args.seq_len, global_batch, args.check_quads)
+        for name, row in check["changes"].items():
+            figures = f"median quad {_times(row['median_ratio'])}, best {_times(row['best_over_best'])}"
+            print(f"[check] {name}: {figures} of the defaults'; slower: {row['slower']}", flush=True)
+    searches = []
+    with tempfile.TemporaryDirectory(prefix="bench-aa-") as folder:
+        for seed in range(args.searches):
+            row = one_search(
+                seed,
+                Path(folder),
+                space=str(args.space),
+                trials=args.trials,
+                global_batch_size=global_batch,
+                **workload,
+                **({"max_steps": args.max_steps} if args.max_steps else {}),
+            )
+            searches.append(row)
+            claim = "CLAIMS a speedup" if row["claims_speedup"] else "no claim"
+            print(f"[search {seed}] {row['wall_s']:.0f} s, {claim}: {row['verdict']}", flush=True)
+    from autotune.config import RunConfig
+
+    run = RunConfig()
+    result = {
+        "machine": machine(),
+        "command": "python benchmarks/aa_check.py " + " ".join(sys.argv[1:]),
+        "model": args.model,
+        "seq_len": args.seq_len,
+        "space": os.path.relpath(args.space, HERE.parent),
+        "knobs": knobs,
+        "global_batch": global_batch,
+        "trials": args.trials,
+        "max_steps": args.max_steps,
+        "finalists": run.finalists,
+        "finalist_rounds": run.finalist_rounds,
+        "wall_s": time.monotonic() - began,
+        "check": check,
+        "claims": sum(1 for s in searches if s["claims_speedup"]),
+        "searches": searches,
+    }
+    write_section(result, RESULTS, SECTION, section)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,208 @@
+"""The A/B check: does the speedup a search states hold when a user re-measures it?
+
+    python benchmarks/ab_check.py                      # tiny-gpt2, tiny-llama, tiny-bert: about 25 minutes
+    python benchmarks/ab_check.py --presets tiny-gpt2 --seconds 5 --rounds 1 --trials 3 --max-steps 5  # smoke
+
+For each preset, a search as ``make run`` runs it (the quick space, 8 trials, seed 0, a fresh SQLite
+store in a temporary folder). Then the configuration the answer speaks of and the defaults are
+trained as a user trains them: each in a fresh process with a plain transformers `Trainer`
+(`user_run.py`; the defaults are `TrainingArguments()` with nothing set), for a steady window of
+``--seconds`` after its warm-up, ``--rounds`` rounds in rotated order (A B, B A, ...). The user's
+ratio is the geometric mean of the per-round ratios with its 95% t interval
+(`autotune.measure.stats.paired_speedup`).
+
+Which interval is checked, by what the answer says:
+
+- it hands back a configuration other than the defaults: that choice, and its stated speedup over
+  the baseline (``pick``);
+- it keeps the defaults and names the best measured configuration beside them: that alternative,
+  and its stated speedup over the baseline (``alternative``);
+- it names nothing: the defaults against themselves, stated 1.0x with no interval (``nothing``);
+  the check is then whether the user's interval holds 1.0.
+
+The check passes when the stated interval contains the user's ratio. Writes
+``results/ab_check.json`` and ``sections/ab_check.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from aa_check import finalists_share, jsonable  # noqa: E402
+from fresh_contenders import rates_of, rotated_rounds  # noqa: E402
+from harness import machine, write_section  # noqa: E402
+
+from autotune.measure.stats import Speedup, paired_speedup  # noqa: E402
+from autotune.progress import describe_params  # noqa: E402
+from autotune.records import Answer, Interval, read_study  # noqa: E402
+
+RESULTS = HERE / "results" / "ab_check.json"
+SECTION = HERE / "sections" / "ab_check.md"
+PRESETS = ("tiny-gpt2", "tiny-llama", "tiny-bert")  # the CPU presets; gpt2-124m and llama-1b are for GPUs
+DEFAULTS, AGAIN = "defaults", "defaults again"
+
+
+def contender(answer: Answer) -> tuple[str, dict[str, Any] | None, Interval | None]:
+    """What the user re-measures against the defaults: (basis, knob values or None for the defaults
+    themselves, the stated speedup over the baseline; None: the answer states none)."""
+    choice, alternative = answer.choice, answer.alternative
+    if choice is not None and not choice.is_defaults:
+        return "pick", dict(choice.params), choice.speedup
+    if alternative is not None and alternative.speedup is not None:
+        return "alternative", dict(alternative.params), alternative.speedup
+    return "nothing", None, Interval(1.0)
+
+
+def contains(stated: Interval | None, user: Speedup | None) -> bool | None:
+    """Whether the stated interval holds the user's ratio; a stated figure without an interval: whether
+    the user's interval holds it. None: nothing stated, or the user measured no ratio."""
+    if stated is None or user is None:
+        return None
+    if stated.low is not None and stated.high is not None and stated.rounds > 1:
+        return bool(stated.low <= user.ratio <= stated.high)
+    return bool(user.low <= stated.value <= user.high)
+
+
+def check_preset(model: str, folder: Path, args: argparse.Namespace) -> dict[str, Any]:
+    import autotune
+
+    began = time.monotonic()
+    result = autotune.search(
+        model=model,
+        space=args.space,
+        trials=args.trials,
+        seed=args.seed,
+        storage=f"sqlite:///{folder / f'{model}.db'}",
+        study=f"ab-{model}",
+        **({"max_steps": args.max_steps} if args.max_steps else {}),
+    )
+    search_s = time.monotonic() - began
+    answer = result.answer
+    breakdown = read_study(result.study).time_breakdown or {}
+    basis, params, stated = contender(answer)
+    name = "autotune" if params is not None else AGAIN
+    said = "no stated speedup" if stated is None else stated.describe()
+    print(f"[ab] {model}: {answer.verdict}; re-measuring {basis} ({said})", flush=True)
+    contenders = {name: params or {}, DEFAULTS: {}}
+    timeout_s = 4 * args.seconds + 300  # set-up, warm-up and a loaded machine
+    runs = rotated_rounds(model, contenders, args.rounds, args.seconds, timeout_s)
+    rates = rates_of(runs)
+    user = paired_speedup(rates[name], rates[DEFAULTS])
+    holds = contains(stated, user)
+    shown = "-" if user is None else user.describe()
+    print(f"[ab] {model}: the user's ratio {shown}; the stated interval holds it: {holds}", flush=True)
+    return {
+        "model": model,
+        "rule": answer.rule,
+        "verdict": answer.verdict,
+        "basis": basis,
+        "params": params,
+        "stated": None if stated is None else stated.to_dict(),
+        "user": None if user is None else user.to_dict(),
+        "contains": holds,
+        "runs": {n: [runs[n][r] for r in sorted(runs[n])] for n in runs},
+        "search_s": search_s,
+        "finalists_share": finalists_share(breakdown),
+        "aa": jsonable(getattr(answer, "aa", None)),
+        "medians": {n: statistics.median(r.values()) if r else None for n, r in rates.items()},
+        "answer": answer.to_dict(),
+    }
+
+
+def _ratio(value: float, low: float | None, high: float | None, rounds: int) -> str:
+    if low is None or high is None or rounds < 2:
+        return f"{value:.2f}x"
+    return f"{value:.2f}x ({low:.2f}-{high:.2f}x, {rounds} rounds)"
+
+
+def _medians(medians: dict[str, float | None]) -> str:
+    return ", ".join("-" if m is None else f"{m / 1000:.1f}k" for m in medians.values())
+
+
+def _share(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.0f}%"
+
+
+def _stated(stated: dict[str, Any] | None) -> str:
+    return (
+        "none" if stated is None else _ratio(stated["value"], stated["low"], stated["high"], stated["rounds"])
+    )
+
+
+def section(data: dict[str, Any]) -> str:
+    m = data["machine"]
+    lines = [
+        "## A/B: the stated speedup as a user re-measures it\n",
+        f"`{data['command']}`, {m['date']}, commit {m['commit']}: {m['cpu']}, {m['cores']} threads, native "
+        f"bf16 {m['native_bf16']}, torch {m['torch']}, transformers {m['transformers']}. Per preset a "
+        f"search as `make run` runs it (space `{data['space']}`, {data['trials']} trials, seed "
+        f"{data['seed']}); then what its answer speaks of and `TrainingArguments()` trained in fresh "
+        f"plain-Trainer processes (`benchmarks/user_run.py`), {data['seconds']:g} s of steady window "
+        f"each, {data['rounds']} round(s) in rotated order.\n",
+        "| preset | answer | re-measured | configuration | stated over the baseline | the user's ratio "
+        "| stated interval holds it | user tokens/s (median): it, defaults | search (finalists) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in data["presets"]:
+        stated, user = row["stated"], row["user"]
+        user_text = "-" if user is None else _ratio(user["ratio"], user["low"], user["high"], user["rounds"])
+        holds = {True: "yes", False: "**no**", None: "-"}[row["contains"]]
+        config = "the defaults" if row["params"] is None else f"`{describe_params(row['params'])}`"
+        lines.append(
+            f"| {row['model']} | {row['rule']} | {row['basis']} | {config} | "
+            f"{_stated(stated)} | {user_text} | {holds} | {_medians(row['medians'])} | "
+            f"{row['search_s']:.0f} s ({_share(row['finalists_share'])}) |"
+        )
+    held = sum(1 for row in data["presets"] if row["contains"])
+    lines.append(
+        f"\nThe stated interval holds the user's ratio for {held} of {len(data['presets'])} presets."
+    )
+    lines.extend(f"- {row['model']}: {row['verdict']}" for row in data["presets"])
+    lines.append(
+        "\n*re-measured*: `pick`, the configuration the answer hands back; `alternative`, the best "
+        "measured one named beside the defaults it keeps (its stated speedup over the baseline); "
+        "`nothing`, the defaults against themselves, stated 1.0x without an interval (then the check "
+        "is whether the user's interval holds 1.0).\n"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--presets", nargs="+", default=list(PRESETS))
+    parser.add_argument("--space", default="quick", help="as make run (RUN_ARGS)")
+    parser.add_argument("--trials", type=int, default=8, help="as make run (RUN_ARGS)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=60.0, help="steady window per user run")
+    parser.add_argument("--max-steps", type=int, default=None, help="shorter search windows, for smoke runs")
+    args = parser.parse_args()
+    began = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="bench-ab-") as folder:
+        presets = [check_preset(model, Path(folder), args) for model in args.presets]
+    result = {
+        "machine": machine(),
+        "command": "python benchmarks/ab_check.py " + " ".join(sys.argv[1:]),
+        "space": args.space,
+        "trials": args.trials,
+        "seed": args.seed,
+        "max_steps": args.max_steps,
+        "rounds": args.rounds,
+        "seconds": args.seconds,
+        "wall_s": time.monotonic() - began,
+        "presets": presets,
+    }
+    write_section(result, RESULTS, SECTION, section)
+
+
+if __name__ == "__main__":
+    main()
