@@ -228,7 +228,8 @@ def test_the_baseline_is_remeasured_with_the_finalists(tmp_path: Path) -> None:
     finalists = {f["number"]: f for f in result.study.user_attrs["finalists"]}
     measured = {t.number for t in result.trials if t.state == "COMPLETE" and "duplicate_of" not in t.attrs}
     assert len(measured) == 2
-    assert set(finalists) == {-1, *measured}  # the baseline competes under the same conditions
+    # the baseline competes under the same conditions, measured twice in each round (A/A)
+    assert set(finalists) == {-1, -2, *measured}
     # Every contestant measured in the 2 rounds asked for; up to twice as many for those of an
     # undecided answer (the leader's speedup over the baseline, its lead over the runner-up).
     for finalist in finalists.values():
