@@ -138,7 +138,8 @@ def remeasure_finalists(measure: Measure, plan: Plan, study: optuna.Study, repor
             throughput[number].append(measured["tokens_per_s"])
             peaks[number].append(measured.get("peak_memory_bytes"))
             reporter.on_remeasure(number, round_number, measured["tokens_per_s"], None)
-        out = from_rank_zero(_decided_out(by_round, keeping) if is_rank_zero() else [])
+        decided = _decided_out(by_round, keeping) if is_rank_zero() else []
+        out = from_rank_zero([n for n in decided if n in measured_now])
         if out:
             measured_now = [n for n in measured_now if n not in out]
             why = ", ".join(f"trial {n}" for n in out)
