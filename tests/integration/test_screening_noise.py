@@ -46,7 +46,10 @@ def test_a_machine_slowed_after_the_baseline_screens_out_nothing_close_to_the_be
             space=space,
             trials=2,
             storage=f"sqlite:///{tmp_path / 'drift.db'}",
-            seq_len=32,
+            # A step (about 30 ms) spans several of the throttle's 6 ms periods, so each step is
+            # slowed by about its average, as the probe is; a step as short as one period is
+            # stopped twice or not at all, and its fastest may read twice the probe's slowdown.
+            seq_len=128,
             **{**IN_PROCESS, "measure_baseline": True, "measure": WINDOW},
             callbacks=[load],
             enqueue=[{"optim": "adamw_torch", "attn_implementation": a} for a in ("eager", "sdpa")],
