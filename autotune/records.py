@@ -351,6 +351,11 @@ class Baseline:
         return _read(cls, attrs or {})
 
 
+# The numbers the finalists' rounds give the baseline's two measurements (the A/A pair).
+BASELINE = -1
+BASELINE_AGAIN = -2
+
+
 @dataclass(frozen=True)
 class FinalistRecord:
     """One contestant of the finalists' rounds (number -1: the baseline).

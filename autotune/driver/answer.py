@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 from autotune.measure.stats import MIN_GAIN, Speedup, aa_of, paired_speedup, t95
 from autotune.records import (
     AA,
+    BASELINE,
+    BASELINE_AGAIN,
     BEATS_DEFAULTS,
     DEFAULTS_OVER_CAP,
     KEEP_DEFAULTS,
@@ -54,8 +56,6 @@ if TYPE_CHECKING:
 # A change to the training math costs the user a retune (learning rate, schedule, a loss check):
 # it is handed back only when it measurably gains more than this over keeping the math.
 MATH_GAIN = 0.05
-BASELINE = -1  # the baseline's number among the finalists
-BASELINE_AGAIN = -2  # its second measurement in each round (the A/A pair)
 
 
 def decide(study: StudyRecord, trials: Sequence[TrialRecord], cap_bytes: int | None = None) -> Answer:

@@ -23,6 +23,8 @@ from autotune.plan.resolved import Plan, baseline_values
 from autotune.progress import Reporter, describe_params
 from autotune.records import (
     AA,
+    BASELINE,
+    BASELINE_AGAIN,
     Baseline,
     FinalistRecord,
     TrialRecord,
@@ -59,8 +61,6 @@ def measure_baseline(measure: Measure, plan: Plan, study: optuna.Study, reporter
     reporter.on_note(f"baseline: {measured['tokens_per_s'] / 1000:.1f}k tok/s, peak {peak_mib:.0f} MiB")
 
 
-BASELINE = -1  # the baseline's number among the finalists
-BASELINE_AGAIN = -2  # its second measurement in each round: the A/A pair
 # A round's window before the A/A pair has shown the spread between processes: its 95% half-width.
 FIRST_ROUND_CI = 0.05
 ROUND_CI_CAP = 0.10  # ... and the loosest any round's window takes

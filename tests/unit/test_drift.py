@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -38,7 +40,7 @@ def test_the_slowdown_is_the_probe_ratio_between_one_and_the_cap(
 def test_the_probe_times_its_work_without_touching_the_random_streams() -> None:
     state = torch.random.get_rng_state()
     seconds = drift.probe_s("cpu")
-    assert 0 < seconds < 5.0
+    assert math.isfinite(seconds) and seconds > 0  # a duration, measured: its size is a benchmark's
     assert torch.equal(torch.random.get_rng_state(), state)  # the trial's seeded draws are its own
 
 
