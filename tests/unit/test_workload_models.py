@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, Qwen2Config
+from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from autotune.workloads.user import UserWorkload
 from autotune.workloads.workload import Workload
@@ -186,3 +186,22 @@ def test_a_class_from_outside_transformers_is_built_by_its_own_constructor() -> 
     AutoModelForCausalLM.register(ScaleConfig, ScaleModel, exist_ok=True)
     model = Workload("folder", "causal-lm", ScaleConfig(), 16).build_model({})
     assert type(model) is ScaleModel and torch.equal(model.scale.detach(), torch.full((4,), 3.0))
+
+
+def test_building_a_model_looks_up_its_class_without_listing_every_architecture() -> None:
+    """The truth of transformers' lazy model mapping lists its keys, which imports every model
+    type's config module (most of a fresh worker's set-up): the class is looked up by its config
+    alone."""
+    from autotune.workloads.workload import random_init
+
+    class Lookup(dict):  # type: ignore[type-arg]
+        def __bool__(self) -> bool:
+            raise AssertionError("the whole mapping was listed")
+
+        def __len__(self) -> int:
+            raise AssertionError("the whole mapping was listed")
+
+    config = _tied()
+    auto = type("Auto", (), {"_model_mapping": Lookup({type(config): Qwen2ForCausalLM})})
+    model = random_init(auto, config, {}, {})
+    assert type(model) is Qwen2ForCausalLM
