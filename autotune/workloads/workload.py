@@ -329,7 +329,7 @@ def random_init(
     mapping = getattr(auto, "_model_mapping", None)
     if mapping is None:
         mapping = {}
-    model_class: Any = mapping.get(type(config))
+    model_class: Any = mapping.get(type(config), None)  # noqa: SIM910  (the lazy mapping's get wants it)
     resolved_alike = (
         isinstance(model_class, type)
         and model_class.__module__.startswith("transformers.")  # not a class registered from elsewhere
