@@ -500,17 +500,27 @@ class AA:
     position and order leave in a paired ratio) and a spread (`spread`: how far one pair of
     measurements strays); every paired interval is widened by both (`autotune.measure.stats.paired_speedup`).
 
+    The rounds are also a blocked experiment (every contestant in each round, the round a block):
+    the residuals of all measurements after each contestant's and each round's effect pool the
+    noise of one measurement (`pooled`, with `pooled_df` degrees of freedom) over every contestant,
+    not only over one pair's few rounds (`autotune.measure.stats.instrument`).
+
     Attributes:
         offset: the mean of the per-round log ratios (first measurement over second).
         spread: their standard deviation (0 with one round).
         rounds: the rounds both were measured in.
         largest: the largest per-round |log ratio|.
+        pooled: the pooled standard deviation of one measurement's log score (None: no residual
+            degree of freedom yet).
+        pooled_df: its degrees of freedom.
     """
 
     offset: float
     spread: float
     rounds: int
     largest: float
+    pooled: float | None = None
+    pooled_df: int = 0
 
     @property
     def mean_difference(self) -> float:
@@ -522,19 +532,40 @@ class AA:
         return math.exp(self.largest) - 1
 
     def describe(self) -> str:
-        return (
+        text = (
             f"the same configuration measured twice in a round differed by {100 * self.mean_difference:.1f}% "
             f"on average (at most {100 * self.largest_difference:.1f}% in a round, over {self.rounds} rounds)"
         )
+        if self.pooled is not None:
+            text += (
+                f"; one measurement's noise, pooled over every contestant of the rounds: "
+                f"{100 * (math.exp(self.pooled) - 1):.1f}% ({self.pooled_df} degrees of freedom)"
+            )
+        return text
 
     def to_dict(self) -> dict[str, object]:
-        return {"offset": self.offset, "spread": self.spread, "rounds": self.rounds, "largest": self.largest}
+        return {
+            "offset": self.offset,
+            "spread": self.spread,
+            "rounds": self.rounds,
+            "largest": self.largest,
+            "pooled": self.pooled,
+            "pooled_df": self.pooled_df,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> AA | None:
         if not data:
             return None
-        return cls(float(data["offset"]), float(data["spread"]), int(data["rounds"]), float(data["largest"]))
+        pooled = data.get("pooled")
+        return cls(
+            float(data["offset"]),
+            float(data["spread"]),
+            int(data["rounds"]),
+            float(data["largest"]),
+            float(pooled) if pooled is not None else None,
+            int(data.get("pooled_df") or 0),
+        )
 
 
 @dataclass(frozen=True)

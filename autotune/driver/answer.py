@@ -26,11 +26,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from autotune.measure.stats import MIN_GAIN, Speedup, aa_of, paired_speedup, t95
+from autotune.measure.stats import MIN_GAIN, Speedup, instrument, paired_speedup, t95
 from autotune.records import (
     AA,
     BASELINE,
-    BASELINE_AGAIN,
     BEATS_DEFAULTS,
     DEFAULTS_OVER_CAP,
     KEEP_DEFAULTS,
@@ -306,11 +305,9 @@ def _interval(speedup: Speedup | None) -> Interval | None:
 
 
 def _aa(finalists: dict[int, FinalistRecord]) -> AA | None:
-    """The baseline measured against itself in the finalists' rounds (None: not twice in a round)."""
-    first, second = finalists.get(BASELINE), finalists.get(BASELINE_AGAIN)
-    if first is None or second is None:
-        return None
-    return aa_of(first.scores_by_round(), second.scores_by_round())
+    """The baseline measured against itself in the finalists' rounds, and the noise of one
+    measurement pooled over every contestant (None: the baseline not twice in a round)."""
+    return instrument({number: f.scores_by_round() for number, f in finalists.items()})
 
 
 def finalists_time(breakdown: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -18,7 +18,7 @@ import optuna
 
 from autotune.config import MeasureSettings
 from autotune.measure.ranks import distributed, from_rank_zero, is_rank_zero
-from autotune.measure.stats import MIN_GAIN, aa_of, paired_speedup, rank_finalists, verdict
+from autotune.measure.stats import MIN_GAIN, instrument, paired_speedup, rank_finalists, verdict
 from autotune.plan.resolved import Plan, baseline_values
 from autotune.progress import Reporter, describe_params
 from autotune.records import (
@@ -191,8 +191,9 @@ def _name(number: int) -> str:
 
 
 def _aa(by_round: dict[int, dict[int, float]]) -> AA | None:
-    """The A/A figure of the rounds so far: the baseline against its second measurement."""
-    return aa_of(by_round.get(BASELINE, {}), by_round.get(BASELINE_AGAIN, {}))
+    """The instrument's figure of the rounds so far: the baseline against its second measurement,
+    and the noise of one measurement pooled over every contestant (`instrument`)."""
+    return instrument(by_round)
 
 
 def _decided_out(by_round: dict[int, dict[int, float]], keeping: set[int]) -> list[int]:

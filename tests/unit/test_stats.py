@@ -234,3 +234,108 @@ def test_could_decide_projects_the_interval_to_more_rounds() -> None:
     assert not speedup.could_decide(3, 1.0)  # no rounds left
     one_round = paired_speedup({0: 120.0}, {0: 100.0})
     assert one_round is not None and not one_round.could_decide(6, 1.0)  # no spread known yet
+
+
+# --- the noise of one measurement, pooled over the rounds' contestants -----------------------------
+
+
+def _lstsq_residual_sd(by_round: dict[int, dict[int, float]]) -> tuple[float, int]:
+    """The additive model (contestant + round) fitted by a least-squares solver: what
+    `pooled_noise` must agree with, balanced or not."""
+    import numpy as np
+
+    cells = [(n, r, math.log(v)) for n, rounds in by_round.items() for r, v in rounds.items()]
+    numbers = sorted({c[0] for c in cells})
+    rounds = sorted({c[1] for c in cells})
+    design = np.zeros((len(cells), len(numbers) + len(rounds)))
+    for row, (n, r, _) in enumerate(cells):
+        design[row, numbers.index(n)] = 1
+        design[row, len(numbers) + rounds.index(r)] = 1
+    y = np.array([c[2] for c in cells])
+    fit, *_ = np.linalg.lstsq(design, y, rcond=None)
+    df = len(cells) - len(numbers) - len(rounds) + 1
+    return math.sqrt(float(((y - design @ fit) ** 2).sum()) / df), df
+
+
+def test_pooled_noise_is_the_residual_of_contestant_and_round_effects() -> None:
+    from autotune.measure.stats import pooled_noise
+
+    # each round's whole machine speed differs (drift), contestants differ, and a little noise
+    drift = {1: 1.0, 2: 0.7, 3: 1.3}
+    level = {0: 120.0, 1: 100.0, 2: 90.0, -1: 100.0, -2: 100.0}
+    wobble = [0.02, -0.03, 0.01, 0.04, -0.02, 0.0, -0.01, 0.03, -0.04, 0.02, 0.01, -0.02, 0.03, 0.0, -0.01]
+    it = iter(wobble)
+    by_round = {n: {r: v * d * math.exp(next(it)) for r, d in drift.items()} for n, v in level.items()}
+    pooled = pooled_noise(by_round)
+    assert pooled is not None
+    sd, df = pooled
+    assert df == 15 - 5 - 3 + 1 == 8  # against 2 for one pair's three rounds
+    assert (sd, df) == pytest.approx(_lstsq_residual_sd(by_round))
+    assert sd < 0.04  # the drift of 30% between rounds is the rounds' effect, not noise
+    # without noise, nothing is left over however large the drift
+    exact = {n: {r: v * d for r, d in drift.items()} for n, v in level.items()}
+    assert pooled_noise(exact) == pytest.approx((0.0, 8), abs=1e-9)
+
+
+def test_pooled_noise_fits_rounds_that_do_not_hold_every_contestant() -> None:
+    from autotune.measure.stats import pooled_noise
+
+    # trial 2 left after two rounds; an extra fourth round raced only trial 0 and the baseline
+    by_round = {
+        0: {1: 130.0, 2: 118.0, 3: 125.0, 4: 121.0},
+        2: {1: 80.0, 2: 84.0},
+        -1: {1: 100.0, 2: 97.0, 3: 103.0, 4: 99.0},
+        -2: {1: 104.0, 2: 95.0, 3: 100.0, 4: 98.0},
+    }
+    pooled = pooled_noise(by_round)
+    assert pooled is not None
+    assert pooled == pytest.approx(_lstsq_residual_sd(by_round))
+    # nothing to pool yet (one round), or contestants never measured in a common round
+    assert pooled_noise({0: {1: 100.0}, -1: {1: 90.0}}) is None
+    assert pooled_noise({0: {1: 100.0, 2: 90.0}, 1: {1: 80.0, 2: 81.0}, 5: {3: 7.0, 4: 8.0}}) is None
+    assert pooled_noise({}) is None
+
+
+def test_a_pooled_noise_decides_with_its_degrees_of_freedom_and_keeps_the_floors() -> None:
+    from autotune.records import AA
+
+    # a steady 15% speedup over three rounds, whose own pair spread is 0.03 in logs
+    logs = [0.17, 0.14, 0.11]
+    trial = {r: 100 * math.exp(x) for r, x in enumerate(logs)}
+    base = dict.fromkeys(range(3), 100.0)
+    own = paired_speedup(trial, base, AA(0.0, 0.03, 3, 0.03))
+    assert own is not None and own.df == 2
+    pooled = paired_speedup(trial, base, AA(0.0, 0.03, 3, 0.03, pooled=0.02, pooled_df=10))
+    assert pooled is not None and pooled.df == 10
+    mean = math.log(pooled.ratio)
+    # the pair's spread (0.03) is above sqrt(2) x 0.02: it stays; the quantile is 10 df's
+    assert math.log(pooled.high) - mean == pytest.approx(t95(10) * 0.03 / math.sqrt(3))
+    assert math.log(own.high) - mean == pytest.approx(t95(2) * 0.03 / math.sqrt(3))
+    # a pooled noise above the pair's and the A/A's is the spread; the A/A offset is still added
+    wide = paired_speedup(trial, base, AA(0.01, 0.03, 3, 0.03, pooled=0.05, pooled_df=10))
+    assert wide is not None
+    assert math.log(wide.high) - mean == pytest.approx(t95(10) * math.sqrt(2) * 0.05 / math.sqrt(3) + 0.01)
+    # the A/A pair's own spread stays a floor too
+    aa_wide = paired_speedup(trial, base, AA(0.0, 0.2, 3, 0.2, pooled=0.01, pooled_df=10))
+    assert aa_wide is not None
+    assert math.log(aa_wide.high) - mean == pytest.approx(t95(10) * 0.2 / math.sqrt(3))
+    assert pooled.to_dict()["df"] == 10
+
+
+def test_the_instrument_carries_its_pooled_noise_through_the_store_and_says_it() -> None:
+    from autotune.measure.stats import instrument
+    from autotune.records import AA, BASELINE, BASELINE_AGAIN
+
+    by_round = {
+        0: {1: 130.0, 2: 118.0, 3: 125.0},
+        BASELINE: {1: 100.0, 2: 97.0, 3: 103.0},
+        BASELINE_AGAIN: {1: 104.0, 2: 95.0, 3: 100.0},
+    }
+    aa = instrument(by_round)
+    assert aa is not None and aa.rounds == 3 and aa.pooled_df == 4 and aa.pooled is not None
+    assert AA.from_dict(aa.to_dict()) == aa
+    assert "pooled over every contestant" in aa.describe() and "(4 degrees of freedom)" in aa.describe()
+    # an answer stored before the pooled noise existed reads as the A/A pair alone
+    old = {"offset": aa.offset, "spread": aa.spread, "rounds": 3, "largest": aa.largest}
+    assert AA.from_dict(old) == AA(aa.offset, aa.spread, 3, aa.largest)
+    assert instrument({0: {1: 1.0}, BASELINE: {1: 2.0}}) is None  # no A/A pair: no instrument
