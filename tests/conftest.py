@@ -9,6 +9,7 @@ the server URL without a database), one per test session, dropped afterwards.
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from collections.abc import Iterator
 
@@ -16,10 +17,47 @@ import pytest
 import sqlalchemy
 import torch
 
+from autotune.executors.processes import descendants
+from autotune.scratch import PREFIX, owner_of, sweep
+from autotune.study.owner import is_alive, is_local
 from autotune.urls import display_url, engine_url
 
 POSTGRES_SERVER = os.environ.get("AUTOTUNE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
 MYSQL_SERVER = os.environ.get("AUTOTUNE_TEST_MYSQL", "mysql://root@127.0.0.1:3306")
+
+
+def _autotune_folders() -> set[str]:
+    folder = tempfile.gettempdir()
+    return {
+        os.path.join(folder, name)
+        for name in os.listdir(folder)
+        if name.startswith(PREFIX) and os.path.isdir(os.path.join(folder, name))
+    }
+
+
+def _another_runs(folder: str) -> bool:
+    """Whether `folder` belongs to a live process outside this test run (another search or test
+    run on this machine): not this run's to judge."""
+    owner = owner_of(folder)
+    if owner is None or not is_local(owner) or not is_alive(owner):
+        return False
+    ours = {os.getpid(), *(pid for pid, _ in descendants(os.getpid()))}
+    return owner.pid not in ours
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_stray_folders() -> Iterator[None]:
+    """A run of the tests leaves no ``autotune-*`` folder in the temporary folder. Tests kill
+    searches on purpose (SIGKILL leaves a search no chance to clean up): their folders are
+    removed as the next search on this machine would (`autotune.scratch.sweep`: the owner is
+    dead); what is left after that is a folder of a process still running (a leaked worker or Ray
+    instance) or one made without an owner's stamp, and fails the run."""
+    before = _autotune_folders()
+    yield
+    sweep()
+    left = sorted(f for f in _autotune_folders() - before if not _another_runs(f))
+    if left:
+        pytest.fail(f"the tests left {len(left)} autotune folder(s): {', '.join(left)}")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

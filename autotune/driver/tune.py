@@ -24,7 +24,6 @@ import functools
 import inspect
 import os
 import sys
-import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -45,6 +44,7 @@ from autotune.options import KEYWORDS, run_config, with_option_keywords
 from autotune.plan.build import plan_for
 from autotune.progress import Reporter
 from autotune.records import Answer, read_study
+from autotune.scratch import temporary_folder
 from autotune.space.defaults import training_arguments
 from autotune.study.semantics import SemanticChange, study_changes
 from autotune.workloads.tasks import Task
@@ -174,7 +174,7 @@ def tune(
     reporter = reporter or Reporter()
     with (
         _off_the_device(trainer.model),
-        tempfile.TemporaryDirectory(prefix="autotune-tune-", dir=config.output_dir) as folder,
+        temporary_folder("autotune-tune-", config.output_dir) as folder,
     ):
         workload_file: str | None = None
         if config.isolation == "process":

@@ -6,7 +6,6 @@ No isolation: memory figures include what earlier trials left behind, and an err
 from __future__ import annotations
 
 import contextlib
-import tempfile
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,6 +15,7 @@ from autotune.executors.base import Ended, Executor
 from autotune.measure.memory import frozen_heap
 from autotune.plan.resolved import Plan
 from autotune.progress import Reporter
+from autotune.scratch import temporary_folder
 from autotune.trial.compile_cache import shared_compile_cache, study_compile_cache
 from autotune.trial.compose import build_trainer
 from autotune.trial.entry import run_on
@@ -53,9 +53,7 @@ class InProcessExecutor(Executor):
         # The search's own process compiles into the study's cache too (restored on close).
         self._stack.enter_context(shared_compile_cache(study_compile_cache(plan)))
         if trainer is None:
-            scratch = self._stack.enter_context(
-                tempfile.TemporaryDirectory(prefix="autotune-", dir=plan.config.output_dir)
-            )
+            scratch = self._stack.enter_context(temporary_folder("autotune-", plan.config.output_dir))
             trainer = build_trainer(plan, scratch, reporter, callbacks, debug)
         self.trainer = trainer
         self._stack.enter_context(frozen_heap())

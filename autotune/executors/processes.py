@@ -11,7 +11,6 @@ import multiprocessing.connection
 import os
 import shutil
 import signal
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from autotune.errors import UsageError
 from autotune.executors.base import Ended, Executor, watchdog_seconds
 from autotune.plan.resolved import Plan
 from autotune.progress import Reporter
+from autotune.scratch import make_folder
 from autotune.study.outcomes import CRASHED, HUNG, KILLED
 from autotune.study.owner import stat_fields
 from autotune.study.retry import store_unreachable_s
@@ -252,7 +252,7 @@ class ProcessExecutor(Executor):
         slot = self.slots[index]
         self.started += 1
         if self.logs is None:
-            self.logs = tempfile.mkdtemp(prefix="autotune-logs-", dir=self.plan.config.output_dir)
+            self.logs = make_folder("autotune-logs-", self.plan.config.output_dir)
         job = dataclasses.replace(
             job,
             cpu_cores=slot.cpu_cores,

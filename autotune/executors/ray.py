@@ -26,7 +26,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -46,6 +45,7 @@ from autotune.executors.processes import descendants
 from autotune.executors.ray_actor import JOB_KEY, RayLaunchTrainer
 from autotune.plan.resolved import Plan
 from autotune.progress import Reporter
+from autotune.scratch import make_folder
 from autotune.study.outcomes import CRASHED, KILLED, OOM
 from autotune.study.store import FINISHED, summarize_trial
 from autotune.trial.job import Job, JobFailed, JobResult, TrialDone
@@ -125,9 +125,7 @@ class RayExecutor(Executor):
 
     def _round(self, jobs: list[Job]) -> list[Ended]:
         events = _TrialEvents(self.study, self.reporter)
-        results = tempfile.mkdtemp(
-            prefix="autotune-ray-results-", dir=self.plan.config.output_dir or self._local_folder
-        )
+        results = make_folder("autotune-ray-results-", self.plan.config.output_dir or self._local_folder)
         trainer = RayLaunchTrainer({job.job_id or "": job for job in jobs}, results)
         # A backstop for the whole round: each trial is bounded by its own watchdog already.
         bound_s = len(jobs) * (watchdog_seconds(self.plan.config.measure.trial_timeout_s) + 60)
@@ -274,7 +272,7 @@ def ray_instance(address: str | None) -> Iterator[str | None]:
         return
     if address:
         probe_address(address)
-    temp_dir = None if address else tempfile.mkdtemp(prefix="autotune-ray-")
+    temp_dir = None if address else make_folder("autotune-ray-")
     before = {pid for pid, _ in descendants(os.getpid())}
     reaper: subprocess.Popen[bytes] | None = None
     try:

@@ -32,6 +32,7 @@ from autotune.executors.processes import (
     wait_gone,
 )
 from autotune.executors.torchrun_rank import describe_failure
+from autotune.scratch import make_folder
 from autotune.study.outcomes import CRASHED, KILLED
 from autotune.trial.job import Job, JobFailed
 from autotune.trial.process import kill_me_with_my_parent
@@ -51,7 +52,7 @@ def events_socket(folder: str, name: str) -> tuple[str, str | None]:
     for parent in (tempfile.gettempdir(), "/tmp"):
         # mkdtemp adds 8 characters after the prefix.
         if len(os.fsencode(os.path.join(parent, "autotune-sock-12345678", name))) <= MAX_SOCKET_PATH:
-            private = tempfile.mkdtemp(prefix="autotune-sock-", dir=parent)
+            private = make_folder("autotune-sock-", parent)
             return os.path.join(private, name), private
     raise OSError(f"no folder short enough for a Unix socket named {name!r}")
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from autotune.plan.build import plan_from_study
 from autotune.plan.resolved import Plan
 from autotune.progress import Reporter
 from autotune.records import read_trial, trial_facts
+from autotune.scratch import temporary_folder
 from autotune.study.outcomes import DUPLICATE_RUNNING
 from autotune.study.retry import RetryingRDBStorage
 from autotune.study.sampler import search_sampler
@@ -128,7 +128,7 @@ def run_job(job: Job, reporter: Reporter, scratch_in: str | None = None) -> JobR
             folder = os.path.dirname(job.log_path)
         with (
             shared_compile_cache(study_compile_cache(plan)),  # before anything compiles here
-            tempfile.TemporaryDirectory(prefix="autotune-worker-", dir=folder) as scratch,
+            temporary_folder("autotune-worker-", folder) as scratch,
         ):
             trainer = build_trainer(plan, scratch, reporter, job.callbacks, job.debug)
             with frozen_heap():
