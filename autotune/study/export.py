@@ -457,6 +457,11 @@ def notes(config: dict[str, Any], fmt: str) -> list[str]:
     collator = collator_line(config)
     if collator:
         lines.append(collator)
+    if config.get("peft"):
+        lines.append(
+            "peft adapter, not a TrainingArguments flag: model = get_peft_model(model, "
+            f"PeftConfig.from_peft_type(**{json.dumps(config['peft'], separators=(',', ':'))}))"
+        )
     return lines
 
 

@@ -23,8 +23,9 @@ LORA = "lora"
 # peft's task type for each of autotune's tasks: it picks the PeftModel class (causal LM, sequence
 # classification: the head is then trained too). Masked LM has none: a plain PeftModel.
 PEFT_TASK_TYPE = {"causal-lm": "CAUSAL_LM", "sequence-classification": "SEQ_CLS"}
+# The option's name stands alone where it means the option: the command line spells it as its flag.
 _HINT = (
-    "give --peft lora, or a JSON/YAML file of a peft config (LoraConfig's fields; peft_type picks another)"
+    "give peft='lora', or a JSON/YAML file of a PEFT config's fields (LoraConfig's; peft_type picks another)"
 )
 
 
@@ -63,7 +64,7 @@ def _read_mapping(path: str) -> dict[str, Any]:
             f"peft {path} is not valid JSON/YAML", "fix the file's syntax", field="peft"
         ) from None
     if not isinstance(data, dict):
-        raise UsageError(f"peft {path} must hold a mapping of a peft config's fields", _HINT, field="peft")
+        raise UsageError(f"peft {path} must hold a mapping of a PEFT config's fields", _HINT, field="peft")
     return dict(data)
 
 
@@ -76,7 +77,7 @@ def peft_config(kwargs: Mapping[str, Any]) -> Any:
     try:
         from peft.mapping import PEFT_TYPE_TO_CONFIG_MAPPING
     except ImportError:
-        raise UsageError("peft needs the peft package", "pip install 'peft>=0.13'", field="peft") from None
+        raise UsageError("PEFT adapters need the PEFT library", "pip install 'peft>=0.13'") from None
     peft_type = str(kwargs.get("peft_type") or "LORA").upper()
     config_class = PEFT_TYPE_TO_CONFIG_MAPPING.get(peft_type)
     if config_class is None:
@@ -103,7 +104,13 @@ def exported_config(config: Any) -> dict[str, Any]:
     """A peft config as the keyword arguments that build it again (``LoraConfig(**exported)``):
     its ``to_dict()`` less what its class does not take, as JSON values (sets as sorted lists,
     enums as their values)."""
-    init = {f.name for f in dataclasses.fields(config) if f.init}
+    # Not a nested config object either (a runtime config, which peft does not save): rebuilt from
+    # its dict, it would be a dict where peft reads attributes.
+    init = {
+        f.name
+        for f in dataclasses.fields(config)
+        if f.init and not dataclasses.is_dataclass(getattr(config, f.name, None))
+    }
     return {key: _plain(value) for key, value in config.to_dict().items() if key in init}
 
 
@@ -144,8 +151,8 @@ def resolve_peft(placeholder: Any, kwargs: Mapping[str, Any]) -> dict[str, Any]:
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UsageError(
-            f"peft cannot apply its config to {type(placeholder).__name__}: {first}",
-            "name the model's modules in target_modules of a --peft file",
+            f"PEFT cannot apply the adapter to {type(placeholder).__name__}: {first}",
+            "name the model's modules in target_modules of a peft file",
             field="peft",
         ) from None
     resolved = adapter_of(adapted)
