@@ -79,9 +79,10 @@ def peft_config(kwargs: Mapping[str, Any]) -> Any:
     except ImportError:
         raise UsageError("PEFT adapters need the PEFT library", "pip install 'peft>=0.13'") from None
     peft_type = str(kwargs.get("peft_type") or "LORA").upper()
-    config_class = PEFT_TYPE_TO_CONFIG_MAPPING.get(peft_type)
+    by_name: dict[str, Any] = {str(getattr(k, "value", k)): v for k, v in PEFT_TYPE_TO_CONFIG_MAPPING.items()}
+    config_class = by_name.get(peft_type)
     if config_class is None:
-        known = ", ".join(sorted(str(getattr(k, "value", k)) for k in PEFT_TYPE_TO_CONFIG_MAPPING))
+        known = ", ".join(sorted(by_name))
         raise UsageError(f"unknown peft_type {peft_type!r}", f"use one of {known}", field="peft")
     try:
         return config_class(**{**kwargs, "peft_type": peft_type})
