@@ -60,6 +60,8 @@ def trial_rows(storage: str) -> list[dict[str, Any]]:
                 "trainable_params": record.trainable_params,
                 "total_params": record.total_params,
                 "mfu_flops_per_token": record.measurement.model_flops_per_token,
+                "reason": record.reason,
+                "message": record.message,
             }
         )
     return rows
@@ -95,6 +97,9 @@ def render(data: dict[str, Any]) -> str:
     ]
     for run in data["runs"]:
         for row in run["trials"]:
+            if not row["tokens_per_s"]:
+                lines.append(f"| {run['arm']} | {row['batch']} | {row['reason']}: {row['message']} | | | | |")
+                continue
             error = row["estimate_error"]
             lines.append(
                 f"| {run['arm']} | {row['batch']} | {row['tokens_per_s']:,.0f} | "
@@ -112,7 +117,7 @@ def _mib(value: Any) -> str:
 
 def notes(runs: list[dict[str, Any]]) -> list[str]:
     """The arms' throughput ratio at each batch, in words."""
-    by_arm = {run["arm"]: {row["batch"]: row for row in run["trials"]} for run in runs}
+    by_arm = {run["arm"]: {row["batch"]: row for row in run["trials"] if row["tokens_per_s"]} for run in runs}
     full, lora = by_arm.get("full fine-tune", {}), by_arm.get("LoRA (--peft lora)", {})
     out = []
     for batch in sorted(set(full) & set(lora)):
@@ -120,7 +125,7 @@ def notes(runs: list[dict[str, Any]]) -> list[str]:
         saved = (full[batch]["peak_bytes"] - lora[batch]["peak_bytes"]) / 2**20
         out.append(
             f"- batch {batch}: LoRA runs at {ratio:.2f}x the full fine-tune's tokens/s, "
-            f"its peak {saved:+,.0f} MiB lower."
+            f"its peak {saved:,.0f} MiB lower."
         )
     errors = [
         abs(r["estimate_error"]) for run in runs for r in run["trials"] if r["estimate_error"] is not None
