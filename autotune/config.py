@@ -418,6 +418,15 @@ class RunConfig:
         "group_by_length knobs apply.",
         group="workload",
     )
+    peft: str | None = option(
+        help="Train a PEFT adapter instead of every weight: lora (peft's LoraConfig with its defaults "
+        "for the architecture, target modules inferred) or a JSON/YAML file of a peft config's "
+        "fields (peft_type picks the class, LORA by default). Each trial applies it to the model as "
+        "built; the memory estimate counts gradients and optimizer states for the adapter's "
+        "parameters only.",
+        group="workload",
+        default_text="none (every weight trained)",
+    )
     compile_cache: str | None = option(
         help="The folder every trial process of the study compiles into (inductor's and Triton's "
         "caches): a configuration compiles cold once for all workers, the finalists and a resume; "
@@ -656,8 +665,8 @@ class RunConfig:
 
 
 # The run configuration's schema: raised whenever a key is added or a value changes meaning, so that
-# an older worker refuses a study it would misread. 1: before versions were recorded.
-RUN_CONFIG_SCHEMA = 2
+# an older worker refuses a study it would misread. 1: before versions were recorded. 3: ``peft``.
+RUN_CONFIG_SCHEMA = 3
 SCHEMA_KEY = "schema"
 VERSION_KEY = "autotune_version"
 
@@ -707,6 +716,10 @@ def stored_paths(config: RunConfig) -> dict[str, str | None]:
         "dataset": _absolute(config.dataset),
         "tokenizer": _absolute(config.tokenizer),
         "base_args": _absolute(config.base_args),
+        # ``lora`` is a name, not a file (even where a file of that name lies in this folder)
+        "peft": config.peft
+        if config.peft is None or config.peft.strip().lower() == "lora"
+        else _absolute(config.peft),
         # A folder that may not exist yet: absolute all the same (a pool member's is the same one).
         "compile_cache": _absolute_folder(config.compile_cache),
         "model": config.model,

@@ -18,6 +18,7 @@ _SHORT = {
     "torch_compile": "compile",
     "attn_implementation": "attn",
     "activation_checkpointing": "ckpt",
+    "gradient_checkpointing_reentrant": "reentrant",
     "torch_compile_mode": "mode",
     "dataloader_num_workers": "workers",
     "dataloader_pin_memory": "pin",

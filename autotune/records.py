@@ -180,6 +180,8 @@ class TrialRecord:
         duplicate_of: the trial whose measurement it reused.
         measurement, memory, compile, screening, failure: its facts, grouped.
         owner: the process that ran it (`autotune.study.owner.Owner`'s dict).
+        trainable_params, total_params: the parameters the trial trained (an adapter's, under
+            peft) and all of its model's.
         dominated_by, ddp, data_parallel_applied, padding_compared, padding_note: what a
             pre-check or a strategy recorded (the trial that made it pointless; the DDP settings
             and strategy it ran; a padding-free trial against its padded twin, and why it was no
@@ -194,6 +196,8 @@ class TrialRecord:
     training_args: dict[str, Any] | None = _key("training_args")
     model_kwargs: dict[str, Any] | None = _key("model_kwargs")
     duplicate_of: int | None = _key("duplicate_of")
+    trainable_params: int | None = _key("trainable_params")
+    total_params: int | None = _key("total_params")
     dominated_by: int | None = _key("dominated_by")
     ddp: dict[str, Any] | None = _key("ddp")
     data_parallel_applied: Any = _key("data_parallel_applied")
@@ -676,6 +680,8 @@ class StudyRecord:
         fingerprint: what a resume checks (`autotune.study.fingerprint`).
         memory_cap: the cap as the user wrote it.
         base_args, base_model_kwargs: the base config every trial started from.
+        peft: the peft adapter every trial trained (its config's kwargs, as peft loads them:
+            ``LoraConfig(**peft)``); None: every weight trained.
         not_searched: knobs that could not run here.
         baseline: the defaults, measured.
         finalists: the finalists' rounds (the baseline's number is -1).
@@ -695,6 +701,7 @@ class StudyRecord:
     memory_cap: str | None = _key("memory_cap")
     base_args: dict[str, Any] = _keyed("base_args", dict)
     base_model_kwargs: dict[str, Any] = _keyed("base_model_kwargs", dict)
+    peft: dict[str, Any] | None = _key("peft")
     not_searched: list[Any] = _keyed("not_searched", list)
     baseline: Baseline = field(default_factory=Baseline)
     finalists: tuple[FinalistRecord, ...] = ()

@@ -96,6 +96,7 @@ def describe_study(study: optuna.Study, plan: Plan, fingerprint: dict[str, Any])
         space=plan.space.describe(),
         memory_cap=plan.config.memory_cap,
         base_args=plan.base_args,
+        peft=plan.workload.adapter_config(),
         device=plan.hardware.to_dict(),
         not_searched=plan.not_searched,
     )

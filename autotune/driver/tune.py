@@ -47,6 +47,7 @@ from autotune.records import Answer, read_study
 from autotune.scratch import temporary_folder
 from autotune.space.defaults import training_arguments
 from autotune.study.semantics import SemanticChange, study_changes
+from autotune.workloads.adapters import adapter_of
 from autotune.workloads.tasks import Task
 from autotune.workloads.user import UserWorkload, dump
 
@@ -74,6 +75,7 @@ _NOT_OPTIONS = {
     "backend",
     "ray_address",
     "nproc_per_node",
+    "peft",  # the Trainer's model is a PeftModel already, or is not
 }
 OPTIONS = tuple(name for name in KEYWORDS if name not in _NOT_OPTIONS)
 """The run options `tune` takes as keywords (docs/reference/options.md), by their field names."""
@@ -251,7 +253,9 @@ def user_workload(trainer: Trainer, callbacks: Sequence[TrainerCallback] = ()) -
     # The longest of the first samples: the sequence length memory and FLOPs are estimated for.
     seen = [dataset[i] for i in range(min(len(dataset), 256))]
     seq_len = max((len(s["input_ids"]) for s in seen if "input_ids" in s), default=128)
-    built = type(model)
+    # A PeftModel: its base model's class says what runs (attention kernels, checkpointing).
+    get_base_model = getattr(model, "get_base_model", None)
+    built = type(get_base_model() if callable(get_base_model) else model)
     task: Task = "causal-lm"
     if "SequenceClassification" in built.__name__:
         task = "sequence-classification"
@@ -267,6 +271,8 @@ def user_workload(trainer: Trainer, callbacks: Sequence[TrainerCallback] = ()) -
         train_dataset=dataset,
         data_collator=trainer.data_collator,
         built_class=built,
+        # the adapter of a PeftModel: its memory probe and export; each trial copies the model whole
+        peft=adapter_of(model),
         trainer_class=type(trainer),
         trainer_attrs=trainer_attrs(trainer),
         callbacks=(

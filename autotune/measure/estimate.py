@@ -7,7 +7,9 @@ AdamW, 4 for one-state optimizers (SGD with momentum, Adagrad, RMSprop). Transfo
 has no momentum (no state) and Adafactor's factored moments are negligible per parameter. A model
 whose weights are stored in half precision (a config saved with ``torch_dtype: bfloat16``, which
 `from_config` and `from_pretrained` both keep) holds 2 bytes per weight, gradient and moment, and
-autocast to its own dtype copies nothing. Activations scale with the per-device batch, from a
+autocast to its own dtype copies nothing. Under a peft adapter (LoRA) the base weights are frozen:
+they are stored (and copied by autocast) but get no gradients and no optimizer states, which only
+the adapter's trainable parameters have. Activations scale with the per-device batch, from a
 one-off measurement at a small batch (`autotune.measure.estimator`); the process's baseline
 (libraries, CUDA context) comes on top.
 """
@@ -55,9 +57,12 @@ def static_bytes(
     world_size: int = 1,
     strategy: str = "ddp",
     weights_dtype: str = "fp32",
+    trainable_params: int | None = None,
 ) -> int:
     """Weights, gradients and optimizer states of `n_params` parameters stored as `weights_dtype`
-    (``fp32``, ``bf16`` or ``fp16``) on one device. With DDP (`world_size` > 1) also its gradient
+    (``fp32``, ``bf16`` or ``fp16``) on one device. Gradients and optimizer states exist for the
+    `trainable_params` alone (a peft adapter's; None: every parameter trains); every weight, frozen
+    or not, is stored and copied by autocast. With DDP (`world_size` > 1) also its gradient
     buckets, a second copy of the gradients for all-reduce. A sharding `strategy` splits what it
     shards over the ranks: FSDP's full shard and ZeRO-3 all three, FSDP's shard-grad-op and ZeRO-2
     gradients and optimizer states (the weights are whole between the forward and the backward),
@@ -65,8 +70,9 @@ def static_bytes(
     family = optimizer_family(optim)
     # Optimizer states (given for fp32 weights) follow the weights' dtype, 8-bit ones excepted.
     scale = 1.0 if family == "adamw_8bit" else DTYPE_BYTES[weights_dtype] / DTYPE_BYTES["fp32"]
-    state = int(n_params * OPTIMIZER_STATE_BYTES.get(family, 8) * scale)
-    grads = n_params * DTYPE_BYTES[weights_dtype]
+    trained = n_params if trainable_params is None else trainable_params
+    state = int(trained * OPTIMIZER_STATE_BYTES.get(family, 8) * scale)
+    grads = trained * DTYPE_BYTES[weights_dtype]
     autocast = AUTOCAST_DTYPE.get(precision)
     copy = DTYPE_BYTES[autocast] if autocast is not None and autocast != weights_dtype else 0
     weights = n_params * (DTYPE_BYTES[weights_dtype] + copy)
@@ -168,12 +174,16 @@ def estimate_memory(
     world_size: int = 1,
     strategy: str = "ddp",
     weights_dtype: str = "fp32",
+    trainable_params: int | None = None,
 ) -> MemoryEstimate:
     """The estimated peak of one configuration on one device (of `world_size` processes sharing
-    the model by `strategy`, its weights stored as `weights_dtype`)."""
+    the model by `strategy`, its weights stored as `weights_dtype`; gradients and optimizer states
+    for `trainable_params` of them, None: all)."""
     return MemoryEstimate(
         baseline_bytes=baseline_bytes,
-        static_bytes=static_bytes(n_params, precision, optim, world_size, strategy, weights_dtype),
+        static_bytes=static_bytes(
+            n_params, precision, optim, world_size, strategy, weights_dtype, trainable_params
+        ),
         activation_bytes=int(activation_bytes_per_sample * batch_size),
     )
 

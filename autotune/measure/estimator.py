@@ -81,16 +81,24 @@ class MemoryEstimator:
         return {**base_knobs(self.base_args), "attn_implementation": attention}
 
     @functools.cached_property
-    def _parameters(self) -> tuple[int, str]:
+    def _parameters(self) -> tuple[int, str, int]:
         model = self.workload.build_placeholder({})  # no storage, nothing read from disk
         if model is None:  # a user's own model
             with torch.device("meta"):
                 model = self.workload.build_model({})
-        return parameter_count(model)
+        count, dtype = parameter_count(model)
+        return count, dtype, trainable_count(model)
 
     @property
     def n_params(self) -> int:
+        """Every parameter of the model a trial trains, frozen ones included."""
         return self._parameters[0]
+
+    @property
+    def trainable_params(self) -> int:
+        """The parameters that get gradients and optimizer states: all of them in a full
+        fine-tune, the adapter's under peft (its base weights frozen)."""
+        return self._parameters[2]
 
     @property
     def weights_dtype(self) -> str:
@@ -207,7 +215,14 @@ class MemoryEstimator:
             self.world_size,
             str(chosen.get("data_parallel") or "ddp"),
             weights_dtype=self.weights_dtype,
+            trainable_params=self._trainable_or_all(),
         )
+
+    def _trainable_or_all(self) -> int | None:
+        """The trainable parameters where some are frozen; None (all of them) in a full fine-tune,
+        whose arithmetic is then exactly what it was before frozen weights were counted apart."""
+        trainable = self.trainable_params
+        return None if trainable == self.n_params else trainable
 
     def _measure(self, attention: str, precision: str, checkpointing: int, size: int = PROBE_BATCH) -> float:
         _ = self.baseline_bytes  # measured before any probe model exists
@@ -231,7 +246,7 @@ class MemoryEstimator:
             loss.backward()
             measured = meter.read()
             peak = int(measured.get("peak_allocated_bytes") or measured["peak_memory_bytes"] or 0)
-            grads = DTYPE_BYTES[self.weights_dtype] * self.n_params
+            grads = DTYPE_BYTES[self.weights_dtype] * self.trainable_params  # frozen weights have none
             return max(0.0, (peak - start - grads) / size)
         finally:
             del model
@@ -278,6 +293,11 @@ def _autocast(device: str, precision: str) -> Iterator[None]:
         return
     with torch.autocast(device_type=device, dtype=dtype):
         yield
+
+
+def trainable_count(model: torch.nn.Module) -> int:
+    """The parameters of `model` that get gradients (``requires_grad``): under peft, the adapter's."""
+    return sum(parameter.numel() for parameter in model.parameters() if parameter.requires_grad)
 
 
 def parameter_count(model: torch.nn.Module) -> tuple[int, str]:

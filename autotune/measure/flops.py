@@ -3,6 +3,9 @@
 Pure arithmetic. Per token, training costs about 6N FLOPs for N parameters (forward 2N, backward
 4N) plus the attention scores, 12 * layers * hidden * sequence length (the PaLM appendix B
 estimate nanoGPT's `estimate_mfu` cites: 6N + 12LHQT with H heads of size Q, H * Q = hidden).
+The backward's 4N is two matrix products per weight: the gradient of its input and the gradient of
+the weight itself. A frozen weight (a peft adapter's base model) has no weight gradient: it costs
+4 FLOPs per token (forward 2, input gradient 2), so MFU counts no weight-gradient FLOPs for it.
 Peak FLOPS come from a table of known devices (dense, no sparsity); an unknown device or a CPU gets
 no MFU at all, never a guess.
 """
@@ -40,9 +43,14 @@ def matmul_precision(precision: str, tf32_matmuls: bool) -> str:
     return "tf32" if precision == "fp32" and tf32_matmuls else precision
 
 
-def flops_per_token(n_params: int, n_layers: int, hidden: int, seq_len: int) -> float:
-    """Training FLOPs per token: 6N + 12 * layers * hidden * sequence length."""
-    return 6.0 * n_params + 12.0 * n_layers * hidden * seq_len
+def flops_per_token(
+    n_params: int, n_layers: int, hidden: int, seq_len: int, trainable_params: int | None = None
+) -> float:
+    """Training FLOPs per token: 6N + 12 * layers * hidden * sequence length, where `n_params` all
+    train (`trainable_params` None); with frozen ones, 6 per trainable parameter and 4 per frozen
+    one (no weight gradient)."""
+    trained = n_params if trainable_params is None else min(trainable_params, n_params)
+    return 6.0 * trained + 4.0 * (n_params - trained) + 12.0 * n_layers * hidden * seq_len
 
 
 def peak_flops(device_name: str, precision: str) -> float | None:

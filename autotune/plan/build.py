@@ -17,6 +17,7 @@ from autotune.space import SearchSpace, builtin_spaces, load_space, parse_space
 from autotune.space.availability import detect_hardware, model_support, value_unavailable
 from autotune.study.fingerprint import check_resume
 from autotune.study.store import default_study_name, load_existing_study, open_storage
+from autotune.workloads.adapters import load_peft
 from autotune.workloads.data import DataSource
 from autotune.workloads.workload import Workload, resolve_workload
 
@@ -45,7 +46,12 @@ def plan_search(
         base = dict(stored.base_args)
     else:
         base = load_base_args(config.base_args) if config.base_args else {}
-    return plan_for(config, workload or workload_of(config), base, open_store, stored)
+    workload = workload or workload_of(config)
+    if stored is not None and stored.peft:
+        workload.attach_adapter(dict(stored.peft), resolved=True)  # as the study's first process resolved it
+    elif config.peft is not None:
+        workload.attach_adapter(load_peft(config.peft, workload.task))
+    return plan_for(config, workload, base, open_store, stored)
 
 
 def plan_for(

@@ -133,6 +133,8 @@ def knobs_of(args: Mapping[str, Any]) -> dict[str, Value]:
     if values["activation_checkpointing"]:
         kwargs = args.get("activation_checkpointing_kwargs") or {}
         values["checkpoint_every_n_layers"] = int(kwargs.get("every_n_layers", 1))
+        # transformers passes {"use_reentrant": False} when the kwargs give torch nothing else
+        values["gradient_checkpointing_reentrant"] = bool(kwargs.get("use_reentrant", False))
     if compile_backend == "inductor":
         values["torch_compile_mode"] = str(args.get("torch_compile_mode") or "default")
     # DDP's own settings only where the base config sets them: TrainingArguments leaves them None,

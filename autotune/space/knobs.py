@@ -126,9 +126,19 @@ def _empty_cache_args(value: Value) -> dict[str, Any]:
     return {"torch_empty_cache_steps": int(value) or None}  # 0 means never
 
 
+# The `TrainingArguments` field (transformers >= 5; ``gradient_checkpointing_kwargs`` is its
+# deprecated alias) that two knobs write a key of each: their dicts merge (`trial_kwargs`).
+CHECKPOINTING_KWARGS = "activation_checkpointing_kwargs"
+
+
 def _checkpoint_every_args(value: Value) -> dict[str, Any]:
     # transformers >= 5 checkpoints only every n-th decoder layer with this key (1: all of them).
-    return {"activation_checkpointing_kwargs": {"every_n_layers": int(value)}}
+    return {CHECKPOINTING_KWARGS: {"every_n_layers": int(value)}}
+
+
+def _reentrant_args(value: Value) -> dict[str, Any]:
+    # Passed on to torch.utils.checkpoint; transformers' own default is the non-reentrant one.
+    return {CHECKPOINTING_KWARGS: {"use_reentrant": bool(value)}}
 
 
 def _group_by_length_args(value: Value) -> dict[str, Any]:
@@ -228,6 +238,14 @@ CATALOGUE: dict[str, Knob] = {
             requires=("activation_checkpointing", (True,)),
         ),
         Knob(
+            "gradient_checkpointing_reentrant",
+            "args",
+            "bool",
+            "with checkpointing on, torch's reentrant checkpoint (use_reentrant=True) or the "
+            "non-reentrant one (transformers' default); under LoRA reentrant was reported about 2x slower",
+            requires=("activation_checkpointing", (True,)),
+        ),
+        Knob(
             "padding_free",
             "data",
             "bool",
@@ -315,6 +333,7 @@ _ARGS_MAPPERS: dict[str, Callable[[Value], dict[str, Any]]] = {
     "torch_compile": _compile_args,
     "torch_empty_cache_steps": _empty_cache_args,
     "checkpoint_every_n_layers": _checkpoint_every_args,
+    "gradient_checkpointing_reentrant": _reentrant_args,
     "group_by_length": _group_by_length_args,
     "data_parallel": _strategy_args,
 }
@@ -322,7 +341,8 @@ _ARGS_MAPPERS: dict[str, Callable[[Value], dict[str, Any]]] = {
 
 def trial_kwargs(values: Mapping[str, Value]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Map one trial's knob values to (`TrainingArguments` kwargs, model-load kwargs). Knobs of
-    the ``"data"`` target land in neither (see `data_choices`).
+    the ``"data"`` target land in neither (see `data_choices`). Knobs that write keys of one dict
+    (``activation_checkpointing_kwargs``: ``every_n_layers`` and ``use_reentrant``) merge them.
 
     Raises:
         KeyError: a name that is not in the catalogue (spaces are validated before this runs).
@@ -336,7 +356,10 @@ def trial_kwargs(values: Mapping[str, Value]) -> tuple[dict[str, Any], dict[str,
         if knob.target == "model":
             model[name] = value
         elif name in _ARGS_MAPPERS:
-            args.update(_ARGS_MAPPERS[name](value))
+            for key, mapped in _ARGS_MAPPERS[name](value).items():
+                if key == CHECKPOINTING_KWARGS and key in args:
+                    mapped = {**args[key], **mapped}
+                args[key] = mapped
         else:
             args[name] = value
     return args, model

@@ -115,7 +115,8 @@ def export_config(
     for key in ("dtype", "torch_dtype"):
         if key not in record.base_model_kwargs:
             model_kwargs.pop(key, None)
-    trial = next((t for t in read_trials(study) if t.number == choice.trial), None)
+    trials = read_trials(study)
+    trial = next((t for t in trials if t.number == choice.trial), None)
     tokens = choice.tokens_per_s
     speedup = choice.speedup
     expected = {
@@ -154,15 +155,43 @@ def export_config(
         "aa_text": answer.aa.describe() if answer.aa else None,
         # where the finalists' rounds spent their time
         "finalists_time": answer.finalists_time,
+        # the parameters trained (a peft adapter's) and all the model's: every trial's are the same
+        "parameters": _parameters(trial, trials),
     }
     config: dict[str, Any] = {
         "training_args": training_args,
         "model_kwargs": model_kwargs,
         "expected": expected,
     }
+    if record.peft:  # as peft loads it: LoraConfig(**config["peft"]), next to the TrainingArguments
+        config["peft"] = dict(record.peft)
     if choice.params.get("padding_free"):
         config["data_collator"] = FLATTENING
     return config
+
+
+def _parameters(trial: TrialRecord | None, trials: list[TrialRecord]) -> dict[str, int] | None:
+    """``{"trainable", "total"}`` parameters of the chosen trial's model (the defaults: any trial's,
+    the same model); None where no trial recorded them (older stores)."""
+    counted = [t for t in ([trial] if trial is not None else []) + trials if t.trainable_params is not None]
+    if not counted:
+        return None
+    return {"trainable": int(counted[0].trainable_params or 0), "total": int(counted[0].total_params or 0)}
+
+
+def parameters_text(parameters: Mapping[str, Any] | None) -> str | None:
+    """``parameters: 0.05M trainable of 1.03M (5.0%, a peft adapter; ...)``: only where some
+    weights are frozen, with what MFU counts for them."""
+    if not parameters or not parameters.get("total"):
+        return None
+    trainable, total = int(parameters["trainable"]), int(parameters["total"])
+    if trainable >= total:
+        return None
+    return (
+        f"parameters: {trainable / 1e6:,.2f}M trainable of {total / 1e6:,.2f}M "
+        f"({100 * trainable / total:.1f}%, a peft adapter); MFU counts no weight-gradient FLOPs "
+        "for the frozen weights (4 per token each, forward and input gradient; 6 for trainable ones)"
+    )
 
 
 def _alternative(answer: Answer) -> dict[str, Any] | None:
@@ -239,6 +268,9 @@ def answer_lines(config: dict[str, Any], *, time_line: bool = True) -> list[str]
     which = "the defaults" if exp.get("trial") is None else f"trial {exp['trial']}"
     lines = [f"answer: {exp['verdict']}", f"use: {which} ({describe_params(exp.get('params') or {})})"]
     lines.append(f"expected: {figures_text(exp)}")
+    parameters = parameters_text(exp.get("parameters"))
+    if parameters:
+        lines.append(parameters)
     alternative = exp.get("alternative")
     if alternative:
         lines.append(f"alternative, not handed back: {alternative_text(alternative)}")
@@ -342,6 +374,8 @@ def _plain(config: dict[str, Any]) -> dict[str, Any]:
     }
     if config.get("data_collator"):
         plain["data_collator"] = config["data_collator"]
+    if config.get("peft"):
+        plain["peft"] = dict(config["peft"])
     return plain
 
 
@@ -423,6 +457,11 @@ def notes(config: dict[str, Any], fmt: str) -> list[str]:
     collator = collator_line(config)
     if collator:
         lines.append(collator)
+    if config.get("peft"):
+        lines.append(
+            "peft adapter, not a TrainingArguments flag: model = get_peft_model(model, "
+            f"PeftConfig.from_peft_type(**{json.dumps(config['peft'], separators=(',', ':'))}))"
+        )
     return lines
 
 
@@ -526,6 +565,14 @@ def to_python(config: dict[str, Any]) -> str:
     ]
     kwargs = "".join(f", {key}={_py(value)}" for key, value in config["model_kwargs"].items())
     lines.append(f"model = {auto}.from_pretrained(MODEL{kwargs})")
+    if config.get("peft"):
+        lines += [
+            "",
+            "from peft import get_peft_model, PeftConfig",
+            "",
+            f"peft_config = PeftConfig.from_peft_type(**{_py(config['peft'])})",
+            "model = get_peft_model(model, peft_config)",
+        ]
     if config.get("data_collator"):
         lines[lines.index(f"from transformers import {auto}, TrainingArguments")] = (
             f"from transformers import {auto}, DataCollatorWithFlattening, TrainingArguments"

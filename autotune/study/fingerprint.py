@@ -47,6 +47,8 @@ def fingerprint(
         "task": workload.task,
         "seq_len": workload.seq_len,
         "dataset": workload.dataset_identity(),
+        # the adapter trained (None: every weight; absent from older stores, read as None)
+        "peft": _hash(workload.peft) if workload.peft else None,
         "device": hardware.name,
         "device_count": hardware.count,
         "device_memory_bytes": hardware.memory_bytes,

@@ -124,7 +124,12 @@ def averages_over_items(model: Any) -> bool:
     """Whether a model's loss averages over ``num_items_in_batch`` when the Trainer passes it (so
     the Trainer must not divide it by the accumulation steps again): it says so
     (``accepts_loss_kwargs``), or its forward hands its kwargs to transformers' loss functions
-    (``self.loss_function``). A forward that takes **kwargs but computes its own loss does not."""
+    (``self.loss_function``). A forward that takes **kwargs but computes its own loss does not.
+    A peft model's forward hands its kwargs to its base model's: the base model's says (as the
+    stock Trainer reads it)."""
+    get_base_model = getattr(model, "get_base_model", None)
+    if callable(get_base_model):
+        model = get_base_model()
     declared = getattr(type(model), "accepts_loss_kwargs", None)
     if isinstance(declared, bool):
         return declared

@@ -395,17 +395,29 @@ class AutotuneTrainer(Trainer):
             training_args=apply.applied_args(self.trial_values),
             model_kwargs=dict(self.trial_model_kwargs),
         )
+        record = self._with_parameters(record)
         full = replace(outcome, record=self._with_mfu(memory.with_estimate(record, self._estimate)))
         cap = self.plan.cap_bytes
         stored = record_outcome(trial, full, cap) if isinstance(trial, optuna.Trial) else full.stored(cap)
         self.reporter.on_trial_end(stored)
+
+    def _with_parameters(self, record: TrialRecord) -> TrialRecord:
+        """The record with the parameters its model trains (an adapter's, under peft) and has."""
+        try:
+            trainable, total = self.estimator.trainable_params, self.estimator.n_params
+        except Exception:  # a model whose parameters cannot be counted records none
+            return record
+        return replace(record, trainable_params=trainable, total_params=total)
 
     def _with_mfu(self, record: TrialRecord) -> TrialRecord:
         if record.tokens_per_s is None:
             return record
         try:
             layers, hidden = model_shape(self.workload.config)
-            per_token = flops_per_token(self.estimator.n_params, layers, hidden, self.workload.seq_len)
+            estimator = self.estimator
+            per_token = flops_per_token(
+                estimator.n_params, layers, hidden, self.workload.seq_len, estimator.trainable_params
+            )
         except Exception:  # a model whose parameters cannot be counted gets no MFU
             return record
         precision = str(self.trial_values.get("precision", precision_of(self.base_args)))

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from autotune.errors import WorkloadError
+from autotune.workloads.adapters import apply_adapter, resolve_peft
 from autotune.workloads.data import Cycled, DataSource, PreparedData, prepare
 from autotune.workloads.hub import quiet_loading
 from autotune.workloads.loading import load_config, load_tokenizer
@@ -52,6 +53,8 @@ class Workload:
             building the model from `config` with random weights (``--pretrained``).
         trust_remote_code: let the config and model run code from the model's repository.
         data: the user's tokenized dataset; None: synthetic tokens.
+        peft: the peft adapter every model is built with (its config's kwargs, as
+            `autotune.workloads.adapters.resolve_peft` resolved them); None: every weight trains.
     """
 
     name: str
@@ -61,6 +64,7 @@ class Workload:
     from_pretrained: bool = False
     trust_remote_code: bool = False
     data: PreparedData | None = None
+    peft: dict[str, Any] | None = None
 
     def _auto_class(self) -> Any:
         import transformers
@@ -92,7 +96,27 @@ class Workload:
                 model = auto.from_pretrained(self.name, config=self.config, **remote, **model_kwargs)
             else:
                 model = random_init(auto, self.config, model_kwargs, remote)
-        return without_cache(model)
+        return self.adapted(without_cache(model))
+
+    def adapted(self, model: Any) -> Any:
+        """`model` with the workload's peft adapter applied (itself without one)."""
+        return apply_adapter(model, self.peft) if self.peft else model
+
+    def attach_adapter(self, kwargs: dict[str, Any], resolved: bool = False) -> None:
+        """Build every model of this workload with the peft adapter of `kwargs`: as peft resolves
+        it for this model (`resolve_peft`, on a model without storage), or as given where it is
+        already `resolved` (a study's stored one).
+
+        Raises:
+            UsageError: peft cannot apply it to this model.
+        """
+        self.peft = None
+        placeholder = None if resolved else self.build_placeholder({})
+        self.peft = dict(kwargs) if placeholder is None else resolve_peft(placeholder, kwargs)
+
+    def adapter_config(self) -> dict[str, Any] | None:
+        """The peft adapter every trial trains (its config's kwargs), None: every weight."""
+        return self.peft
 
     def build_placeholder(self, model_kwargs: dict[str, Any]) -> torch.nn.Module | None:
         """A model of the trial's class and config with no storage (on the meta device), for what a
@@ -103,7 +127,7 @@ class Workload:
         auto = self._auto_class()
         remote = self._remote()
         with quiet_loading(), torch.device("meta"):
-            return auto.from_config(self.config, **remote, **model_kwargs)
+            return self.adapted(auto.from_config(self.config, **remote, **model_kwargs))
 
     def build_probe_model(self, model_kwargs: dict[str, Any]) -> torch.nn.Module:
         """A model of the trial's shape for a memory probe, whose weights' values do not matter:
@@ -125,6 +149,7 @@ class Workload:
         tie: Any = getattr(model, "tie_weights", None)
         if callable(tie):
             tie()
+        model = self.adapted(model)  # its adapter's parameters alone hold gradients, as in a trial
         with torch.no_grad():
             for parameter in model.parameters():
                 parameter.zero_()
@@ -183,6 +208,7 @@ class Workload:
             "from_pretrained": self.from_pretrained,
             "dataset": self.dataset_identity(),
             "dataset_samples": len(self.data) if self.data is not None else None,
+            "peft": self.adapter_config(),
         }
 
 

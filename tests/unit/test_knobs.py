@@ -186,6 +186,7 @@ def test_catalogue_keys_match_knob_names():
         "ddp_broadcast_buffers",
         "torch_empty_cache_steps",
         "checkpoint_every_n_layers",
+        "gradient_checkpointing_reentrant",
         "padding_free",
         "group_by_length",
         "data_parallel",

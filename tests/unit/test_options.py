@@ -80,6 +80,7 @@ VALUES: dict[str, tuple[Any, tuple[str, ...]]] = {
     "tokenizer": ("gpt2", ("--dataset", "corpus.txt")),
     "pad_to_multiple_of": (8, ("--dataset", "corpus.txt")),
     "packing": ("examples", ("--dataset", "corpus.txt")),
+    "peft": ("lora", ()),
     "compile_cache": ("/shared/compile", ()),
     "loss_tolerance": (0.1, ()),
     "train_tokens": (1_000_000, ()),
