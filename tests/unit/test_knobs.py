@@ -189,6 +189,9 @@ def test_catalogue_keys_match_knob_names():
         "padding_free",
         "group_by_length",
         "data_parallel",
+        "base_weights",
+        "use_liger_kernel",
+        "pad_to_multiple_of",
     }
 
 
@@ -233,7 +236,7 @@ def test_compile_mode_requires_inductor():
 def test_check_messages():
     assert CATALOGUE["per_device_train_batch_size"].check(0) == "expected a positive integer, got 0"
     assert CATALOGUE["activation_checkpointing"].check("no") == "expected true or false, got 'no'"
-    assert CATALOGUE["precision"].check("fp8") == "'fp8' is not one of " + ", ".join(PRECISIONS)
+    assert CATALOGUE["precision"].check("fp4") == "'fp4' is not one of " + ", ".join(PRECISIONS)
 
 
 # --- optimizers ------------------------------------------------------------------------------------
