@@ -74,7 +74,9 @@ def gpu_knobs(model: str, batch: int = 8) -> dict[str, Any]:
     rows: dict[str, Any] = {}
     runnable: list[tuple[str, dict[str, Any]]] = []
     for name, values in KNOB_ROWS:
-        why = next(filter(None, (value_unavailable(k, v, hardware, support) for k, v in values.items())), None)
+        why = next(
+            filter(None, (value_unavailable(k, v, hardware, support) for k, v in values.items())), None
+        )
         rows[name] = {"params": {**base, **values}, "not_run": why}
         if why is None:
             runnable.append((name, {**base, **values}))
@@ -181,7 +183,9 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=12)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default=str(HERE), help="folder for GPU.md and results/gpu.json")
-    parser.add_argument("--knobs-model", default="llama-1b", help="preset for the GPU-only knobs row, or none")
+    parser.add_argument(
+        "--knobs-model", default="llama-1b", help="preset for the GPU-only knobs row, or none"
+    )
     args = parser.parse_args()
     info = machine()
     results: dict[str, Any] = {"machine": info, "trials": args.trials, "rounds": args.rounds, "presets": {}}

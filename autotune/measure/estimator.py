@@ -280,9 +280,12 @@ def _current_bytes(device: str) -> int:
 @contextlib.contextmanager
 def _autocast(device: str, precision: str) -> Iterator[None]:
     # fp8's probe: its bf16 autocast (the Float8Linear conversion is the trial's, not the probe's)
-    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "bf16+tf32": torch.bfloat16, "fp8": torch.bfloat16}.get(
-        precision
-    )
+    dtype = {
+        "fp16": torch.float16,
+        "bf16": torch.bfloat16,
+        "bf16+tf32": torch.bfloat16,
+        "fp8": torch.bfloat16,
+    }.get(precision)
     if dtype is None:
         yield
         return

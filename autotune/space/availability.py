@@ -300,9 +300,7 @@ def _fp8(hw: Hardware) -> str | None:
     if not hw.fp8_tensor_cores:
         # accelerate would silently train fp16 instead, under fp8's name
         major, minor = hw.capability or (0, 0)
-        return (
-            f"fp8 needs compute capability 8.9 or higher (Ada, Hopper); {hw.name} has {major}.{minor}"
-        )
+        return f"fp8 needs compute capability 8.9 or higher (Ada, Hopper); {hw.name} has {major}.{minor}"
     if "torchao" not in hw.packages:
         return f"fp8 trains through torchao's float8 recipe: needs the torchao package ({_GPU_EXTRA})"
     if not hw.bf16:

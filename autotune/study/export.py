@@ -458,7 +458,9 @@ def notes(config: dict[str, Any], fmt: str) -> list[str]:
 def accelerate_dict(config: dict[str, Any]) -> dict[str, Any]:
     """The accelerate config (``accelerate launch --config_file``) for the exported trial."""
     args = config["training_args"]
-    mixed = config.get("mixed_precision") or ("bf16" if args.get("bf16") else "fp16" if args.get("fp16") else "no")
+    mixed = config.get("mixed_precision") or (
+        "bf16" if args.get("bf16") else "fp16" if args.get("fp16") else "no"
+    )
     out: dict[str, Any] = {
         "compute_environment": "LOCAL_MACHINE",
         "distributed_type": "NO",

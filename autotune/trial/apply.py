@@ -78,7 +78,7 @@ def padded_to_multiple(collator: Any, multiple: int) -> Any:
         f.name for f in dataclasses.fields(collator)
     }:
         raise ValueError(f"pad_to_multiple_of={multiple}: {type(collator).__name__} pads no batch")
-    return dataclasses.replace(collator, pad_to_multiple_of=None if multiple == 1 else multiple)  # type: ignore[type-var]
+    return dataclasses.replace(collator, pad_to_multiple_of=None if multiple == 1 else multiple)
 
 
 def with_fp8(accelerator_args: dict[str, Any]) -> dict[str, Any]:

@@ -199,10 +199,15 @@ class ModuleProbe(TrainerCallback):
             self.trials[-1].update(type(module).__name__ for module in kw["model"].modules())
 
 
-@pytest.mark.skipif(not _has("liger_kernel"), reason="use_liger_kernel needs liger-kernel (pip install 'autotune[gpu]')")
+@pytest.mark.skipif(
+    not _has("liger_kernel"), reason="use_liger_kernel needs liger-kernel (pip install 'autotune[gpu]')"
+)
 def test_liger_kernel_patches_the_trial_model(tmp_path: Path) -> None:
     modules = ModuleProbe()
-    trials = [{"use_liger_kernel": True, "precision": "bf16"}, {"use_liger_kernel": False, "precision": "bf16"}]
+    trials = [
+        {"use_liger_kernel": True, "precision": "bf16"},
+        {"use_liger_kernel": False, "precision": "bf16"},
+    ]
     result = autotune.search(
         model="tiny-llama",
         space=write_space(tmp_path, {"use_liger_kernel": [False, True], "precision": ["bf16"]}),
@@ -242,7 +247,9 @@ def test_fp8_trains_float8_linear_layers(tmp_path: Path) -> None:
     assert "Float8Linear" in fp8 and "Float8Linear" not in bf16
 
 
-@pytest.mark.skipif(not _has("bitsandbytes"), reason="base_weights=4bit needs bitsandbytes (pip install 'autotune[gpu]')")
+@pytest.mark.skipif(
+    not _has("bitsandbytes"), reason="base_weights=4bit needs bitsandbytes (pip install 'autotune[gpu]')"
+)
 def test_four_bit_base_builds_quantized_and_trains_its_unquantized_layers() -> None:
     """A 4-bit base as a trial builds it (random weights saved and loaded back through transformers'
     bitsandbytes quantizer), trained for a few steps on what stays trainable (embeddings, norms, the
@@ -272,6 +279,8 @@ def test_four_bit_base_builds_quantized_and_trains_its_unquantized_layers() -> N
     assert all(torch.isfinite(torch.tensor(losses))), losses
 
 
-@pytest.mark.skip(reason="a 4-bit base trains under LoRA adapters: needs --peft (issue 32 item 1), not in this tree")
+@pytest.mark.skip(
+    reason="a 4-bit base trains under LoRA adapters: needs --peft (issue 32 item 1), not in this tree"
+)
 def test_four_bit_base_under_lora_in_a_search() -> None:
     """Placeholder for the QLoRA search (base_weights=4bit with --peft lora) once --peft exists."""

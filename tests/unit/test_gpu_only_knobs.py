@@ -88,7 +88,11 @@ def test_gpu_only_values_need_cuda_even_with_their_packages(knob, value, pattern
 
 @pytest.mark.parametrize(
     ("knob", "value", "package"),
-    [("base_weights", "4bit", "bitsandbytes"), ("use_liger_kernel", True, "liger_kernel"), ("precision", "fp8", "torchao")],
+    [
+        ("base_weights", "4bit", "bitsandbytes"),
+        ("use_liger_kernel", True, "liger_kernel"),
+        ("precision", "fp8", "torchao"),
+    ],
 )
 def test_gpu_only_values_need_their_package_on_a_gpu(knob, value, package):
     without = dataclasses.replace(H100, packages=GPU_PACKAGES - {package})
@@ -153,7 +157,11 @@ def test_base_weights_land_as_model_load_kwargs():
     assert trial_kwargs({"base_weights": "bf16"}) == ({}, {"dtype": "bfloat16"})
     args, model = trial_kwargs({"base_weights": "4bit", "attn_implementation": "sdpa"})
     assert args == {}
-    assert model == {"quantization_config": QLORA_QUANTIZATION, "dtype": "bfloat16", "attn_implementation": "sdpa"}
+    assert model == {
+        "quantization_config": QLORA_QUANTIZATION,
+        "dtype": "bfloat16",
+        "attn_implementation": "sdpa",
+    }
     model["quantization_config"]["load_in_4bit"] = False  # each trial gets its own copy
     assert QLORA_QUANTIZATION["load_in_4bit"] is True
 
@@ -172,7 +180,7 @@ def test_four_bit_kwargs_load_as_a_qlora_bitsandbytes_config():
 
 
 def test_bf16_base_weights_build_a_bf16_model(tmp_path: Path):
-    workload = resolve_workload(str(write_model(tmp_path / "m", model_type="llama")), seq_len=32)
+    workload = resolve_workload(str(write_model(tmp_path / "m")), seq_len=32)
     _, model_kwargs = trial_kwargs({"base_weights": "bf16"})
     model = workload.build_model(model_kwargs)
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
@@ -235,20 +243,20 @@ def _source(path: Path) -> Any:
 
 def test_pad_to_multiple_of_lands_in_the_collator_of_padded_examples(examples: Any):
     samples = [examples.dataset(0)[i] for i in range(4)]
-    plain = apply.trial_collator(examples, {})
-    rounded = apply.trial_collator(examples, {"pad_to_multiple_of": 16})
     longest = max(len(s["input_ids"]) for s in samples)
-    assert longest % 16 != 0, "pick samples whose longest is not a multiple already"
+    multiple = next(m for m in (16, 24, 40) if longest % m)  # one that rounds these samples up
+    plain = apply.trial_collator(examples, {})
+    rounded = apply.trial_collator(examples, {"pad_to_multiple_of": multiple})
     assert plain(samples)["input_ids"].shape[1] == longest
     batch = rounded(samples)
-    assert batch["input_ids"].shape[1] == -(-longest // 16) * 16
+    assert batch["input_ids"].shape[1] == -(-longest // multiple) * multiple
     assert int(batch["attention_mask"].sum()) == sum(len(s["input_ids"]) for s in samples)
     assert (batch["labels"][batch["attention_mask"] == 0] == -100).all()  # padding out of the loss
     assert apply.trial_collator(examples, {"pad_to_multiple_of": 1})(samples)["input_ids"].shape[1] == longest
     assert examples.collator().pad_to_multiple_of is None  # the workload's own collator is untouched
 
 
-def test_packed_blocks_have_no_collator_to_round(tmp_path: Path):
+def test_packed_blocks_have_no_collator_to_round():
     with pytest.raises(ValueError, match="pads no batch"):
         apply.padded_to_multiple(lambda batch: batch, 8)
 
@@ -258,10 +266,10 @@ def test_packed_blocks_have_no_collator_to_round(tmp_path: Path):
 
 def _knobs_output(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, hw: Hardware) -> str:
     monkeypatch.setattr(availability, "detect_hardware", lambda: hw)
-    monkeypatch.setenv("COLUMNS", "400")
+    monkeypatch.setenv("COLUMNS", "1000")
     from autotune.view import console
 
-    monkeypatch.setattr(console, "width", 400)
+    monkeypatch.setattr(console, "width", 1000)
     assert run("knobs") in (None, 0)
     return capsys.readouterr().out
 
