@@ -28,6 +28,8 @@ PRECISION_FLAGS = {
     "fp16": {"bf16": False, "fp16": True, "tf32": False},
     "bf16": {"bf16": True, "fp16": False, "tf32": False},
     "bf16+tf32": {"bf16": True, "fp16": False, "tf32": True},
+    # fp8: bf16 arguments; the Accelerator is made fp8 (`autotune.space.knobs.fp8_trial`)
+    "fp8": {"bf16": True, "fp16": False, "tf32": False},
 }
 
 
