@@ -71,12 +71,15 @@ def padded_to_multiple(collator: Any, multiple: int) -> Any:
     that rounds each batch's length up to `multiple` (1: to the longest sample).
 
     Raises:
-        ValueError: the collator does not pad (packed blocks, a collator of another kind); the
-            availability rules keep such trials out, so this is a catalogue bug, not a trial's.
+        ValueError: a multiple above 1 for a collator that does not pad (packed blocks, a
+            collator of another kind); the availability rules keep such trials out.
     """
-    if not dataclasses.is_dataclass(collator) or "pad_to_multiple_of" not in {
+    pads = dataclasses.is_dataclass(collator) and "pad_to_multiple_of" in {
         f.name for f in dataclasses.fields(collator)
-    }:
+    }
+    if not pads:
+        if multiple == 1:  # stacking blocks of one length: nothing to round, as asked
+            return collator
         raise ValueError(f"pad_to_multiple_of={multiple}: {type(collator).__name__} pads no batch")
     return dataclasses.replace(collator, pad_to_multiple_of=None if multiple == 1 else multiple)
 

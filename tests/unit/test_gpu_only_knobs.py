@@ -257,8 +257,12 @@ def test_pad_to_multiple_of_lands_in_the_collator_of_padded_examples(examples: A
 
 
 def test_packed_blocks_have_no_collator_to_round():
-    with pytest.raises(ValueError, match="pads no batch"):
-        apply.padded_to_multiple(lambda batch: batch, 8)
+    def stack(batch: Any) -> Any:
+        return batch
+
+    assert apply.padded_to_multiple(stack, 1) is stack  # nothing to round: as it was
+    with pytest.raises(ValueError, match="pad_to_multiple_of=8: function pads no batch"):
+        apply.padded_to_multiple(stack, 8)
 
 
 # --- autotune knobs ---------------------------------------------------------------------------------
