@@ -407,6 +407,7 @@ def combination_unavailable(
             "attn_implementation",
             "flash_attention_2 runs in fp16 or bf16 only, not with precision " + str(precision),
         )
-    if int(values.get("pad_to_multiple_of", 1)) > 1 and values.get("padding_free"):
+    multiple = values.get("pad_to_multiple_of", 1)
+    if isinstance(multiple, int) and multiple > 1 and values.get("padding_free"):
         return ("pad_to_multiple_of", "padding-free batches are one flattened row: no padding to round up")
     return None

@@ -379,7 +379,7 @@ def quantized_random_init(
     scratch folder and loaded back with the quantization config, so that transformers' quantizer
     (bitsandbytes) replaces its Linear layers exactly as it does for real weights. A model built
     with no weights to load is not quantized the same way (missing weights are only initialised)."""
-    plain = random_init(auto, config, unquantized(model_kwargs), remote)
+    plain: Any = random_init(auto, config, unquantized(model_kwargs), remote)
     with tempfile.TemporaryDirectory(prefix="autotune-quantize-") as folder:
         plain.save_pretrained(folder)
         del plain
