@@ -27,6 +27,9 @@ _SHORT = {
     "ddp_bucket_cap_mb": "ddp_bucket",
     "ddp_static_graph": "ddp_static",
     "ddp_broadcast_buffers": "ddp_bcast",
+    "use_liger_kernel": "liger",
+    "base_weights": "weights",
+    "pad_to_multiple_of": "pad_to",
 }
 
 

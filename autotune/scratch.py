@@ -68,7 +68,7 @@ def sweep(parent: str | None = None) -> list[str]:
     """Remove the ``autotune-*`` folders in `parent` (default: the system's temporary folder)
     whose stamped owner is dead here; return their paths. Never raises: a folder that cannot be
     read or removed is left as it is."""
-    removed = []
+    removed: list[str] = []
     try:
         entries = list(os.scandir(parent or tempfile.gettempdir()))
     except OSError:

@@ -6,8 +6,10 @@
 For each preset: autotune's search, then the Transformers defaults, `auto_find_batch_size` and
 autotune's pick measured in interleaved rounds; tokens/s, MFU (against the device's peak FLOPS from
 `autotune.measure.flops`; empty for a device not in its table), peak memory, trials and wall time to the
-best. Writes ``benchmarks/results/gpu.json`` and ``benchmarks/GPU.md``, which ``make bench`` folds
-into RESULTS.md.
+best. Then the GPU-only knob values (issue 32: Liger's kernels, fp8, bf16 base weights) measured once
+each against bf16 on one preset (``--knobs-model``, about 2 minutes; ``--knobs-model none`` skips it),
+a value this device cannot run listed with its reason. Writes ``benchmarks/results/gpu.json`` and
+``benchmarks/GPU.md``, which ``make bench`` folds into RESULTS.md.
 """
 
 from __future__ import annotations
@@ -49,6 +51,90 @@ def add_mfu(run: dict[str, Any], device: str) -> None:
         row["mfu"] = None if rate is None else mfu(rate, per_token, device, precision)
 
 
+# The GPU-only knob values against plain bf16 (the row's reference), one measured trial each.
+KNOB_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("bf16", {}),
+    ("bf16 + use_liger_kernel", {"use_liger_kernel": True}),
+    ("fp8 (torchao float8)", {"precision": "fp8"}),
+    ("bf16 base weights", {"base_weights": "bf16"}),
+)
+
+
+def gpu_knobs(model: str, batch: int = 8) -> dict[str, Any]:
+    """One search of `model` whose trials are `KNOB_ROWS` (bf16, batch `batch`): tokens/s and peak of
+    each, or why it did not run here. No baseline or finalists: one window each."""
+    import tempfile
+
+    import autotune
+    from autotune.space.availability import detect_hardware, model_support, value_unavailable
+
+    hardware = detect_hardware()
+    support = model_support(resolve_workload(model).model_class())
+    base = {"per_device_train_batch_size": batch, "precision": "bf16"}
+    rows: dict[str, Any] = {}
+    runnable: list[tuple[str, dict[str, Any]]] = []
+    for name, values in KNOB_ROWS:
+        why = next(
+            filter(None, (value_unavailable(k, v, hardware, support) for k, v in values.items())), None
+        )
+        rows[name] = {"params": {**base, **values}, "not_run": why}
+        if why is None:
+            runnable.append((name, {**base, **values}))
+    space = {
+        "per_device_train_batch_size": [batch],
+        "precision": sorted({str(v["precision"]) for _, v in runnable}),
+        "use_liger_kernel": sorted({bool(v.get("use_liger_kernel", False)) for _, v in runnable}),
+        "base_weights": sorted({str(v.get("base_weights", "as_is")) for _, v in runnable}),
+    }
+    held = {"use_liger_kernel": False, "base_weights": "as_is"}
+    enqueue = [{k: {**held, **values}[k] for k in space} for _, values in runnable]
+    with tempfile.TemporaryDirectory(prefix="autotune-gpu-knobs-") as scratch:
+        path = Path(scratch) / "knobs.yaml"
+        path.write_text(json.dumps({"knobs": space}))  # JSON is YAML
+        result = autotune.search(
+            model=model,
+            space=str(path),
+            trials=len(enqueue),
+            storage=f"sqlite:///{scratch}/knobs.db",
+            finalists=0,
+            measure_baseline=False,
+            enqueue=enqueue,
+        )
+        trials = sorted(result.trials, key=lambda t: t.number)
+    for (name, _), trial in zip(runnable, trials, strict=False):
+        rows[name].update(
+            state=trial.state,
+            message=trial.message,
+            tokens_per_s=trial.attrs.get("tokens_per_s"),
+            peak_memory_bytes=trial.attrs.get("peak_memory_bytes"),
+        )
+    reference = rows["bf16"].get("tokens_per_s")
+    for row in rows.values():
+        rate = row.get("tokens_per_s")
+        row["over_bf16"] = rate / reference if rate and reference else None
+    return {"model": model, "batch": batch, "rows": rows}
+
+
+def knobs_markdown(knobs: dict[str, Any]) -> list[str]:
+    lines = [
+        f"### GPU-only knobs: {knobs['model']}, batch {knobs['batch']}, one window each\n",
+        "| configuration | tok/s | x bf16 | peak memory | note |",
+        "|---|---|---|---|---|",
+    ]
+    for name, row in knobs["rows"].items():
+        rate, ratio, peak = row.get("tokens_per_s"), row.get("over_bf16"), row.get("peak_memory_bytes")
+        note = row.get("not_run") or ("" if row.get("state") == "COMPLETE" else str(row.get("message")))
+        cells = [
+            name,
+            "-" if rate is None else f"{rate:,.0f}",
+            "-" if ratio is None else f"{ratio:.2f}x",
+            "-" if peak is None else f"{peak / 2**30:.1f} GiB",
+            note,
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
 def markdown(results: dict[str, Any]) -> str:
     m = results["machine"]
     lines = [
@@ -82,6 +168,8 @@ def markdown(results: dict[str, Any]) -> str:
         "tf32, bf16, torch.compile, flash attention and fused AdamW took a step from about 1000 ms to "
         "90 ms (about 11x); well-tuned GPT-2 124M training reaches roughly 40-50% MFU on H100-class GPUs.\n"
     )
+    if results.get("gpu_knobs"):
+        lines += knobs_markdown(results["gpu_knobs"])
     return "\n".join(lines)
 
 
@@ -95,6 +183,9 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=12)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default=str(HERE), help="folder for GPU.md and results/gpu.json")
+    parser.add_argument(
+        "--knobs-model", default="llama-1b", help="preset for the GPU-only knobs row, or none"
+    )
     args = parser.parse_args()
     info = machine()
     results: dict[str, Any] = {"machine": info, "trials": args.trials, "rounds": args.rounds, "presets": {}}
@@ -103,6 +194,9 @@ def main() -> None:
         run = quality.run(model, args.trials, args.rounds, space=args.space)
         add_mfu(run, info.get("gpu") or "")
         results["presets"][model] = run
+    if args.knobs_model != "none":
+        print(f"[gpu] {args.knobs_model}: the GPU-only knob values against bf16", flush=True)
+        results["gpu_knobs"] = gpu_knobs(args.knobs_model)
     out = Path(args.out)
     (out / "results").mkdir(parents=True, exist_ok=True)
     (out / "results" / "gpu.json").write_text(json.dumps(results, indent=1, default=str))

@@ -19,7 +19,13 @@ def knobs_command(
     ] = None,
 ) -> None:
     """List every knob, where it lands, whether it changes the training math, and what runs here."""
-    from autotune.space.availability import ModelSupport, detect_hardware, model_support, value_unavailable
+    from autotune.space.availability import (
+        RUNS_ON,
+        ModelSupport,
+        detect_hardware,
+        model_support,
+        value_unavailable,
+    )
     from autotune.space.knobs import CATALOGUE
     from autotune.view import console
 
@@ -39,17 +45,25 @@ def knobs_command(
     for column in ("knob", "lands in", "changes math", "values: available here / not, and why"):
         table.add_column(column)
     for knob in CATALOGUE.values():
-        target = "model kwarg" if knob.target == "model" else "TrainingArguments"
         table.add_row(
             f"{knob.name}\n[dim]{knob.help}[/]",
-            target,
+            _TARGETS[knob.target],
             "yes" if knob.changes_semantics else "no",
             "\n".join(
                 _value_line(shown, value_unavailable(knob.name, probe, hardware, support))
+                + _runs_on(RUNS_ON.get((knob.name, probe)))
                 for shown, probe in _values(knob)
             ),
         )
     console.print(table)
+
+
+_TARGETS = {"args": "TrainingArguments", "model": "model kwarg", "data": "data collator"}
+
+
+def _runs_on(where: str | None) -> str:
+    """Where a value that does not run everywhere runs, after its line."""
+    return f" [dim](runs on: {where})[/]" if where else ""
 
 
 def _values(knob: Knob) -> list[tuple[str, object]]:
@@ -57,7 +71,8 @@ def _values(knob: Knob) -> list[tuple[str, object]]:
     if knob.kind == "bool":
         return [("false", False), ("true", True)]
     if knob.kind == "int":
-        return [("positive integers", 1)]
+        # pad_to_multiple_of: 1 (the longest sample) runs on any data, a larger multiple on padded data
+        return [("1", 1), ("N > 1", 2)] if knob.target == "data" else [("positive integers", 1)]
     if knob.kind == "count":
         return [("0", 0), ("N > 0", 1)]
     return [(choice, choice) for choice in knob.choices]

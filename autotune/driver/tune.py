@@ -46,6 +46,7 @@ from autotune.progress import Reporter
 from autotune.records import Answer, read_study
 from autotune.scratch import temporary_folder
 from autotune.space.defaults import training_arguments
+from autotune.space.knobs import fp8_trial
 from autotune.study.semantics import SemanticChange, study_changes
 from autotune.workloads.adapters import adapter_of
 from autotune.workloads.tasks import Task
@@ -375,5 +376,9 @@ def _answer(result: SearchResult, user_kwargs: dict[str, Any]) -> TuneResult:
     if choice is None:
         return TuneResult(training_arguments(**user_kwargs), {}, [], result, result.answer)
     tuned = training_arguments(**{**user_kwargs, **choice.training_args})
+    if fp8_trial(choice.params):
+        # no field says fp8: the Trainer's Accelerator takes this, and accelerate picks torchao's
+        # recipe first (the one the trial trained with)
+        tuned.mixed_precision = "fp8"
     changes = study_changes(read_study(result.study), choice.params, choice.training_args)
     return TuneResult(tuned, dict(choice.model_kwargs), changes, result, result.answer)

@@ -25,7 +25,7 @@ from autotune.space.knobs import optimizer_family
 # Bytes per element of the dtypes weights are stored in (a gradient has its weight's dtype), and
 # the dtype each precision autocasts to.
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
-AUTOCAST_DTYPE = {"fp16": "fp16", "bf16": "bf16", "bf16+tf32": "bf16"}
+AUTOCAST_DTYPE = {"fp16": "fp16", "bf16": "bf16", "bf16+tf32": "bf16", "fp8": "bf16"}
 OPTIMIZER_STATE_BYTES = {  # per fp32 weight
     "adamw": 8,
     "adamw_8bit": 2,

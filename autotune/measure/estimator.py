@@ -44,6 +44,11 @@ MEASURED_KIND_KNOBS = (
     "padding_free",
     "dataloader_num_workers",
     "data_parallel",
+    # issue 32: fused kernels (Liger's cross-entropy never holds the logits), the weights' format,
+    # the padded length of a batch
+    "use_liger_kernel",
+    "base_weights",
+    "pad_to_multiple_of",
 )
 
 
@@ -214,7 +219,9 @@ class MemoryEstimator:
             self.baseline_bytes,
             self.world_size,
             str(chosen.get("data_parallel") or "ddp"),
-            weights_dtype=self.weights_dtype,
+            # bf16 base weights: gradients and optimizer states follow them (a 4-bit base is
+            # counted as its config says: an over-estimate of its frozen weights)
+            weights_dtype="bf16" if chosen.get("base_weights") == "bf16" else self.weights_dtype,
             trainable_params=self._trainable_or_all(),
         )
 
@@ -287,7 +294,13 @@ def _current_bytes(device: str) -> int:
 
 @contextlib.contextmanager
 def _autocast(device: str, precision: str) -> Iterator[None]:
-    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "bf16+tf32": torch.bfloat16}.get(precision)
+    # fp8's probe: its bf16 autocast (the Float8Linear conversion is the trial's, not the probe's)
+    dtype = {
+        "fp16": torch.float16,
+        "bf16": torch.bfloat16,
+        "bf16+tf32": torch.bfloat16,
+        "fp8": torch.bfloat16,
+    }.get(precision)
     if dtype is None:
         yield
         return

@@ -17,19 +17,27 @@ from typing import Any
 
 # Dense peak TFLOPS by (device name fragment, numeric format). Vendor datasheets.
 _PEAK_TFLOPS: tuple[tuple[str, dict[str, float]], ...] = (
-    ("H200", {"bf16": 989.0, "fp16": 989.0, "tf32": 494.0, "fp32": 67.0}),
-    ("H100 PCIe", {"bf16": 756.0, "fp16": 756.0, "tf32": 378.0, "fp32": 51.0}),
-    ("H100", {"bf16": 989.0, "fp16": 989.0, "tf32": 494.0, "fp32": 67.0}),
+    ("H200", {"fp8": 1979.0, "bf16": 989.0, "fp16": 989.0, "tf32": 494.0, "fp32": 67.0}),
+    ("H100 PCIe", {"fp8": 1513.0, "bf16": 756.0, "fp16": 756.0, "tf32": 378.0, "fp32": 51.0}),
+    ("H100", {"fp8": 1979.0, "bf16": 989.0, "fp16": 989.0, "tf32": 494.0, "fp32": 67.0}),
     ("A100", {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5}),
-    ("L40S", {"bf16": 362.0, "fp16": 362.0, "tf32": 183.0, "fp32": 91.6}),
-    ("L4", {"bf16": 121.0, "fp16": 121.0, "tf32": 60.0, "fp32": 30.3}),
+    ("L40S", {"fp8": 733.0, "bf16": 362.0, "fp16": 362.0, "tf32": 183.0, "fp32": 91.6}),
+    ("L4", {"fp8": 242.0, "bf16": 121.0, "fp16": 121.0, "tf32": 60.0, "fp32": 30.3}),
     ("A10G", {"bf16": 70.0, "fp16": 70.0, "tf32": 35.0, "fp32": 31.2}),
     ("T4", {"fp16": 65.0, "fp32": 8.1}),
     ("V100", {"fp16": 125.0, "fp32": 15.7}),
 )
 
-# The format the matrix multiplications of a trial run in, per precision knob value.
-_MATMUL_FORMAT = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16", "bf16+tf32": "bf16"}
+# The format the matrix multiplications of a trial run in, per precision knob value (fp8: its Linear
+# layers, held to the fp8 peak; its attention runs in bf16).
+_MATMUL_FORMAT = {
+    "fp32": "fp32",
+    "tf32": "tf32",
+    "fp16": "fp16",
+    "bf16": "bf16",
+    "bf16+tf32": "bf16",
+    "fp8": "fp8",
+}
 
 
 def matmul_precision(precision: str, tf32_matmuls: bool) -> str:

@@ -66,7 +66,10 @@ def plan_for(
     space = _space(config.space, stored)
     hardware = detect_hardware()
     world_size = trial_world_size(config)
-    model = replace(model_support(workload.model_class()), padded=workload.padded)
+    # trials that train a peft adapter on a frozen base: a 4-bit base (QLoRA) is possible there
+    adapter = getattr(workload, "adapter_config", None)
+    adapters = adapter is not None and adapter() is not None
+    model = replace(model_support(workload.model_class()), padded=workload.padded, adapters=adapters)
     space = space.for_hardware(*hardware.batch_multiple())
     if config.keep_semantics:
         space = space.keep_semantics(base, world_size)

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 # Optional packages some knob values need.
-OPTIONAL_PACKAGES = ("flash_attn", "bitsandbytes", "torchao", "triton", "deepspeed")
+OPTIONAL_PACKAGES = ("flash_attn", "bitsandbytes", "torchao", "triton", "deepspeed", "liger_kernel")
 
 # GPUs whose tensor cores want batch dimensions in multiples of 64 (the Transformers GPU guide).
 # Whole words only: an "RTX A1000" is not an A100.
@@ -58,6 +58,11 @@ class Hardware:
     def ampere_or_newer(self) -> bool:
         return self.capability is not None and self.capability >= (8, 0)
 
+    @property
+    def fp8_tensor_cores(self) -> bool:
+        """Compute capability 8.9 (Ada) or newer: the GPUs with fp8 matrix multiplications."""
+        return self.cuda and self.capability is not None and self.capability >= (8, 9)
+
     def batch_multiple(self) -> tuple[int, str]:
         """The batch-size multiple `multiple_of: auto` means here, and why."""
         if not self.cuda:
@@ -83,6 +88,10 @@ class ModelSupport:
             sequences flattened into one row attend only within themselves (padding-free batches).
         padded: the workload's samples differ in length and are padded per batch (set from the
             workload, not the class: `autotune.plan.build.plan_for`).
+        liger: liger-kernel has kernels for this model type (True where it cannot be told:
+            liger-kernel not installed, which its own rule reports).
+        adapters: the trials train adapters on a frozen base (PEFT), which a 4-bit base needs (set
+            from the run, not the class).
     """
 
     name: str = "any model"
@@ -92,6 +101,8 @@ class ModelSupport:
     gradient_checkpointing: bool = True
     packed_positions: bool = True
     padded: bool = True
+    liger: bool = True
+    adapters: bool = False
 
 
 def detect_hardware() -> Hardware:
@@ -138,7 +149,21 @@ def model_support(model_class: Any) -> ModelSupport:
         flex_attn=bool(getattr(model_class, "_supports_flex_attn", False)),
         gradient_checkpointing=bool(getattr(model_class, "supports_gradient_checkpointing", False)),
         packed_positions=_reads_packed_positions(model_class),
+        liger=_liger_supports(model_class),
     )
+
+
+def _liger_supports(model_class: Any) -> bool:
+    """Whether liger-kernel patches this model class's type (its own table of model types); True
+    where liger-kernel is not installed or has no such table: the package rule speaks there."""
+    if importlib.util.find_spec("liger_kernel") is None:
+        return True
+    try:
+        from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
+    except Exception:  # an older or broken install: let the trial show what happens
+        return True
+    model_type = getattr(getattr(model_class, "config_class", None), "model_type", None)
+    return model_type in MODEL_TYPE_TO_APPLY_LIGER_FN
 
 
 def _reads_packed_positions(model_class: Any) -> bool:
@@ -166,6 +191,8 @@ def _precision(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
         return "tf32 needs an NVIDIA Ampere (sm_80) or newer GPU"
     if value in ("bf16", "bf16+tf32") and not hw.bf16:
         return f"{hw.name} has no bf16 support"
+    if value == "fp8":
+        return _fp8(hw)
     if value == "fp16" and not hw.cuda:
         # accelerate enables fp16 autocast only on accelerators: on CPU the trial would silently
         # train in fp32 while labelled fp16.
@@ -257,6 +284,68 @@ def _group_by_length(value: Any, hw: Hardware, model: ModelSupport) -> str | Non
     return None
 
 
+# --- GPU-only knobs and per-batch padding (issue 32, items 3-4) ---------------------------------
+# Where the GPU-only values run, for `autotune knobs` (each rule below says why not, value by value).
+RUNS_ON: dict[tuple[str, object], str] = {
+    ("precision", "fp8"): "CUDA GPU of compute capability 8.9+ (Ada, Hopper, Blackwell) with torchao",
+    ("base_weights", "4bit"): "CUDA GPU with bitsandbytes, under adapters (--peft)",
+    ("use_liger_kernel", True): "CUDA GPU with liger-kernel, for the model types it patches",
+}
+_GPU_EXTRA = "pip install 'autotune[gpu]'"
+
+
+def _fp8(hw: Hardware) -> str | None:
+    if not hw.cuda:
+        return "fp8 needs a CUDA GPU with fp8 tensor cores (compute capability 8.9 or higher)"
+    if not hw.fp8_tensor_cores:
+        # accelerate would silently train fp16 instead, under fp8's name
+        major, minor = hw.capability or (0, 0)
+        return f"fp8 needs compute capability 8.9 or higher (Ada, Hopper); {hw.name} has {major}.{minor}"
+    if "torchao" not in hw.packages:
+        return f"fp8 trains through torchao's float8 recipe: needs the torchao package ({_GPU_EXTRA})"
+    if not hw.bf16:
+        return f"fp8 runs the rest of the model in bf16 autocast: {hw.name} has no bf16 support"
+    return None
+
+
+def _base_weights(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
+    if value == "bf16" and not hw.bf16:
+        return f"{hw.name} has no bf16 support"
+    if value != "4bit":
+        return None
+    if "bitsandbytes" not in hw.packages:
+        return f"4-bit weights need the bitsandbytes package ({_GPU_EXTRA})"
+    if not hw.cuda:
+        return "4-bit weights (bitsandbytes) need a CUDA GPU"
+    if not hw.bf16:
+        return f"4-bit weights compute in bf16: {hw.name} has no bf16 support"
+    if not model.adapters:
+        # Only the layers left unquantized (embeddings, norms, the head) would train: another model.
+        return "a 4-bit base is frozen: it trains only under adapters (QLoRA), which need --peft"
+    return None
+
+
+def _liger(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
+    if not value:
+        return None
+    if "liger_kernel" not in hw.packages:
+        return f"needs the liger-kernel package ({_GPU_EXTRA})"
+    if not hw.cuda:
+        return "Liger's kernels are Triton kernels: they need a CUDA GPU"
+    if not model.liger:
+        return f"liger-kernel has no kernels for {model.name}"
+    return None
+
+
+def _pad_multiple(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
+    if int(value) > 1 and not model.padded:
+        return (
+            "the samples are all the same length (packed into blocks of seq_len): no batch is padded; "
+            "--packing examples and classification pad per batch"
+        )
+    return None
+
+
 def value_unavailable(knob: str, value: object, hw: Hardware, model: ModelSupport) -> str | None:
     """Why one knob value cannot run here (None if it can). Rules on a single value only."""
     rule = _RULES.get(knob)
@@ -295,6 +384,9 @@ _RULES: dict[str, Rule] = {
     "padding_free": _padding_free,
     "group_by_length": _group_by_length,
     "data_parallel": _strategy,
+    "base_weights": _base_weights,
+    "use_liger_kernel": _liger,
+    "pad_to_multiple_of": _pad_multiple,
 }
 
 
@@ -315,4 +407,7 @@ def combination_unavailable(
             "attn_implementation",
             "flash_attention_2 runs in fp16 or bf16 only, not with precision " + str(precision),
         )
+    multiple = values.get("pad_to_multiple_of", 1)
+    if isinstance(multiple, int) and multiple > 1 and values.get("padding_free"):
+        return ("pad_to_multiple_of", "padding-free batches are one flattened row: no padding to round up")
     return None

@@ -92,8 +92,14 @@ def knob_defaults(base_args: Mapping[str, Any] | None = None, *, sdpa: bool, cud
                 "change base_args",
                 field="base_args",
             ) from None
-    # A Trainer pads its batches unless it is given a flattening collator.
-    values = {**knobs_of(vars(args)), "attn_implementation": default_attention(sdpa), "padding_free": False}
+    # A Trainer pads its batches unless it is given a flattening collator; from_pretrained loads
+    # the weights as the config or checkpoint says.
+    values = {
+        **knobs_of(vars(args)),
+        "attn_implementation": default_attention(sdpa),
+        "padding_free": False,
+        "base_weights": "as_is",
+    }
     return {name: values[name] for name in CATALOGUE if name in values}
 
 
@@ -129,6 +135,7 @@ def knobs_of(args: Mapping[str, Any]) -> dict[str, Value]:
         "torch_empty_cache_steps": int(args.get("torch_empty_cache_steps") or 0),
         "group_by_length": args.get("train_sampling_strategy") == "group_by_length",
         "data_parallel": strategy_of(args),
+        "use_liger_kernel": bool(args.get("use_liger_kernel")),
     }
     if values["activation_checkpointing"]:
         kwargs = args.get("activation_checkpointing_kwargs") or {}

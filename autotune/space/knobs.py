@@ -18,7 +18,8 @@ from typing import Any, Literal
 
 Value = bool | int | float | str
 
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "bf16+tf32")
+# fp8: torchao's float8 matmuls through accelerate, the rest in bf16 autocast (see `fp8_trial`).
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "bf16+tf32", "fp8")
 OPTIMIZERS = (
     "adamw_torch",
     "adamw_torch_fused",
@@ -105,6 +106,10 @@ _PRECISION_ARGS: dict[str, dict[str, Any]] = {
     "fp16": {"bf16": False, "fp16": True, "tf32": False},
     "bf16": {"bf16": True, "fp16": False, "tf32": False},
     "bf16+tf32": {"bf16": True, "fp16": False, "tf32": True},
+    # TrainingArguments has no fp8 field: an fp8 trial's arguments are bf16's (accelerate's fp8 runs
+    # every operation but the converted Linear layers in bf16 autocast), and its Accelerator is made
+    # with mixed_precision="fp8" and torchao's recipe (`fp8_trial`, `autotune.trial.apply`).
+    "fp8": {"bf16": True, "fp16": False, "tf32": False},
 }
 
 
@@ -190,7 +195,8 @@ CATALOGUE: dict[str, Knob] = {
             "precision",
             "args",
             "choice",
-            "numeric format: fp32, tf32 matmuls, fp16 or bf16 autocast, bf16 with tf32",
+            "numeric format: fp32, tf32 matmuls, fp16 or bf16 autocast, bf16 with tf32, fp8 matmuls "
+            "(torchao float8 through accelerate, compute capability 8.9+)",
             choices=PRECISIONS,
             changes_semantics=True,
         ),
@@ -323,6 +329,66 @@ CATALOGUE: dict[str, Knob] = {
     )
 }
 
+# --- GPU-only knobs and per-batch padding (issue 32, items 3-4) ---------------------------------
+# What a model's weights are loaded as: as the config or checkpoint says (`as_is`), in bf16 (pure
+# bf16 training: weights, gradients and optimizer states), or quantized to 4 bits by bitsandbytes
+# with bf16 compute, QLoRA's base (frozen: only adapters train on it).
+BASE_WEIGHTS = ("as_is", "bf16", "4bit")
+# QLoRA's quantization (Dettmers et al. 2023): NF4 with double quantization, bf16 compute. Kept as the
+# plain dict `from_pretrained(quantization_config=...)` takes, so that trials store and export it.
+QLORA_QUANTIZATION: dict[str, Any] = {
+    "load_in_4bit": True,
+    "bnb_4bit_quant_type": "nf4",
+    "bnb_4bit_use_double_quant": True,
+    "bnb_4bit_compute_dtype": "bfloat16",
+}
+
+
+def _base_weights_kwargs(value: Value) -> dict[str, Any]:
+    if value == "bf16":
+        return {"dtype": "bfloat16"}
+    if value == "4bit":  # the layers bitsandbytes does not quantize (norms, embeddings) in bf16
+        return {"quantization_config": dict(QLORA_QUANTIZATION), "dtype": "bfloat16"}
+    return {}
+
+
+def fp8_trial(values: Mapping[str, Value]) -> bool:
+    """Whether a trial trains in fp8: its Accelerator takes ``mixed_precision="fp8"`` with torchao's
+    float8 recipe, which no `TrainingArguments` field can say (its arguments are bf16's)."""
+    return values.get("precision") == "fp8"
+
+
+CATALOGUE.update(
+    {
+        k.name: k
+        for k in (
+            Knob(
+                "base_weights",
+                "model",
+                "choice",
+                "what the weights are loaded as: as_is (the config's dtype), bf16 (pure bf16 training), "
+                "4bit (bitsandbytes NF4, QLoRA's frozen base: CUDA GPU, adapters only)",
+                choices=BASE_WEIGHTS,
+                changes_semantics=True,
+            ),
+            Knob(
+                "use_liger_kernel",
+                "args",
+                "bool",
+                "Liger's fused Triton kernels (RMSNorm, RoPE, SwiGLU, fused linear cross-entropy): "
+                "less memory, speed measured (CUDA GPU, liger-kernel, supported model types)",
+            ),
+            Knob(
+                "pad_to_multiple_of",
+                "data",
+                "int",
+                "round each padded batch's length up to a multiple (1: the longest sample): fewer "
+                "shapes for a compiled model, aligned tensor cores; per-batch padded data only",
+            ),
+        )
+    }
+)
+
 # DistributedDataParallel's own settings: TrainingArguments fields whose default (None) leaves them
 # to the Trainer and torch.
 DDP_KNOBS = tuple(name for name, knob in CATALOGUE.items() if knob.ranks_only and name.startswith("ddp_"))
@@ -337,6 +403,8 @@ _ARGS_MAPPERS: dict[str, Callable[[Value], dict[str, Any]]] = {
     "group_by_length": _group_by_length_args,
     "data_parallel": _strategy_args,
 }
+# Model knobs whose value does not land as a model-load kwarg of the same name.
+_MODEL_MAPPERS: dict[str, Callable[[Value], dict[str, Any]]] = {"base_weights": _base_weights_kwargs}
 
 
 def trial_kwargs(values: Mapping[str, Value]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -354,7 +422,10 @@ def trial_kwargs(values: Mapping[str, Value]) -> tuple[dict[str, Any], dict[str,
         if knob.target == "data":
             continue
         if knob.target == "model":
-            model[name] = value
+            if name in _MODEL_MAPPERS:
+                model.update(_MODEL_MAPPERS[name](value))
+            else:
+                model[name] = value
         elif name in _ARGS_MAPPERS:
             for key, mapped in _ARGS_MAPPERS[name](value).items():
                 if key == CHECKPOINTING_KWARGS and key in args:
@@ -366,7 +437,8 @@ def trial_kwargs(values: Mapping[str, Value]) -> tuple[dict[str, Any], dict[str,
 
 
 def data_choices(values: Mapping[str, Value]) -> dict[str, Value]:
-    """The knob values of a trial that decide how its batches are made (``padding_free``)."""
+    """The knob values of a trial that decide how its batches are made (``padding_free``,
+    ``pad_to_multiple_of``)."""
     return {name: value for name, value in values.items() if CATALOGUE[name].target == "data"}
 
 

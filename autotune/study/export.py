@@ -24,6 +24,7 @@ from autotune.errors import UsageError
 from autotune.progress import describe_params, describe_time_breakdown, format_bytes
 from autotune.records import BEATS_DEFAULTS, CHOSEN, KEEPS_MATH, Answer, Interval, TrialRecord, read_study
 from autotune.space.defaults import training_args_defaults
+from autotune.space.knobs import fp8_trial
 from autotune.study.choices import measured_in_full, search_choice
 from autotune.study.objective import defaults_run_facts, run_lines
 from autotune.study.semantics import study_changes
@@ -113,8 +114,12 @@ def export_config(
     training_args = _minimal_args({**record.base_args, **choice.training_args})
     model_kwargs = {**record.base_model_kwargs, **choice.model_kwargs}
     for key in ("dtype", "torch_dtype"):
-        if key not in record.base_model_kwargs:
+        # a dtype the trial ran with stays only where the base config or the base_weights knob asked
+        if key not in record.base_model_kwargs and choice.params.get("base_weights", "as_is") == "as_is":
             model_kwargs.pop(key, None)
+    if fp8_trial(choice.params):
+        # accelerate's fp8 comes from the launcher; TrainingArguments' bf16 would override it
+        training_args.pop("bf16", None)
     trials = read_trials(study)
     trial = next((t for t in trials if t.number == choice.trial), None)
     tokens = choice.tokens_per_s
@@ -167,6 +172,10 @@ def export_config(
         config["peft"] = dict(record.peft)
     if choice.params.get("padding_free"):
         config["data_collator"] = FLATTENING
+    if fp8_trial(choice.params):
+        config["mixed_precision"] = "fp8"
+    if int(choice.params.get("pad_to_multiple_of", 1)) > 1:
+        config["pad_to_multiple_of"] = int(choice.params["pad_to_multiple_of"])
     return config
 
 
@@ -256,7 +265,26 @@ def expected_lines(config: dict[str, Any]) -> list[str]:
     what = f"study {exp['study']}, {which}, model {exp['model']}"
     if exp.get("seq_len"):
         what += f" ({exp.get('task')}, seq len {exp['seq_len']})"
-    return [f"autotune export: {what}", *answer_lines(config)]
+    return [f"autotune export: {what}", *answer_lines(config), *launch_lines(config)]
+
+
+def launch_lines(config: dict[str, Any]) -> list[str]:
+    """What the exported trial needs beyond `TrainingArguments` and the model-load kwargs, which no
+    flag of theirs can say: fp8 from the launcher, the padding multiple from the data collator."""
+    lines = []
+    if config.get("mixed_precision") == "fp8":
+        lines.append(
+            "fp8, not a TrainingArguments flag: launch with `accelerate launch --mixed_precision fp8 "
+            "--fp8_backend ao` (or ACCELERATE_MIXED_PRECISION=fp8 ACCELERATE_FP8_BACKEND=AO), torchao "
+            "installed, bf16 and fp16 left off (either would override it)"
+        )
+    multiple = config.get("pad_to_multiple_of")
+    if multiple:
+        lines.append(
+            f"data collator, not a TrainingArguments flag: pad_to_multiple_of={multiple} (transformers' "
+            "DataCollatorWithPadding / DataCollatorForLanguageModeling take it)"
+        )
+    return lines
 
 
 def answer_lines(config: dict[str, Any], *, time_line: bool = True) -> list[str]:
@@ -372,8 +400,9 @@ def _plain(config: dict[str, Any]) -> dict[str, Any]:
         "model_kwargs": dict(config["model_kwargs"]),
         "expected": dict(config["expected"]),
     }
-    if config.get("data_collator"):
-        plain["data_collator"] = config["data_collator"]
+    for key in ("data_collator", "mixed_precision", "pad_to_multiple_of"):
+        if config.get(key):
+            plain[key] = config[key]
     if config.get("peft"):
         plain["peft"] = dict(config["peft"])
     return plain
@@ -468,7 +497,9 @@ def notes(config: dict[str, Any], fmt: str) -> list[str]:
 def accelerate_dict(config: dict[str, Any]) -> dict[str, Any]:
     """The accelerate config (``accelerate launch --config_file``) for the exported trial."""
     args = config["training_args"]
-    mixed = "bf16" if args.get("bf16") else "fp16" if args.get("fp16") else "no"
+    mixed = config.get("mixed_precision") or (
+        "bf16" if args.get("bf16") else "fp16" if args.get("fp16") else "no"
+    )
     out: dict[str, Any] = {
         "compute_environment": "LOCAL_MACHINE",
         "distributed_type": "NO",
@@ -483,6 +514,8 @@ def accelerate_dict(config: dict[str, Any]) -> dict[str, Any]:
     if ranks > 1:
         out["num_processes"] = ranks
         out["distributed_type"] = "MULTI_CPU" if out["use_cpu"] else "MULTI_GPU"
+    if mixed == "fp8":
+        out["fp8_config"] = {"backend": "AO"}  # torchao's float8, as the trial trained
     out.update(_sharding(args))
     backend = args.get("torch_compile_backend")
     mode = args.get("torch_compile_mode")

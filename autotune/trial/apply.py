@@ -12,6 +12,7 @@ what the ranks really ran (`strategy_applied`, `ddp_settings`) is read back from
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from typing import Any
 
@@ -52,13 +53,51 @@ def rebuild_args(args: Any, kwargs: dict[str, Any]) -> None:
 
 
 def trial_collator(workload: Workload, choices: dict[str, Value]) -> Any:
-    """The trial's data collator: the workload's (padding each batch), or with ``padding_free``
-    one flattened row per batch with position ids that restart at every sample."""
+    """The trial's data collator: the workload's (padding each batch, to a multiple of
+    ``pad_to_multiple_of`` where the trial says), or with ``padding_free`` one flattened row per
+    batch with position ids that restart at every sample."""
     if choices.get("padding_free"):
         from transformers import DataCollatorWithFlattening
 
         return DataCollatorWithFlattening(return_position_ids=True, separator_id=-100)
-    return workload.collator()
+    multiple = choices.get("pad_to_multiple_of")
+    if multiple is None:
+        return workload.collator()
+    return padded_to_multiple(workload.collator(), int(multiple))
+
+
+def padded_to_multiple(collator: Any, multiple: int) -> Any:
+    """A copy of a padding collator (transformers' are dataclasses with ``pad_to_multiple_of``)
+    that rounds each batch's length up to `multiple` (1: to the longest sample).
+
+    Raises:
+        ValueError: a multiple above 1 for a collator that does not pad (packed blocks, a
+            collator of another kind); the availability rules keep such trials out.
+    """
+    pads = dataclasses.is_dataclass(collator) and "pad_to_multiple_of" in {
+        f.name for f in dataclasses.fields(collator)
+    }
+    if not pads:
+        if multiple == 1:  # stacking blocks of one length: nothing to round, as asked
+            return collator
+        raise ValueError(f"pad_to_multiple_of={multiple}: {type(collator).__name__} pads no batch")
+    return dataclasses.replace(collator, pad_to_multiple_of=None if multiple == 1 else multiple)
+
+
+def with_fp8(accelerator_args: dict[str, Any]) -> dict[str, Any]:
+    """The `Accelerator` kwargs of an fp8 trial (`autotune.space.knobs.fp8_trial`): accelerate's
+    ``mixed_precision="fp8"`` with torchao's float8 recipe (its Linear layers whose dimensions are
+    multiples of 16 become ``Float8Linear``; the rest runs in bf16 autocast)."""
+    from accelerate.utils import AORecipeKwargs
+
+    handlers = [*accelerator_args.get("kwargs_handlers", []), AORecipeKwargs()]
+    return {**accelerator_args, "mixed_precision": "fp8", "kwargs_handlers": handlers}
+
+
+def fp8_layers(model: Any) -> int:
+    """The model's torchao ``Float8Linear`` layers: proof that an fp8 trial trained in fp8
+    (accelerate falls back to fp16 by itself on a GPU without fp8 tensor cores)."""
+    return sum(type(module).__name__ == "Float8Linear" for module in model.modules())
 
 
 def length_grouped_sampler(args: Any, lengths: list[int]) -> Any:

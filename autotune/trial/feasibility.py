@@ -28,7 +28,7 @@ from autotune.study.outcomes import (
 from autotune.study.store import reason_of
 
 # Larger number: more activation memory at the same batch.
-_PRECISION_MEMORY_RANK = {"fp16": 0, "bf16": 0, "bf16+tf32": 0, "fp32": 1, "tf32": 1}
+_PRECISION_MEMORY_RANK = {"fp16": 0, "bf16": 0, "bf16+tf32": 0, "fp8": 0, "fp32": 1, "tf32": 1}
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ from autotune.records import (
 )
 from autotune.space import SearchSpace, precision_of
 from autotune.space.defaults import training_arguments
-from autotune.space.knobs import Value, data_choices, trial_kwargs
+from autotune.space.knobs import Value, data_choices, fp8_trial, trial_kwargs
 from autotune.study.objective import run_tokens, score
 from autotune.study.outcomes import TrialOutcome, fail_running_trial, record_outcome
 from autotune.study.owner import this_process
@@ -169,6 +169,11 @@ class AutotuneTrainer(Trainer):
         self.measurement.count_batches = self.args.train_sampling_strategy != "sequential"
         return super().call_model_init(trial)
 
+    def _build_accelerator_args(self, **kwargs: Any) -> dict[str, Any]:
+        # An fp8 trial's Accelerator: no TrainingArguments field can ask for it.
+        accelerator_args: dict[str, Any] = super()._build_accelerator_args(**kwargs)
+        return apply.with_fp8(accelerator_args) if fp8_trial(self.trial_values) else accelerator_args
+
     def _get_train_sampler(self, train_dataset: Any = None) -> Any:
         lengths = self.workload.sample_lengths()
         if self.args.train_sampling_strategy != "group_by_length" or not lengths:
@@ -288,6 +293,12 @@ class AutotuneTrainer(Trainer):
             # Measured, but not what it is labelled: a silent fallback must not win under a
             # strategy's name.
             raise RuntimeError(f"data_parallel={asked} was asked, but the Trainer ran {applied}")
+        if fp8_trial(self.trial_values) and not apply.fp8_layers(self.model):
+            # accelerate trains fp16 instead on a GPU without fp8 tensor cores, and says so only in a log
+            raise RuntimeError(
+                f"precision=fp8 was asked, but the Accelerator ran {self.accelerator.mixed_precision} "
+                "with no Float8Linear layer"
+            )
         # Peak memory is the largest rank's, and every rank's is kept; any rank's loss may be NaN.
         everyone = gather((record.peak_memory_bytes, output.training_loss))
         record = with_rank_peaks(record, [peak for peak, _ in everyone])

@@ -18,9 +18,10 @@ from typing import Any
 
 import torch
 
+from autotune.errors import WorkloadError
 from autotune.workloads.data import Cycled
 from autotune.workloads.masking import MaskedSamples, SampleMasking, padding_collator
-from autotune.workloads.workload import Workload, without_cache
+from autotune.workloads.workload import QUANTIZED, Workload, without_cache
 
 
 @dataclass
@@ -67,6 +68,16 @@ class UserWorkload(Workload):
         attention = model_kwargs.get("attn_implementation")
         if attention is not None:
             model.set_attn_implementation(attention)  # type: ignore[operator]
+        if QUANTIZED in model_kwargs:
+            # only from_pretrained quantizes, and the user's own model is built already
+            raise WorkloadError(
+                "base_weights=4bit: a model built by the user's model_init or given as an object "
+                "cannot be quantized by autotune",
+                "load it with from_pretrained(..., quantization_config=BitsAndBytesConfig(...)) yourself",
+            )
+        dtype = model_kwargs.get("dtype")
+        if dtype is not None:  # base_weights=bf16
+            model = model.to(getattr(torch, str(dtype)))
         return without_cache(model)
 
     def build_placeholder(self, model_kwargs: dict[str, Any]) -> torch.nn.Module | None:

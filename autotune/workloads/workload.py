@@ -10,8 +10,10 @@ live in their own modules; their public names are re-exported here.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
+import tempfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +28,9 @@ from autotune.workloads.masking import MaskedSamples
 from autotune.workloads.presets import PRESETS, Preset, preset_config
 from autotune.workloads.synthetic import SyntheticTokens
 from autotune.workloads.tasks import AUTO_CLASS, MODEL_MAPPING, TASKS, Task, task_of
+
+# The model-load kwarg of a quantized base (`autotune.space.knobs.QLORA_QUANTIZATION`).
+QUANTIZED = "quantization_config"
 
 __all__ = [
     "PRESETS",
@@ -88,12 +93,18 @@ class Workload:
             ) from None
 
     def build_model(self, model_kwargs: dict[str, Any]) -> torch.nn.Module:
-        """A fresh model for one trial, built with the trial's model-load kwargs."""
+        """A fresh model for one trial, built with the trial's model-load kwargs (a
+        ``quantization_config``, the ``base_weights=4bit`` knob's, quantizes it as it loads)."""
         auto = self._auto_class()
         remote = self._remote()
+        # from_pretrained writes a quantization config into the config it is given: not the workload's
+        config = copy.deepcopy(self.config) if QUANTIZED in model_kwargs else self.config
+        model_kwargs = load_kwargs(model_kwargs)
         with quiet_loading():
             if self.from_pretrained:
-                model = auto.from_pretrained(self.name, config=self.config, **remote, **model_kwargs)
+                model = auto.from_pretrained(self.name, config=config, **remote, **model_kwargs)
+            elif QUANTIZED in model_kwargs:
+                model = quantized_random_init(auto, config, model_kwargs, remote)
             else:
                 model = random_init(auto, self.config, model_kwargs, remote)
         return self.adapted(without_cache(model))
@@ -127,7 +138,7 @@ class Workload:
         auto = self._auto_class()
         remote = self._remote()
         with quiet_loading(), torch.device("meta"):
-            return self.adapted(auto.from_config(self.config, **remote, **model_kwargs))
+            return self.adapted(auto.from_config(self.config, **remote, **unquantized(model_kwargs)))
 
     def build_probe_model(self, model_kwargs: dict[str, Any]) -> torch.nn.Module:
         """A model of the trial's shape for a memory probe, whose weights' values do not matter:
@@ -143,7 +154,7 @@ class Workload:
         # from_config, not `random_init`: from_pretrained initialises what it builds whatever the
         # context says, and these weights are overwritten with zeros below.
         with quiet_loading(), no_init_weights():
-            model = without_cache(auto.from_config(self.config, **remote, **model_kwargs))
+            model = without_cache(auto.from_config(self.config, **remote, **unquantized(model_kwargs)))
         # no_init_weights skips transformers' whole `init_weights`, tying included: untied, the
         # probe would hold (and compute gradients of) a second embedding matrix the trial does not.
         tie: Any = getattr(model, "tie_weights", None)
@@ -367,4 +378,36 @@ def random_init(
         return auto.from_config(config, **remote, **model_kwargs)
     model: Any = model_class.from_pretrained(None, config=config, state_dict={}, **model_kwargs)
     model.config._name_or_path = config._name_or_path  # from_pretrained(None) writes "None"
+    return model
+
+
+def load_kwargs(model_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The model-load kwargs as `from_pretrained` takes them: a stored quantization config (a
+    plain dict, as trials record and export it) made a `BitsAndBytesConfig`."""
+    quantization = model_kwargs.get(QUANTIZED)
+    if not isinstance(quantization, dict):
+        return dict(model_kwargs)
+    from transformers import BitsAndBytesConfig
+
+    return {**model_kwargs, QUANTIZED: BitsAndBytesConfig(**quantization)}
+
+
+def unquantized(model_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`model_kwargs` without a quantization config: a model built from its config (a placeholder,
+    a memory probe) is never quantized (only `from_pretrained` quantizes)."""
+    return {key: value for key, value in model_kwargs.items() if key != QUANTIZED}
+
+
+def quantized_random_init(
+    auto: Any, config: Any, model_kwargs: dict[str, Any], remote: dict[str, Any]
+) -> torch.nn.Module:
+    """A random-weight model quantized as a user's checkpoint is: built by `random_init`, saved to a
+    scratch folder and loaded back with the quantization config, so that transformers' quantizer
+    (bitsandbytes) replaces its Linear layers exactly as it does for real weights. A model built
+    with no weights to load is not quantized the same way (missing weights are only initialised)."""
+    plain: Any = random_init(auto, config, unquantized(model_kwargs), remote)
+    with tempfile.TemporaryDirectory(prefix="autotune-quantize-") as folder:
+        plain.save_pretrained(folder)
+        del plain
+        model: Any = auto.from_pretrained(folder, config=config, **remote, **model_kwargs)
     return model

@@ -47,12 +47,15 @@ def test_no_base_config_is_training_arguments_itself(tmp_path: Path, cuda: bool)
     # Every knob has a default, the compile mode only with inductor, the checkpointed layers only
     # with checkpointing; DDP's own settings are None in TrainingArguments (the Trainer and torch
     # decide), so a baseline leaves them unset.
+    # pad_to_multiple_of is the data's own (--pad-to-multiple-of): the baseline's collator as configured.
     assert set(values) == set(CATALOGUE) - {
         "torch_compile_mode",
         "checkpoint_every_n_layers",
         "gradient_checkpointing_reentrant",
+        "pad_to_multiple_of",
         *DDP_KNOBS,
     }
+    assert values["base_weights"] == "as_is" and values["use_liger_kernel"] is False
     assert values["padding_free"] is False and values["group_by_length"] is False
     assert all(getattr(reference, name) is None for name in DDP_KNOBS)
 

@@ -28,6 +28,8 @@ PRECISION_FLAGS = {
     "fp16": {"bf16": False, "fp16": True, "tf32": False},
     "bf16": {"bf16": True, "fp16": False, "tf32": False},
     "bf16+tf32": {"bf16": True, "fp16": False, "tf32": True},
+    # fp8: bf16 arguments; the Accelerator is made fp8 (`autotune.space.knobs.fp8_trial`)
+    "fp8": {"bf16": True, "fp16": False, "tf32": False},
 }
 
 
@@ -190,6 +192,9 @@ def test_catalogue_keys_match_knob_names():
         "padding_free",
         "group_by_length",
         "data_parallel",
+        "base_weights",
+        "use_liger_kernel",
+        "pad_to_multiple_of",
     }
 
 
@@ -234,7 +239,7 @@ def test_compile_mode_requires_inductor():
 def test_check_messages():
     assert CATALOGUE["per_device_train_batch_size"].check(0) == "expected a positive integer, got 0"
     assert CATALOGUE["activation_checkpointing"].check("no") == "expected true or false, got 'no'"
-    assert CATALOGUE["precision"].check("fp8") == "'fp8' is not one of " + ", ".join(PRECISIONS)
+    assert CATALOGUE["precision"].check("fp4") == "'fp4' is not one of " + ", ".join(PRECISIONS)
 
 
 # --- optimizers ------------------------------------------------------------------------------------

@@ -155,9 +155,9 @@ def test_checkpointing_must_be_bool(tmp_path, values, shown):
 
 
 def test_precision_outside_the_allowed_set_lists_allowed_values(tmp_path):
-    path = write(tmp_path, "knobs:\n  precision: [fp32, fp8]\n")
+    path = write(tmp_path, "knobs:\n  precision: [fp32, fp4]\n")
     allowed = ", ".join(PRECISIONS)
-    load_error(path, re.escape(f"knobs.precision: 'fp8' is not one of {allowed} (allowed: {allowed})"))
+    load_error(path, re.escape(f"knobs.precision: 'fp4' is not one of {allowed} (allowed: {allowed})"))
 
 
 def test_unquoted_off_is_rejected_not_silently_accepted(tmp_path):
