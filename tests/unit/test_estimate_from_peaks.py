@@ -58,7 +58,7 @@ class Fixed(MemoryEstimator):
             "activation_checkpointing": False,
             "torch_compile": "off",
         }
-        self.__dict__["_parameters"] = (1_000_000, "fp32")
+        self.__dict__["_parameters"] = (1_000_000, "fp32", 1_000_000)  # all trainable
         self._baseline = 400 * MiB
         self.probed = 0
 
