@@ -459,6 +459,22 @@ class RunConfig:
         group="choice",
         default_text="none",
     )
+    # The whole-run check (`autotune.driver.wholerun`): its options together.
+    whole_run_check: bool = option(
+        True,
+        help="Before the answer is final, run the winner and the defaults once each as a whole run "
+        "does, in a fresh worker under the memory cap: an optimizer step on the longest batch of the "
+        "data, an evaluation step and a checkpoint save. A winner over the cap falls to the next "
+        "finalist; the answer states the whole-run peak and its headroom under the cap.",
+        group="choice",
+        flag="--whole-run-check",
+        negative="--no-whole-run-check",
+    )
+    eval_batch_size: int | None = option(
+        help="The per-device batch of the whole-run check's evaluation step.",
+        group="choice",
+        default_text="the configuration's train batch",
+    )
 
     def __post_init__(self) -> None:
         self._check_workload()
@@ -540,6 +556,10 @@ class RunConfig:
         if self.price_per_hour is not None and not self.price_per_hour > 0:
             raise UsageError(
                 f"price_per_hour must be positive, got {self.price_per_hour}", field="price_per_hour"
+            )
+        if self.eval_batch_size is not None and self.eval_batch_size < 1:
+            raise UsageError(
+                f"eval_batch_size must be at least 1, got {self.eval_batch_size}", field="eval_batch_size"
             )
 
     def _check_backend(self) -> None:
@@ -666,7 +686,8 @@ class RunConfig:
 
 # The run configuration's schema: raised whenever a key is added or a value changes meaning, so that
 # an older worker refuses a study it would misread. 1: before versions were recorded. 3: ``peft``.
-RUN_CONFIG_SCHEMA = 3
+# 4: the whole-run check's options.
+RUN_CONFIG_SCHEMA = 4
 SCHEMA_KEY = "schema"
 VERSION_KEY = "autotune_version"
 

@@ -102,7 +102,12 @@ PHASE_NAMES = {
     "screening_s": "screened out",
     "between_s": "between trials",
 }
-STAGE_NAMES = {"baseline_s": "baseline", "search_s": "search", "finalists_s": "finalists"}
+STAGE_NAMES = {
+    "baseline_s": "baseline",
+    "search_s": "search",
+    "finalists_s": "finalists",
+    "whole_run_s": "whole-run check",
+}
 
 
 def describe_time_breakdown(breakdown: dict[str, Any] | None) -> str | None:

@@ -209,6 +209,9 @@ class TrialRecord:
     compile: CompileRecord = field(default_factory=CompileRecord)
     screening: ScreeningRecord = field(default_factory=ScreeningRecord)
     failure: Failure = field(default_factory=Failure)
+    # its whole-run check, which the study keeps (a finished trial's attrs are closed): set where
+    # the study's records are read (`autotune.study.store.read_trials`), never stored with the trial
+    whole_run: WholeRun | None = None
 
     # The figures every table shows, by their usual names.
     @property
@@ -485,6 +488,75 @@ class Choice:
         )
 
 
+# The steps of a whole-run check, in the order they run (`WholeRun.step_peaks`).
+WHOLE_RUN_STEPS = ("train", "eval", "save")
+
+
+@dataclass(frozen=True)
+class WholeRun:
+    """One configuration run once as a whole run does, in a fresh worker under the memory cap
+    (`autotune.driver.wholerun`): an optimizer step on the longest batch of the data, an
+    evaluation step and a checkpoint save, each step's peak measured as a trial's is.
+
+    Attributes:
+        trial: the trial it checked; None: the defaults (the baseline's configuration).
+        params: its knob values.
+        step_peaks: each step that ran -> its peak memory (bytes), in `WHOLE_RUN_STEPS` order.
+        fits: True: every step ran under the cap; False: a step went over it or ran out of memory
+            (the trial is then infeasible, reason ``whole_run_over_cap``); None: the check could
+            not run (an error that is no memory verdict: `message` says which).
+        failed_step: the step that failed (``"unknown"``: its process ended from outside;
+            ``"setup"``: before the first step).
+        reason: why a step failed, as its process saw it (``oom``, ``killed``, ``error``: the
+            reasons of `autotune.study.outcomes`); None: no step failed (or it went over the cap
+            only by its measured peak).
+        message: what failed, in one line.
+        cap_bytes: the cap it was judged under (None: none).
+        train_samples: samples in the optimizer step (per device x accumulation x processes).
+        train_tokens: the padded width of its widest batch: the longest sample's tokens where
+            batches are padded (a padding-free batch: all its tokens in one row).
+        eval_samples: samples in the evaluation step (every process's).
+        memory_source: how the peaks were read (`autotune.measure.memory`).
+        seconds: the check's wall time, its worker's start included.
+    """
+
+    trial: int | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    step_peaks: dict[str, int] = field(default_factory=dict)
+    fits: bool | None = None
+    failed_step: str | None = None
+    reason: str | None = None
+    message: str | None = None
+    cap_bytes: int | None = None
+    train_samples: int | None = None
+    train_tokens: int | None = None
+    eval_samples: int | None = None
+    memory_source: str | None = None
+    seconds: float | None = None
+
+    @property
+    def peak_bytes(self) -> int | None:
+        """The whole run's peak: the largest of its steps' (None: no step measured)."""
+        return max(self.step_peaks.values()) if self.step_peaks else None
+
+    @property
+    def headroom_bytes(self) -> int | None:
+        """How far the whole-run peak stays under the cap (negative: over it); None without a cap
+        or a peak."""
+        peak = self.peak_bytes
+        return self.cap_bytes - peak if self.cap_bytes is not None and peak is not None else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> WholeRun | None:
+        if not data:
+            return None
+        known = {f.name for f in fields(cls)}
+        return cls(**{key: value for key, value in data.items() if key in known})
+
+
 # Why the answer is what it is (`Answer.rule`).
 BEATS_DEFAULTS = "beats_defaults"  # re-measured: its speedup's interval lies above 1 + MIN_GAIN
 KEEP_DEFAULTS = "keep_defaults"  # nothing beat the defaults measurably: the answer is the defaults
@@ -597,6 +669,10 @@ class Answer:
         finalists_time: where the finalists' time went (`autotune.driver.accounting`: wall
             seconds, their share of the search, measurements, rounds, set-up/warm-up/window
             seconds); None: no finalists ran in the search that decided it.
+        whole_run: the choice's whole-run check (`WholeRun`: its peak and headroom under the
+            cap); None: not checked (`whole_run_note` says why).
+        whole_run_note: why the choice has no whole-run check, or which configurations failed
+            theirs before it; None: nothing to say.
     """
 
     rule: str
@@ -609,6 +685,8 @@ class Answer:
     objective: str = "tokens_per_s"
     aa: AA | None = None
     finalists_time: dict[str, Any] | None = None
+    whole_run: WholeRun | None = None
+    whole_run_note: str | None = None
 
     @property
     def keeps_defaults(self) -> bool:
@@ -626,6 +704,8 @@ class Answer:
             "objective": self.objective,
             "aa": self.aa.to_dict() if self.aa else None,
             "finalists_time": dict(self.finalists_time) if self.finalists_time else None,
+            "whole_run": self.whole_run.to_dict() if self.whole_run else None,
+            "whole_run_note": self.whole_run_note,
         }
 
     @classmethod
@@ -641,6 +721,8 @@ class Answer:
             objective=str(data.get("objective") or "tokens_per_s"),
             aa=AA.from_dict(data.get("aa")),
             finalists_time=dict(data["finalists_time"]) if data.get("finalists_time") else None,
+            whole_run=WholeRun.from_dict(data.get("whole_run")),
+            whole_run_note=data.get("whole_run_note"),
         )
 
 
@@ -689,6 +771,7 @@ class StudyRecord:
         answer: the stored answer (None: not decided yet, or a version 0 store).
         time_breakdown: where the last search's time went (`autotune.driver.accounting`).
         activation_probes, batch_ladder, batch_ladder_probe: the memory estimate's measurements.
+        whole_run: the whole-run checks (`WholeRun`), in the order they ran.
     """
 
     name: str
@@ -711,6 +794,7 @@ class StudyRecord:
     activation_probes: dict[str, Any] | None = _key("activation_probes")
     batch_ladder: list[Any] | None = _key("batch_ladder")
     batch_ladder_probe: dict[str, Any] | None = _key("batch_ladder_probe")
+    whole_run: tuple[WholeRun, ...] = ()
 
     @property
     def model(self) -> str | None:
@@ -737,6 +821,10 @@ class StudyRecord:
     def device_memory_bytes(self) -> int:
         return int(self.device.get("memory_bytes") or 0)
 
+    def whole_run_of(self, trial: int | None) -> WholeRun | None:
+        """The latest whole-run check of a trial (None: of the defaults), None: not checked."""
+        return next((check for check in reversed(self.whole_run) if check.trial == trial), None)
+
     def remeasured_tokens_per_s(self) -> dict[int, float]:
         """Trial number -> its re-measured median tokens/s (the finalists; not the baseline)."""
         return {
@@ -746,7 +834,13 @@ class StudyRecord:
         }
 
 
-_STUDY_SPECIAL = {"baseline": "baseline", "finalists": "finalists", "winner": "winner", "answer": "answer"}
+_STUDY_SPECIAL = {
+    "baseline": "baseline",
+    "finalists": "finalists",
+    "winner": "winner",
+    "answer": "answer",
+    "whole_run": "whole_run",
+}
 
 
 def study_record(name: str, attrs: Mapping[str, Any]) -> StudyRecord:
@@ -765,6 +859,9 @@ def study_record(name: str, attrs: Mapping[str, Any]) -> StudyRecord:
         finalists=tuple(FinalistRecord.from_attrs(f) for f in attrs.get("finalists") or ()),
         winner=_read(Winner, winner) if winner else None,
         answer=Answer.from_dict(answer) if answer else None,
+        whole_run=tuple(
+            check for check in (WholeRun.from_dict(c) for c in attrs.get("whole_run") or ()) if check
+        ),
     )
 
 
@@ -807,6 +904,8 @@ def _special(name: str, value: Any) -> Any:
         return [f.attrs() for f in value]
     if name == "answer":
         return value.to_dict()
+    if name == "whole_run":
+        return [check.to_dict() for check in value]
     return value.attrs()
 
 

@@ -42,6 +42,8 @@ def trial_line(t: TrialSummary) -> str:
     if t.state == "COMPLETE" or t.reason == outcomes.OVER_MEMORY_CAP:
         ci = f" ±{100 * t.rel_ci_halfwidth:.1f}%" if t.rel_ci_halfwidth is not None else ""
         verdict = "[green]ok[/]" if t.state == "COMPLETE" else "[red]over the memory cap[/]"
+        if t.reason == outcomes.WHOLE_RUN_OVER_CAP:
+            verdict = f"[red]whole run over the memory cap[/] [dim]{t.message}[/]"
         return (
             f"{head}  [bold]{format_rate(t.tokens_per_s)} tok/s[/]{ci}  "
             f"{format_rate(t.samples_per_s)} samples/s  "

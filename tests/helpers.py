@@ -17,8 +17,9 @@ from autotune.config import MeasureSettings
 FAST = MeasureSettings(
     warmup_steps=1, max_warmup_steps=2, min_steps=2, max_steps=3, max_seconds=10.0, screen_ratio=0.0
 )
-# A search that measures only its own trials: fast windows, no baseline, no finalist re-measurement.
-FAST_RUN = {"measure": FAST, "finalists": 0, "measure_baseline": False}
+# A search that measures only its own trials: fast windows, no baseline, no finalist re-measurement,
+# no whole-run check (tests/integration/test_whole_run.py tests it).
+FAST_RUN = {"measure": FAST, "finalists": 0, "measure_baseline": False, "whole_run_check": False}
 # The same in the test's own process: for probes that record what trials did, and monkeypatches
 # (worker processes see neither).
 IN_PROCESS = {**FAST_RUN, "isolation": "none"}
@@ -228,7 +229,35 @@ def _applied(args: Any) -> dict[str, Any]:
         "precision": "bf16" if args.bf16 else "fp32",
         "torch_compile": args.torch_compile_backend if args.torch_compile else "off",
         "optim": getattr(args.optim, "value", args.optim),
+        "activation_checkpointing": bool(args.activation_checkpointing),
     }
+
+
+class EvalMemory(TrainerCallback):
+    """Makes the first evaluation step of a search peak over `over_bytes` (a test's memory cap):
+    during its first batch it holds, and writes, as much memory as takes the process's (CPU:
+    resident set; CUDA: the allocator's reserved memory) past it, then frees it. Only the whole-run
+    check evaluates; the first evaluation (in any process) leaves `marker`, and no later one is
+    hit. Pickled into worker processes like `Fault`."""
+
+    def __init__(self, over_bytes: int, marker: str) -> None:
+        self.over_bytes, self.marker = over_bytes, marker
+
+    def on_prediction_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        import os
+
+        from autotune.measure.memory import rss_bytes
+
+        if os.path.exists(self.marker):
+            return
+        with open(self.marker, "w") as handle:
+            handle.write(str(os.getpid()))
+        cuda = torch.cuda.is_available()
+        held = torch.cuda.memory_reserved() if cuda else rss_bytes() or 0
+        need = self.over_bytes - held + 64 * 2**20
+        if need > 0:
+            block = torch.ones(need, dtype=torch.uint8, device="cuda" if cuda else "cpu")
+            del block
 
 
 class DivergeLoss(TrainerCallback):

@@ -9,9 +9,9 @@ search had ``wall_s x slots`` of them (slots: jobs the executor runs at once), a
 accounts for is ``between_s``: starting processes, the supervisor and the store, pre-checked
 trials that train nothing, jobs that failed, idle slots. So the phases sum to ``wall_s x slots``
 exactly, and ``measured_share`` is the part of it that measured throughput. The stages (baseline,
-search, finalists) are wall-clock seconds of each part of the search; ``by_stage`` sums the phases
-of the measure jobs each of the baseline and finalists stages ran (the answer states the
-finalists').
+search, finalists, the whole-run check) are wall-clock seconds of each part of the search;
+``by_stage`` sums the phases of the measure jobs each of the baseline and finalists stages ran (the
+answer states the finalists').
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from autotune.records import TrialRecord, measured_record, read_trial, write_stu
 from autotune.study.store import was_trained
 
 PHASES = ("setup_s", "compile_s", "warmup_s", "window_s", "screening_s", "between_s")
-STAGES = ("baseline_s", "search_s", "finalists_s")
+STAGES = ("baseline_s", "search_s", "finalists_s", "whole_run_s")
 
 
 def job_phases(record: TrialRecord) -> dict[str, float]:

@@ -42,6 +42,7 @@ from autotune.records import (
     Interval,
     StudyRecord,
     TrialRecord,
+    WholeRun,
     read_study,
 )
 from autotune.space.knobs import trial_kwargs
@@ -65,7 +66,9 @@ def decide(study: StudyRecord, trials: Sequence[TrialRecord], cap_bytes: int | N
     candidates = [
         t
         for t in trials
-        if measured_in_full(t, cap_bytes is not None) and fits(t.peak_memory_bytes, cap_bytes)
+        if measured_in_full(t, cap_bytes is not None)
+        and fits(t.peak_memory_bytes, cap_bytes)
+        and whole_run_fits(t.whole_run, cap_bytes)
     ]
     defaults = _defaults(study, cap_bytes)
     # A trial that ran the baseline's configuration is the baseline, never a contestant against it.
@@ -80,6 +83,22 @@ def decide(study: StudyRecord, trials: Sequence[TrialRecord], cap_bytes: int | N
     aa = _aa(finalists)
     common = replace(common, aa=aa, finalists_time=finalists_time(study.time_breakdown))
     rounds = {t.number: finalists[t.number] for t in candidates if t.number in finalists}
+    return _with_whole_run(
+        study, _decide(study, candidates, itself, rounds, finalists, defaults, common, aa), cap_bytes
+    )
+
+
+def _decide(
+    study: StudyRecord,
+    candidates: list[TrialRecord],
+    itself: list[TrialRecord],
+    rounds: dict[int, FinalistRecord],
+    finalists: dict[int, FinalistRecord],
+    defaults: Choice | None,
+    common: Answer,
+    aa: AA | None,
+) -> Answer:
+    tokens = study.train_tokens
     if not candidates:
         if defaults is None:
             return replace(common, verdict="no measured configuration to hand back")
@@ -234,9 +253,11 @@ def _from_search(
 
 def _defaults(study: StudyRecord, cap_bytes: int | None) -> Choice | None:
     """The baseline's configuration as a choice, with its re-measured figures when it has them;
-    None when it was not measured or does not fit `cap_bytes`."""
+    None when it was not measured, or it or its whole run does not fit `cap_bytes`."""
     baseline = study.baseline
     if not baseline.measured or not fits(baseline.peak_memory_bytes, cap_bytes):
+        return None
+    if not whole_run_fits(study.whole_run_of(None), cap_bytes):
         return None
     training_args, model_kwargs = trial_kwargs(baseline.params)
     finalist = next((f for f in study.finalists if f.number == BASELINE), None)
@@ -299,6 +320,42 @@ def _interval(speedup: Speedup | None) -> Interval | None:
         return None
     high = speedup.high if math.isfinite(speedup.high) else None
     return Interval(speedup.ratio, speedup.low if high is not None else None, high, speedup.rounds)
+
+
+# -- the whole run -------------------------------------------------------------------------------
+
+
+def whole_run_fits(check: WholeRun | None, cap_bytes: int | None = None) -> bool:
+    """Whether a configuration's whole-run check lets it be handed back (no check: it may be):
+    not failed for memory; under another cap (`cap_bytes`: a re-selection) every step measured
+    (none ran out of memory) and the whole run's peak under that cap."""
+    if check is None or check.fits is None:  # a check that could not run decides nothing
+        return True
+    if cap_bytes is None:
+        return check.fits is not False
+    if check.reason is not None and check.fits is False:
+        return False  # out of memory, or killed: no peak says how much it needed
+    peak = check.peak_bytes
+    return peak is not None and peak <= cap_bytes
+
+
+def _with_whole_run(study: StudyRecord, answer: Answer, cap_bytes: int | None) -> Answer:
+    """The answer with its choice's whole-run check (headroom under `cap_bytes` when given), and
+    a note on the configurations that failed theirs, or on why the choice has none."""
+    failed = [c for c in study.whole_run if c.fits is False and not whole_run_fits(c, cap_bytes)]
+    notes = [
+        f"{'the defaults failed their' if c.trial is None else f'trial {c.trial} failed its'} whole-run "
+        f"check ({c.message}): not handed back"
+        for c in {c.trial: c for c in failed}.values()
+    ]
+    choice = answer.choice
+    check = study.whole_run_of(choice.trial) if choice is not None else None
+    if check is not None and cap_bytes is not None:
+        check = replace(check, cap_bytes=cap_bytes)
+    if choice is not None and check is None:
+        off = study.run_config.get("whole_run_check") is False
+        notes.append("no whole-run check" + (" (--no-whole-run-check)" if off else ""))
+    return replace(answer, whole_run=check, whole_run_note="; ".join(notes) or None)
 
 
 # -- the instrument and the rounds' cost ------------------------------------------------------------

@@ -126,6 +126,18 @@ class Supervisor:
             self.job(kind="measure", params=dict(params), number=number, verbatim=verbatim, window=window)
         )
 
+    def whole_run(self, params: dict[str, Any], number: int, verbatim: bool = False) -> dict[str, Any]:
+        """Run knob values once as a whole run does, in a job of their own (a fresh process under
+        the cap, as a trial's): each step's peak and the step that failed
+        (`AutotuneTrainer.whole_run_check`).
+
+        Raises:
+            MeasureFailed: the job failed, or its process died (with the reason).
+        """
+        return self._run_one(
+            self.job(kind="whole_run", params=dict(params), number=number, verbatim=verbatim)
+        )
+
     def batch_ladder(self, candidates: Sequence[int]) -> tuple[list[int], dict[str, Any] | None]:
         """Which of `candidates` (the space's larger batches) fit, by the memory estimate of a job
         of their own (on the trial device, in a process like a trial's), and the probe that

@@ -1,5 +1,6 @@
 """Running a planned search's trials: choose where jobs run, measure the baseline, keep the
-executor busy until the budget is met, re-measure the finalists."""
+executor busy until the budget is met, re-measure the finalists, check the whole run of what the
+answer may hand back."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from autotune.driver.accounting import TimeAccount
 from autotune.driver.finalists import measure_baseline, remeasure_finalists
 from autotune.driver.stopping import stop_reason
 from autotune.driver.supervisor import MeasureFailed, Supervisor
+from autotune.driver.wholerun import check_whole_run
 from autotune.executors.base import Executor
 from autotune.executors.forkserver import ForkserverExecutor
 from autotune.executors.inprocess import InProcessExecutor
@@ -60,7 +62,8 @@ def run_trials(
     executor: Executor | None = None,
     workload_file: str | None = None,
 ) -> None:
-    """Run trials until `budget` more are measured, then re-measure the best few to pick the winner.
+    """Run trials until `budget` more are measured, then re-measure the best few to pick the winner
+    and check its whole run (`autotune.driver.wholerun`).
     `workload_file`: where the jobs read the run's workload (`Supervisor`), None: from its configuration.
 
     Trials that need no training (unavailable here, duplicates, predicted out of memory) cost
@@ -93,6 +96,8 @@ def run_trials(
                 supervisor.run_search(target, stop_reason(plan, study, target))
             with account.stage("finalists"):
                 remeasure_finalists(measure, plan, study, reporter)
+            with account.stage("whole_run"):  # before the answer is decided (`finish`)
+                check_whole_run(supervisor.whole_run, plan, study, reporter)
             if is_rank_zero():
                 account.store(study)
     finally:

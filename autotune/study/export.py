@@ -22,7 +22,16 @@ import optuna
 
 from autotune.errors import UsageError
 from autotune.progress import describe_params, describe_time_breakdown, format_bytes
-from autotune.records import BEATS_DEFAULTS, CHOSEN, KEEPS_MATH, Answer, Interval, TrialRecord, read_study
+from autotune.records import (
+    BEATS_DEFAULTS,
+    CHOSEN,
+    KEEPS_MATH,
+    Answer,
+    Interval,
+    TrialRecord,
+    WholeRun,
+    read_study,
+)
 from autotune.space.defaults import training_args_defaults
 from autotune.space.knobs import fp8_trial
 from autotune.study.choices import measured_in_full, search_choice
@@ -162,6 +171,11 @@ def export_config(
         "finalists_time": answer.finalists_time,
         # the parameters trained (a peft adapter's) and all the model's: every trial's are the same
         "parameters": _parameters(trial, trials),
+        # its whole-run check: the longest batch, an evaluation step, a checkpoint save
+        "whole_run": answer.whole_run.to_dict() if answer.whole_run else None,
+        "whole_run_peak_bytes": answer.whole_run.peak_bytes if answer.whole_run else None,
+        "whole_run_headroom_bytes": answer.whole_run.headroom_bytes if answer.whole_run else None,
+        "whole_run_note": answer.whole_run_note,
     }
     config: dict[str, Any] = {
         "training_args": training_args,
@@ -303,6 +317,10 @@ def answer_lines(config: dict[str, Any], *, time_line: bool = True) -> list[str]
     if alternative:
         lines.append(f"alternative, not handed back: {alternative_text(alternative)}")
     lines += run_lines(exp)
+    if exp.get("whole_run"):
+        lines.append(f"whole run: {whole_run_text(exp['whole_run'])}")
+    if exp.get("whole_run_note"):
+        lines.append(f"whole run: {exp['whole_run_note']}")
     if exp.get("aa_text"):
         lines.append(f"instrument (A/A): {exp['aa_text']}; every interval above is widened by it")
     finalists = finalists_time_text(exp.get("finalists_time"))
@@ -318,6 +336,33 @@ def answer_lines(config: dict[str, Any], *, time_line: bool = True) -> list[str]
     else:
         lines.append("training math as the baseline's (precision, optimizer family, effective batch)")
     return lines
+
+
+def whole_run_text(check: Mapping[str, Any]) -> str:
+    """A whole-run check (`autotune.records.WholeRun.to_dict`) in one line: ``peak 702 MiB (train
+    650 MiB on 8 samples of 512 tokens, eval 702 MiB on 8 samples, save 611 MiB), 322 MiB under the
+    memory cap of 1.00 GiB``, or what failed."""
+    record = WholeRun.from_dict(check)
+    if record is None:
+        return "not checked"
+    sizes = {
+        "train": f"{record.train_samples} samples" if record.train_samples else "",
+        "eval": f"{record.eval_samples} samples" if record.eval_samples else "",
+    }
+    if record.train_tokens and sizes["train"]:
+        sizes["train"] += f" of {record.train_tokens} tokens"
+    steps = ", ".join(
+        f"{step} {format_bytes(peak)}" + (f" on {sizes[step]}" if sizes.get(step) else "")
+        for step, peak in record.step_peaks.items()
+    )
+    peak = f"peak {format_bytes(record.peak_bytes)} ({steps})" if record.step_peaks else "no step measured"
+    if record.fits is not True:
+        verdict = "failed" if record.fits is False else "could not run"
+        return f"{verdict}: {record.message}; {peak}"
+    headroom = record.headroom_bytes
+    if headroom is None:
+        return f"{peak}, no memory cap"
+    return f"{peak}, {format_bytes(headroom)} under the memory cap of {format_bytes(record.cap_bytes)}"
 
 
 def finalists_time_text(spent: Mapping[str, Any] | None) -> str | None:

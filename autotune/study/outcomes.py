@@ -10,10 +10,17 @@ here only. No torch; optuna only where an outcome is written.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from autotune.records import TrialRecord, concluded, measured_record, trial_attrs, write_trial
+from autotune.records import (
+    TrialRecord,
+    WholeRun,
+    concluded,
+    measured_record,
+    trial_attrs,
+    write_trial,
+)
 
 if TYPE_CHECKING:  # optuna is imported where outcomes are written, not where reasons are read
     import optuna
@@ -31,6 +38,9 @@ UNUSED_PARAMETERS = "unused_parameters"  # DDP without find_unused_parameters, o
 OVER_MEMORY_CAP = "over_memory_cap"  # measured, but its peak is over the cap
 LOSS_DIVERGED = "loss_diverged"  # measured, but its loss is worse than the baseline's at equal tokens
 SCREENED_OUT = "screened_out"  # stopped early: even its fastest step was far slower than the best
+# measured and feasible, but a step of its whole-run check (the longest batch, an evaluation step,
+# a checkpoint save) went over the cap or ran out of memory (`autotune.driver.wholerun`)
+WHOLE_RUN_OVER_CAP = "whole_run_over_cap"
 # Trials whose process ended under them (decided by whoever saw it end).
 KILLED = "killed"  # a signal from outside (most often the kernel's OOM killer)
 CRASHED = "crashed"  # a non-zero exit or a fatal signal
@@ -81,6 +91,20 @@ def constraint_values(reason: str | None, peak_bytes: int | None, cap_bytes: int
         "memory": memory,
         "loss_parity": 1.0 if reason == LOSS_DIVERGED else 0.0,
     }
+
+
+def with_whole_run(record: TrialRecord, check: WholeRun | None) -> TrialRecord:
+    """A trial's record with its whole-run check (kept by the study: a finished trial's own attrs
+    cannot change). A check it failed for memory makes it infeasible, reason `WHOLE_RUN_OVER_CAP`,
+    the failed step in its message; a check it passed, or one that could not run, changes nothing
+    else."""
+    if check is None:
+        return record
+    record = replace(record, whole_run=check)
+    if check.fits is not False or not record.is_feasible:
+        return record
+    failure = replace(record.failure, reason=WHOLE_RUN_OVER_CAP, message=f"whole-run check: {check.message}")
+    return replace(record, feasible=False, failure=failure)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,13 @@ from autotune.config import parse_memory_cap
 from autotune.errors import StoreError, UsageError
 from autotune.records import TrialRecord, check_schema, read_study, read_trial
 from autotune.study.objective import compiles, run_facts, score
-from autotune.study.outcomes import INTERRUPTED, NOT_TRAINED, TrialOutcome, fail_running_trial
+from autotune.study.outcomes import (
+    INTERRUPTED,
+    NOT_TRAINED,
+    TrialOutcome,
+    fail_running_trial,
+    with_whole_run,
+)
 from autotune.study.owner import OWNER_ATTR, Owner, is_dead_here
 from autotune.study.retry import RetryingRDBStorage, retry_transient, store_retry_s
 from autotune.urls import display_url, engine_url, password_of, sqlite_file
@@ -310,7 +316,7 @@ def ranked_trials(study: optuna.Study) -> list[TrialRecord]:
     """Finished trials, best first: feasible completed ones by their score (tokens/s, or with the
     user's run length the effective rate of that run: `autotune.study.objective.score`; reused
     duplicates left out of the ranking), then the rest by number."""
-    summaries = [summarize_trial(t) for t in study.get_trials(deepcopy=False, states=FINISHED)]
+    summaries = read_trials(study)
     tokens = read_study(study).train_tokens
     scored = sorted((s for s in summaries if _rankable(s)), key=lambda s: -(score(s, tokens) or 0.0))
     rest = sorted((s for s in summaries if s not in scored), key=lambda s: s.number)
@@ -340,8 +346,13 @@ def best_trial(study: optuna.Study) -> TrialRecord | None:
 
 
 def read_trials(study: optuna.Study) -> list[TrialRecord]:
-    """The records of a study's finished trials."""
-    return [summarize_trial(t) for t in study.get_trials(deepcopy=False, states=FINISHED)]
+    """The records of a study's finished trials, each with its whole-run check where it had one
+    (the study keeps them: `autotune.study.outcomes.with_whole_run`)."""
+    record = read_study(study)
+    return [
+        with_whole_run(summarize_trial(t), record.whole_run_of(t.number))
+        for t in study.get_trials(deepcopy=False, states=FINISHED)
+    ]
 
 
 def load_existing_study(url: str, name: str, existing: bool = False) -> optuna.Study:

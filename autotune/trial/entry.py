@@ -7,7 +7,8 @@ also reads the user's own Trainer pieces from the file its supervisor wrote), bu
 `Trainer` and runs `Trainer.hyperparameter_search(backend="optuna")` on the shared study until it
 has measured one trial. Pre-checked trials that train nothing (unavailable, duplicates, predicted
 out of memory) cost milliseconds and may come first. A ``measure`` job instead measures given knob
-values once (the baseline, a finalist).
+values once (the baseline, a finalist); a ``whole_run`` job runs them once as a whole run does
+(`autotune.trial.wholerun`).
 
 `serve_job` is what a fresh trial process does with its job: run it and send back its messages.
 """
@@ -149,6 +150,8 @@ def run_on(
     if job.kind == "measure":
         measured = trainer.measure_config(job.params, job.number, verbatim=job.verbatim, window=job.window)
         return Measured(dict(measured))
+    if job.kind == "whole_run":
+        return Measured(trainer.whole_run_check(job.params, job.number, verbatim=job.verbatim))
     if job.kind == "ladder":
         rungs, probe = trainer.batch_ladder(job.params["candidates"])
         return Measured({"batch_ladder": rungs, "probe": probe})

@@ -16,12 +16,15 @@ class Job:
 
     Attributes:
         study_name, storage_url: the stored study to work on.
-        kind: ``"trial"`` (measure one trial of the search), ``"measure"`` (given values) or
-            ``"ladder"`` (which of the space's larger batches fit: ``params["candidates"]``).
+        kind: ``"trial"`` (measure one trial of the search), ``"measure"`` (given values),
+            ``"ladder"`` (which of the space's larger batches fit: ``params["candidates"]``) or
+            ``"whole_run"`` (given values run once as a whole run does: the longest batch, an
+            evaluation step, a checkpoint save; `AutotuneTrainer.whole_run_check`).
         job_id: recorded with the trial it runs (``worker.job``): how the supervisor finds it.
         budget: the study's total budget of measured trials (``trial``): a process that finds it
             spent, counting the trials running elsewhere, measures nothing.
-        params, number, verbatim: what to measure (``measure``), as `AutotuneTrainer.measure_config`.
+        params, number, verbatim: what to measure (``measure``, ``whole_run``), as
+            `AutotuneTrainer.measure_config`.
         window: measurement settings replaced for a ``measure`` job (`MeasureSettings` fields: a
             finalists' round measures shorter windows); None: the run's own.
         seed_offset: added to the sampler's seed, different for each concurrent job.
@@ -44,7 +47,7 @@ class Job:
 
     study_name: str
     storage_url: str
-    kind: Literal["trial", "measure", "ladder"] = "trial"
+    kind: Literal["trial", "measure", "ladder", "whole_run"] = "trial"
     job_id: str | None = None
     budget: int = 0
     params: dict[str, Any] = field(default_factory=dict)
@@ -86,7 +89,8 @@ class TrialDone:
 
 @dataclass(frozen=True)
 class Measured:
-    """A ``measure`` job's measurements (tokens/s, samples/s, peak memory, ...)."""
+    """A ``measure`` job's measurements (tokens/s, samples/s, peak memory, ...); a ``ladder`` or
+    ``whole_run`` job's findings."""
 
     values: dict[str, Any]
 

@@ -25,7 +25,7 @@ from accelerate.utils.memory import release_memory
 from optuna.trial import FrozenTrial
 from transformers import Trainer, TrainerCallback
 from transformers.trainer_callback import PrinterCallback
-from transformers.trainer_utils import HPSearchBackend
+from transformers.trainer_utils import HPSearchBackend, default_compute_objective
 
 from autotune.measure.callback import ScreenedOut, ThroughputCallback
 from autotune.measure.deadline import step_deadlines
@@ -53,7 +53,7 @@ from autotune.study.objective import run_tokens, score
 from autotune.study.outcomes import TrialOutcome, fail_running_trial, record_outcome
 from autotune.study.owner import this_process
 from autotune.study.semantics import loss_compared, study_changes
-from autotune.trial import apply, memory
+from autotune.trial import apply, memory, wholerun
 from autotune.trial.compile_cache import CompileMeter
 from autotune.trial.errors import (
     AGREED_ENDS,
@@ -109,6 +109,9 @@ class AutotuneTrainer(Trainer):
         self._verbatim_values: dict[str, Value] | None = None
         self.owner = this_process()
         self.job_id: str | None = None  # the worker job (set by workers): how a supervisor finds the trial
+        # while a whole-run check runs: its steps, and the data it draws the longest samples from
+        self._whole_run: wholerun.WholeRunSteps | None = None
+        self._full_data: Any = None
         model_init: Callable[..., Any] = self._build_model
         # Trainer builds a model in __init__ and each trial builds its own: the first only has to
         # be of the right class and config (see `Workload.build_placeholder`).
@@ -163,7 +166,15 @@ class AutotuneTrainer(Trainer):
         if trial is not None:
             self.reporter.on_trial_start(getattr(trial, "number", -1), values)
             self._agreed_precheck(trial, values)  # before any model, args or accelerator work
-        apply.rebuild_args(self.args, apply.merged_args(self.base_args, args_kwargs))
+        kwargs = apply.merged_args(self.base_args, args_kwargs)
+        if self._whole_run is not None:  # one step, evaluated and saved, on the longest samples
+            kwargs = wholerun.check_args(kwargs, self.plan.config.eval_batch_size)
+        apply.rebuild_args(self.args, kwargs)
+        if self._whole_run is not None:
+            lengths = self.workload.sample_lengths()
+            self.train_dataset, self.eval_dataset = wholerun.check_datasets(
+                self._full_data, lengths, self.args
+            )
         self.data_collator = apply.trial_collator(self.workload, data_choices(values))
         # A sampler that reorders the data: count each step's tokens from its batches.
         self.measurement.count_batches = self.args.train_sampling_strategy != "sequential"
@@ -182,6 +193,8 @@ class AutotuneTrainer(Trainer):
 
     def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> Any:
         batches, items = super().get_batch_samples(epoch_iterator, num_batches, device)
+        if self._whole_run is not None:
+            self._whole_run.saw(batches)
         if self.measurement.count_batches or self.workload.padded:
             self.measurement.add_step_tokens(
                 sum(apply.real_tokens(batch) for batch in batches),
@@ -339,6 +352,51 @@ class AutotuneTrainer(Trainer):
             self.hp_search_backend = None
             self._verbatim_values = None
             self._release()
+
+    def whole_run_check(
+        self, params: dict[str, Value], number: int, verbatim: bool = False
+    ) -> dict[str, Any]:
+        """Run a configuration once as a whole run does (`autotune.trial.wholerun`): one optimizer
+        step on the longest samples of the data, the Trainer's evaluation and checkpoint save at
+        that step (into this process's scratch folder). Returns each step's peak (every rank's
+        largest), the step that failed and why (out of memory, or an error), and the batches' sizes.
+
+        Raises:
+            Exception: what a step raised in a DDP group (a rank that failed alone cannot be waited
+                for); memory is released either way.
+        """
+        self.hp_search_backend = HPSearchBackend.OPTUNA  # type: ignore[assignment]
+        self.hp_space = self.space.hp_space
+        # What the Trainer reports an evaluation to a search with (a fresh process never searched).
+        self.compute_objective = getattr(self, "compute_objective", None) or default_compute_objective
+        if verbatim:
+            self._verbatim_values = dict(params)
+            self.hp_space = lambda trial: {}
+        steps = wholerun.WholeRunSteps(self.measurement.meter)
+        self._full_data, self._whole_run = self.train_dataset, steps
+        self.pop_callback(self.measurement)  # no window, no screening: the check times nothing
+        self.add_callback(steps)
+        failure: tuple[str | None, str | None] = (None, None)
+        trial: Any = optuna.trial.FixedTrial({} if verbatim else params, number)
+        if self._compiled_before:
+            torch._dynamo.reset()  # drop the previous trial's graphs and guards
+        try:
+            super().train(trial=trial)
+        except Exception as exc:
+            steps.end()
+            if distributed():
+                raise
+            failure = (failure_reason(exc), one_line(exc))
+        finally:
+            self.remove_callback(steps)
+            self.callback_handler.callbacks.insert(0, self.measurement)
+            self.train_dataset, self.eval_dataset = self._full_data, None
+            self._whole_run = None
+            self.hp_search_backend = None
+            self._verbatim_values = None
+            self._compiled_before = self._compiled_before or bool(self.args.torch_compile)
+            self._release()
+        return wholerun.findings(steps, gather(steps.step_peaks), self.args, *failure)
 
     def _judge(self, record: TrialRecord, study: StudyRecord | None) -> Verdict:
         """The verdict on a measured trial (`autotune.trial.judge`) against the study's baseline;

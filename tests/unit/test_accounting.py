@@ -44,7 +44,7 @@ def test_phases_sum_to_the_slots_wall_time() -> None:
     assert math.fsum(result["phases"].values()) == pytest.approx(20.0)
     assert result["phases"]["between_s"] == pytest.approx(8.0)
     assert result["measured_share"] == pytest.approx(6.0 / 20.0)
-    assert result["stages"] == {"baseline_s": 0.0, "search_s": 9.0, "finalists_s": 0.0}
+    assert result["stages"] == {"baseline_s": 0.0, "search_s": 9.0, "finalists_s": 0.0, "whole_run_s": 0.0}
 
 
 def test_between_trials_is_never_negative() -> None:

@@ -86,6 +86,8 @@ VALUES: dict[str, tuple[Any, tuple[str, ...]]] = {
     "train_tokens": (1_000_000, ()),
     "train_steps": (100, ()),
     "price_per_hour": (2.5, ()),
+    "whole_run_check": (False, ()),
+    "eval_batch_size": (4, ()),
 }
 
 
