@@ -202,7 +202,7 @@ def test_a_newer_schema_is_refused_naming_both_versions_and_the_fix():
     data = RunConfig().to_dict() | {"schema": RUN_CONFIG_SCHEMA + 1, "autotune_version": "9.0.0"}
     with pytest.raises(
         UsageError,
-        match=r"schema 4 \(written by autotune 9\.0\.0\), newer than schema 3 of this autotune 0\.1\.0 "
+        match=r"schema 5 \(written by autotune 9\.0\.0\), newer than schema 4 of this autotune 0\.1\.0 "
         r"\(upgrade autotune on this worker to 9\.0\.0 or later\)",
     ) as info:
         RunConfig.from_dict(data | {"new_knob": 1})  # its unknown keys are the reason, not a TypeError
