@@ -20,6 +20,7 @@ from autotune.executors.warm import start_forkserver_for
 from autotune.logs import quiet_libraries
 from autotune.options import run_config, with_option_keywords
 from autotune.plan.build import plan_search
+from autotune.preflight import check_before_creating
 from autotune.progress import Reporter
 
 
@@ -53,6 +54,7 @@ def search(
     reporter = reporter or Reporter()
     # The trial machinery (torch, the Trainer) is imported once the input is known to be good: a
     # bad model, space or store fails in seconds.
+    check_before_creating(config)  # nothing created yet: a bad address or folder fails in one line
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # under torchrun / accelerate launch
         from autotune.driver.group import search_in_group
 

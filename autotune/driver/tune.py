@@ -42,6 +42,7 @@ from autotune.logs import quiet_libraries
 from autotune.measure.memory import release_device_memory
 from autotune.options import KEYWORDS, run_config, with_option_keywords
 from autotune.plan.build import plan_for
+from autotune.preflight import check_before_creating
 from autotune.progress import Reporter
 from autotune.records import Answer, read_study
 from autotune.scratch import temporary_folder
@@ -174,6 +175,7 @@ def tune(
         seed=int(trainer.args.seed),
         **options,
     )
+    check_before_creating(config)  # nothing created yet: a bad address or folder fails in one line
     reporter = reporter or Reporter()
     with (
         _off_the_device(trainer.model),

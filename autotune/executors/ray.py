@@ -23,7 +23,6 @@ import json
 import logging
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -44,6 +43,7 @@ from autotune.executors.base import Ended, Executor, watchdog_seconds
 from autotune.executors.processes import descendants
 from autotune.executors.ray_actor import JOB_KEY, RayLaunchTrainer
 from autotune.plan.resolved import Plan
+from autotune.preflight import ADDRESS_HINT, probe_address
 from autotune.progress import Reporter
 from autotune.scratch import make_folder
 from autotune.study.outcomes import CRASHED, KILLED, OOM
@@ -320,34 +320,6 @@ def _start_time_of(pid: int) -> str:
     with open(f"/proc/{pid}/stat") as handle:
         text = handle.read()
     return text[text.rfind(")") + 2 :].split()[19]
-
-
-ADDRESS_HINT = "check ray_address (HOST:PORT of the head, or ray://HOST:10001)"
-
-
-def probe_address(address: str, timeout_s: float = 5.0) -> None:
-    """Fail in one line, within `timeout_s`, when `address` (``HOST:PORT`` or
-    ``ray://HOST:PORT``) names a port that nothing listens on: ``ray.init`` would retry it for
-    minutes, printing Ray's own warnings. Other forms (``auto``) are left to Ray.
-
-    Raises:
-        UsageError: the port is not a number, or nothing answers there.
-    """
-    target = address.removeprefix("ray://")
-    if "://" in target or ":" not in target:
-        return
-    host, _, port = target.rpartition(":")
-    host = host.strip("[]")  # [IPv6]:PORT
-    if not port.isdigit():
-        raise UsageError(
-            f"ray_address={address!r}: {port!r} is not a port number", ADDRESS_HINT, field="ray_address"
-        )
-    try:
-        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
-            pass
-    except OSError as exc:
-        why = exc.strerror or str(exc) or type(exc).__name__
-        raise UsageError(f"cannot reach Ray at {address}: {why}", ADDRESS_HINT, field="ray_address") from None
 
 
 @contextlib.contextmanager

@@ -1,0 +1,77 @@
+"""Checks of a run's configuration that need the machine, made before anything is created: no
+study in the store, no header printed, no folder made, when the Ray address cannot be reached or
+the compile-cache folder cannot be one. Each fails in one line (`UsageError`, exit 2). Light: no
+torch, no Ray.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+from autotune.errors import UsageError
+
+ADDRESS_HINT = "check ray_address (HOST:PORT of the head, or ray://HOST:10001)"
+
+
+def check_before_creating(config: Any) -> None:
+    """Check what `config` (a `RunConfig`) names on this machine: the Ray cluster to join
+    (`probe_address`) and the compile-cache folder (`check_folder`).
+
+    Raises:
+        UsageError: either cannot serve the run.
+    """
+    if config.backend == "ray" and config.ray_address:
+        probe_address(config.ray_address)
+    if config.compile_cache:
+        check_folder(config.compile_cache, "compile_cache")
+
+
+def probe_address(address: str, timeout_s: float = 5.0) -> None:
+    """Fail in one line, within `timeout_s`, when `address` (``HOST:PORT`` or
+    ``ray://HOST:PORT``) names a port that nothing listens on: ``ray.init`` would retry it for
+    minutes, printing Ray's own warnings. Other forms (``auto``) are left to Ray.
+
+    Raises:
+        UsageError: the port is not a number, or nothing answers there.
+    """
+    target = address.removeprefix("ray://")
+    if "://" in target or ":" not in target:
+        return
+    host, _, port = target.rpartition(":")
+    host = host.strip("[]")  # [IPv6]:PORT
+    if not port.isdigit():
+        raise UsageError(
+            f"ray_address={address!r}: {port!r} is not a port number", ADDRESS_HINT, field="ray_address"
+        )
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        why = exc.strerror or str(exc) or type(exc).__name__
+        raise UsageError(f"cannot reach Ray at {address}: {why}", ADDRESS_HINT, field="ray_address") from None
+
+
+def check_folder(path: str, field: str) -> None:
+    """Fail in one line when `path` cannot be a folder this process writes into: it, or a folder
+    above it, is something else (a regular file), or the nearest existing folder above it is not
+    writable. Creates nothing.
+
+    Raises:
+        UsageError: naming the path, what is wrong and the fix.
+    """
+    folder = os.path.abspath(os.path.expanduser(path))
+    probe = folder
+    while not os.path.lexists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    fix = f"give {field} a folder, or a path where one can be made"
+    if os.path.lexists(probe) and not os.path.isdir(probe):
+        what = "is" if probe == folder else f"lies below {probe}, which is"
+        raise UsageError(f"{field}={path!r} {what} not a folder", fix, field=field)
+    if not os.access(probe, os.W_OK | os.X_OK):
+        where = "" if probe == folder else f" (the nearest existing folder above it, {probe})"
+        raise UsageError(f"{field}={path!r}: no permission to write{where}", fix, field=field)

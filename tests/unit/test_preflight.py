@@ -1,0 +1,68 @@
+"""What a run names on this machine is checked before anything is created: one line, exit 2."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune.errors import UsageError
+from autotune.preflight import check_folder, probe_address
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_a_folder_below_a_regular_file_is_refused_naming_both(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a folder\n")
+    with pytest.raises(UsageError) as info:
+        check_folder(str(tmp_path / "file" / "cache"), "compile_cache")
+    text = str(info.value)
+    assert f"lies below {tmp_path / 'file'}, which is not a folder" in text and "\n" not in text
+    assert info.value.exit_code == 2 and info.value.field == "compile_cache"
+    with pytest.raises(UsageError, match="is not a folder"):
+        check_folder(str(tmp_path / "file"), "compile_cache")
+
+
+def test_a_folder_that_can_be_made_passes_and_nothing_is_made(tmp_path: Path) -> None:
+    check_folder(str(tmp_path / "a" / "b"), "compile_cache")
+    check_folder(str(tmp_path), "compile_cache")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes everywhere: no folder is unwritable to it")
+def test_an_unwritable_parent_is_refused(tmp_path: Path) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    with pytest.raises(UsageError, match="no permission to write"):
+        check_folder(str(locked / "cache"), "compile_cache")
+
+
+def test_a_port_nothing_listens_on_is_refused_fast() -> None:
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    with pytest.raises(UsageError, match=f"cannot reach Ray at 127.0.0.1:{port}") as info:
+        probe_address(f"127.0.0.1:{port}", timeout_s=5)
+    assert info.value.field == "ray_address"
+    with pytest.raises(UsageError, match="is not a port number"):
+        probe_address("127.0.0.1:head")
+    probe_address("auto")  # left to Ray
+
+
+def test_a_compile_cache_below_a_file_fails_before_the_study_is_created(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x\n")
+    store = tmp_path / "s.db"
+    args = [sys.executable, "-m", "autotune", "search", "--model", "tiny-gpt2", "--seq-len", "16"]
+    args += ["--storage", f"sqlite:///{store}", "--compile-cache", str(tmp_path / "file" / "cache")]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=100)
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: --compile-cache "), done.stderr
+    assert "not a folder" in lines[0]
+    assert not done.stdout.strip(), done.stdout  # no header
+    assert not store.exists() or not optuna.get_all_study_summaries(f"sqlite:///{store}")
