@@ -269,7 +269,8 @@ def test_an_unreachable_ray_address_fails_in_one_line(tmp_path: Path) -> None:
     assert len(lines) == 1 and lines[0].startswith("error: cannot reach Ray at 127.0.0.1:1"), done.stderr
     # checked before anything is created: no header printed, no study in the store
     assert not done.stdout.strip(), done.stdout
-    assert not (tmp_path / "x.db").exists() or not optuna.get_all_study_summaries(f"sqlite:///{tmp_path / 'x.db'}")
+    store = tmp_path / "x.db"
+    assert not store.exists() or not optuna.get_all_study_summaries(f"sqlite:///{store}")
 
 
 def test_a_killed_search_takes_its_ray_daemons_with_it(tmp_path: Path) -> None:
