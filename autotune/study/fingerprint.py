@@ -63,13 +63,25 @@ def fingerprint(
     }
 
 
+# The memory a machine reports moves a little between boots (the kernel's own reservations: 8 KiB
+# between two boots of one VM here): a difference under this fraction is the same machine.
+MEMORY_TOLERANCE = 0.01
+
+
 def differences(stored: Mapping[str, Any], current: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
-    """(field, stored value, current value) for every field that differs."""
+    """(field, stored value, current value) for every field that differs (the device's memory
+    only by more than `MEMORY_TOLERANCE`)."""
     return [
         (key, stored.get(key), current.get(key))
         for key in sorted(set(stored) | set(current))
-        if stored.get(key) != current.get(key)
+        if stored.get(key) != current.get(key) and not _same_memory(key, stored.get(key), current.get(key))
     ]
+
+
+def _same_memory(key: str, stored: Any, current: Any) -> bool:
+    if key != "device_memory_bytes" or not isinstance(stored, int) or not isinstance(current, int):
+        return False
+    return abs(stored - current) <= MEMORY_TOLERANCE * max(stored, current)
 
 
 def check_resume(

@@ -182,7 +182,9 @@ def test_a_search_under_torchrun_agrees_on_every_trial(tmp_path: Path) -> None:
     assert trials[2].user_attrs["reason"] == "timeout"
     seen = [[json.loads(x) for x in (records / f"rank{r}.jsonl").read_text().splitlines()] for r in (0, 1)]
     assert seen[0] == seen[1]
-    assert [s["batch_size"] for s in seen[0]] == [2, 8, 4]  # the skipped duplicate never trained
+    # The skipped duplicate never trained; each of the two searches ends with the whole-run check
+    # of its answer (a, then c), run by both ranks of the group alike.
+    assert [s["batch_size"] for s in seen[0]] == [2, 2, 8, 4, 4]
 
 
 def test_a_failure_on_one_rank_under_torchrun_is_recorded_and_resumable(tmp_path: Path) -> None:
