@@ -332,6 +332,7 @@ def print_answer(out: Console, result: Any, *, time_line: bool = True, config_js
         text = f"[bold]{escape(bold)}[/]{escape(line[len(bold) :])}" if bold else escape(line)
         out.print(text, highlight=False, soft_wrap=True)
     if config_json:
-        out.print_json(
-            json.dumps({"training_args": config["training_args"], "model_kwargs": config["model_kwargs"]})
-        )
+        pasted = {"training_args": config["training_args"], "model_kwargs": config["model_kwargs"]}
+        if config.get("peft"):  # the adapter, as peft loads it (`LoraConfig(**...)`)
+            pasted["peft"] = config["peft"]
+        out.print_json(json.dumps(pasted))

@@ -202,8 +202,16 @@ def _parameters(trial: TrialRecord | None, trials: list[TrialRecord]) -> dict[st
     return {"trainable": int(counted[0].trainable_params or 0), "total": int(counted[0].total_params or 0)}
 
 
+def _count(n: int) -> str:
+    """A parameter count as people write it: 3,584; 358k; 1.24M; 7.62B."""
+    for size, unit in ((1e9, "B"), (1e6, "M")):
+        if n >= size:
+            return f"{n / size:.2f}{unit}"
+    return f"{n / 1e3:.0f}k" if n >= 10_000 else f"{n:,}"
+
+
 def parameters_text(parameters: Mapping[str, Any] | None) -> str | None:
-    """``parameters: 0.05M trainable of 1.03M (5.0%, a peft adapter; ...)``: only where some
+    """``parameters: 3,584 trainable of 358k (1.0%, a peft adapter; ...)``: only where some
     weights are frozen, with what MFU counts for them."""
     if not parameters or not parameters.get("total"):
         return None
@@ -211,7 +219,7 @@ def parameters_text(parameters: Mapping[str, Any] | None) -> str | None:
     if trainable >= total:
         return None
     return (
-        f"parameters: {trainable / 1e6:,.2f}M trainable of {total / 1e6:,.2f}M "
+        f"parameters: {_count(trainable)} trainable of {_count(total)} "
         f"({100 * trainable / total:.1f}%, a peft adapter); MFU counts no weight-gradient FLOPs "
         "for the frozen weights (4 per token each, forward and input gradient; 6 for trainable ones)"
     )

@@ -202,3 +202,14 @@ def test_the_defaults_read_reentrant_from_the_checkpointing_kwargs():
     assert on["gradient_checkpointing_reentrant"] is False  # transformers' own default
     given = {"activation_checkpointing": True, "activation_checkpointing_kwargs": {"use_reentrant": True}}
     assert knob_defaults(given, sdpa=True, cuda=False)["gradient_checkpointing_reentrant"] is True
+
+
+def test_the_parameters_line_writes_counts_as_people_do_and_only_under_an_adapter() -> None:
+    from autotune.study.export import parameters_text
+
+    line = parameters_text({"trainable": 3_584, "total": 358_208})
+    assert line is not None and line.startswith("parameters: 3,584 trainable of 358k (1.0%, a peft adapter)")
+    assert "no weight-gradient FLOPs for the frozen weights" in line
+    big = parameters_text({"trainable": 20_971_520, "total": 7_615_616_512})
+    assert big is not None and big.startswith("parameters: 20.97M trainable of 7.62B (0.3%")
+    assert parameters_text({"trainable": 10, "total": 10}) is None  # every weight trained: no line
