@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from rich.markup import escape
 from rich.table import Table
 
 from autotune.cli._options import run_option
@@ -46,7 +47,7 @@ def knobs_command(
         table.add_column(column)
     for knob in CATALOGUE.values():
         table.add_row(
-            f"{knob.name}\n[dim]{knob.help}[/]",
+            f"{knob.name}\n[dim]{escape(knob.help)}[/]",
             _TARGETS[knob.target],
             "yes" if knob.changes_semantics else "no",
             "\n".join(
@@ -63,7 +64,7 @@ _TARGETS = {"args": "TrainingArguments", "model": "model kwarg", "data": "data c
 
 def _runs_on(where: str | None) -> str:
     """Where a value that does not run everywhere runs, after its line."""
-    return f" [dim](runs on: {where})[/]" if where else ""
+    return f" [dim](runs on: {escape(where)})[/]" if where else ""
 
 
 def _values(knob: Knob) -> list[tuple[str, object]]:
@@ -80,5 +81,5 @@ def _values(knob: Knob) -> list[tuple[str, object]]:
 
 def _value_line(shown: str, reason: str | None) -> str:
     if reason is None:
-        return f"[green]yes[/] {shown}"
-    return f"[red]no[/]  {shown}: {reason}"
+        return f"[green]yes[/] {escape(shown)}"
+    return f"[red]no[/]  {escape(shown)}: {escape(reason)}"

@@ -287,6 +287,8 @@ def test_knobs_command_lists_the_new_knobs_with_where_they_run(capsys, monkeypat
     # on this CPU: each GPU-only value is refused with its reason
     assert "4bit: 4-bit weights need the bitsandbytes package" in text
     assert "true: needs the liger-kernel package" in text
+    # the install hint survives the table's markup (rich read "[gpu]" as a style tag)
+    assert "pip install 'autotune[gpu]'" in " ".join(text.split()).replace("│ ", "").replace(" │", "")
     assert "fp8: fp8 needs a CUDA GPU with fp8 tensor cores" in text
     assert "data collator" in text  # where pad_to_multiple_of and padding_free land
 
