@@ -123,9 +123,10 @@ def notes(runs: list[dict[str, Any]]) -> list[str]:
     for batch in sorted(set(full) & set(lora)):
         ratio = lora[batch]["tokens_per_s"] / full[batch]["tokens_per_s"]
         saved = (full[batch]["peak_bytes"] - lora[batch]["peak_bytes"]) / 2**20
+        side = "lower" if saved >= 0 else "higher"
         out.append(
             f"- batch {batch}: LoRA runs at {ratio:.2f}x the full fine-tune's tokens/s, "
-            f"its peak {saved:,.0f} MiB lower."
+            f"its peak {abs(saved):,.0f} MiB {side}."
         )
     errors = [
         abs(r["estimate_error"]) for run in runs for r in run["trials"] if r["estimate_error"] is not None
