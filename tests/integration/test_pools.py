@@ -138,7 +138,8 @@ def test_three_searches_share_a_postgres_study_and_survive_a_kill(tmp_path: Path
     _check_finished_study(study)
     for trial in victim_trials:  # the killed search's trial: failed by a survivor, its worker gone
         after = study.trials[trial.number]
-        assert after.state == optuna.trial.TrialState.FAIL
+        why = (after.state, after.user_attrs.get("reason"), after.user_attrs.get("message"))
+        assert after.state == optuna.trial.TrialState.FAIL, why
         assert after.user_attrs["reason"] == "interrupted"
         assert not is_alive(Owner.from_attrs(trial.user_attrs["worker"]))
 
