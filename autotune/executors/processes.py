@@ -42,25 +42,35 @@ class Slot:
     cuda_device: str | None = None
 
 
-def worker_slots(plan: Plan, workers: int | None) -> list[Slot]:
-    """One slot per concurrent job. GPUs: one visible device each (default: one per GPU). CPU:
-    the cores split between the jobs (default: one job with all of them).
+def worker_slots(plan: Plan, workers: int | None, devices_per_job: int = 1) -> list[Slot]:
+    """One slot per concurrent job. GPUs: `devices_per_job` visible devices each, disjoint (one
+    per rank of a torchrun group of that many: two groups never measure on the same GPU); by
+    default as many jobs as the visible GPUs hold. CPU: the cores split between the jobs (default:
+    one job with all of them).
 
     Raises:
-        UsageError: more workers than GPUs, or than CPU cores.
+        UsageError: more workers (times their ranks) than GPUs, or more workers than CPU cores.
     """
     if plan.hardware.cuda:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         devices = [d.strip() for d in visible.split(",") if d.strip()] if visible else None
         devices = devices or [str(i) for i in range(plan.hardware.count)]
-        count = workers or len(devices)
-        if count > len(devices):
+        per = max(1, devices_per_job)
+        count = workers or max(1, len(devices) // per)
+        if count * per > len(devices):
+            if per == 1:
+                raise UsageError(
+                    f"workers={count} but {len(devices)} GPU(s) visible",
+                    "one worker per GPU at most",
+                    field="workers",
+                )
             raise UsageError(
-                f"workers={count} but {len(devices)} GPU(s) visible",
-                "one worker per GPU at most",
-                field="workers",
+                f"workers={count} x nproc_per_node={per} needs {count * per} GPUs but {len(devices)} "
+                "are visible",
+                f"use workers={len(devices) // per} or fewer (each worker's ranks get GPUs of their own)",
+                field=("workers", "nproc_per_node"),
             )
-        return [Slot(cuda_device=devices[i]) for i in range(count)]
+        return [Slot(cuda_device=",".join(devices[i * per : (i + 1) * per])) for i in range(count)]
     count = workers or 1
     cores = sorted(os.sched_getaffinity(0))
     if count > len(cores):
@@ -226,7 +236,7 @@ class ProcessExecutor(Executor):
     def __init__(self, plan: Plan, reporter: Reporter, workers: int | None = None) -> None:
         self.plan = plan
         self.reporter = reporter
-        self.slots = worker_slots(plan, workers)
+        self.slots = worker_slots(plan, workers, self.devices_per_job())
         self.capacity = len(self.slots)
         self.watchdog_s = watchdog_seconds(plan.config.measure.trial_timeout_s)
         self.active: dict[int, Watched] = {}  # slot index -> process
@@ -246,6 +256,10 @@ class ProcessExecutor(Executor):
                 "each trial measures its share of the machine"
             )
         return None
+
+    def devices_per_job(self) -> int:
+        """The GPUs one job uses: one process, one GPU (a torchrun group: one per rank)."""
+        return 1
 
     def start(self, job: Job) -> None:
         index = next(i for i in range(len(self.slots)) if i not in self.active)

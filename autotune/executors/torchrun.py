@@ -83,7 +83,7 @@ class TorchrunWorker(Watched):
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # its own process group: torchrun and all its ranks
-                env={**os.environ, **job.env},
+                env={**os.environ, **job.env, **_visible(job.cuda_device)},
                 preexec_fn=kill_me_with_my_parent,
             )
         self.pid = self.popen.pid
@@ -167,7 +167,17 @@ def rank_exitcode(log_path: str | None) -> int | None:
 class TorchrunExecutor(ProcessExecutor):
     """Each job in a fresh torchrun group of ``--nproc-per-node`` ranks."""
 
+    def devices_per_job(self) -> int:
+        """A group's ranks each use a GPU of their own: its slot holds ``--nproc-per-node`` of them."""
+        return self.plan.config.nproc_per_node
+
     def _spawn(self, job: Job) -> Watched:
         # the job's log lies in the executor's log folder, made with its first job
         folder = os.path.dirname(job.log_path or "") or tempfile.gettempdir()
         return TorchrunWorker(job, self.plan.config.nproc_per_node, self.watchdog_s, folder)
+
+
+def _visible(devices: str | None) -> dict[str, str]:
+    """The environment that shows a group's ranks only the GPUs of its slot (torchrun hands rank
+    r the r-th of them); nothing where the slot names none (CPU, or as inherited)."""
+    return {"CUDA_VISIBLE_DEVICES": devices} if devices else {}

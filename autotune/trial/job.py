@@ -29,7 +29,8 @@ class Job:
             finalists' round measures shorter windows); None: the run's own.
         seed_offset: added to the sampler's seed, different for each concurrent job.
         cpu_cores: CPU cores the process may use (its share of the machine), None: all.
-        cuda_device: the one GPU it sees (``CUDA_VISIBLE_DEVICES``), None: as inherited.
+        cuda_device: the GPUs it sees (``CUDA_VISIBLE_DEVICES``: one, or a torchrun group's, one per
+            rank, comma-separated), None: as inherited.
         env: the supervisor's environment, applied first (a forkserver's is older).
         log_path: where the process's stdout and stderr go.
         callbacks: extra Trainer callbacks (pickled; tests inject faults with them).

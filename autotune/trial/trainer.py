@@ -14,6 +14,7 @@ user's own Trainer is composed in `autotune.trial.compose`.
 
 from __future__ import annotations
 
+import os
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -141,8 +142,10 @@ class AutotuneTrainer(Trainer):
         return self.plan.space
 
     def owner_attrs(self) -> dict[str, Any]:
-        """The owner (`TrialRecord.owner`) of the trials this process runs."""
-        return {**self.owner.to_dict(), "job": self.job_id}
+        """The owner (`TrialRecord.owner`) of the trials this process runs, with the GPUs it was
+        given (``devices``: its ``CUDA_VISIBLE_DEVICES``, a worker's slot; None where it was given
+        none, as on a CPU)."""
+        return {**self.owner.to_dict(), "job": self.job_id, "devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
     # -- applying a trial ---------------------------------------------------------------------
 

@@ -109,3 +109,27 @@ def test_a_compiled_trial_is_estimated_from_the_peak_of_its_kind_on_the_gpu(tmp_
     peak = second.user_attrs["peak_memory_bytes"]
     probe_total = parts["baseline_bytes"] + parts["static_bytes"] + parts["probe_activation_bytes"]
     assert abs(parts["total_bytes"] - peak) <= abs(probe_total - peak), (parts, peak)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_two_workers_on_two_gpus_use_different_devices_and_record_them(tmp_path: Path) -> None:
+    records = tmp_path / "devices"
+    records.mkdir()
+    result = autotune.search(
+        model="tiny-llama",
+        space=write_space(
+            tmp_path, {"per_device_train_batch_size": [64, 128], "precision": ["bf16", "fp32"]}
+        ),
+        trials=4,
+        storage=f"sqlite:///{tmp_path / 'pool.db'}",
+        seq_len=128,
+        measure=FAST,
+        finalists=0,
+        measure_baseline=False,
+        workers=2,
+        callbacks=[DeviceRecorder(str(records))],
+    )
+    seen = [json.loads(p.read_text()) for p in records.glob("*.json")]
+    assert len({s["bus"] for s in seen}) == 2 and all(s["count"] == 1 for s in seen)
+    devices = {t.user_attrs["worker"]["devices"] for t in result.study.trials if t.state.name == "COMPLETE"}
+    assert devices == {"0", "1"}  # each trial records the GPU it ran on

@@ -79,6 +79,31 @@ def test_gpu_workers_get_one_visible_device_each(monkeypatch: pytest.MonkeyPatch
         worker_slots(gpus, 3)
 
 
+def test_gpu_pools_of_torchrun_groups_get_disjoint_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With --workers N --nproc-per-node M each group sees M GPUs of its own: two 2-rank workers
+    on a 4-GPU host never measure on the same devices."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    four = _plan(Hardware(device="cuda", name="NVIDIA H100", count=4))
+    assert [s.cuda_device for s in worker_slots(four, 2, devices_per_job=2)] == ["0,1", "2,3"]
+    assert [s.cuda_device for s in worker_slots(four, None, devices_per_job=2)] == ["0,1", "2,3"]
+    assert [s.cuda_device for s in worker_slots(four, 1, devices_per_job=4)] == ["0,1,2,3"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7,1,2")  # as the user restricted them
+    assert [s.cuda_device for s in worker_slots(four, None, devices_per_job=3)] == ["4,5,6", "7,1,2"]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    with pytest.raises(
+        UsageError, match=r"^workers=3 x nproc_per_node=2 needs 6 GPUs but 4 are visible"
+    ) as info:
+        worker_slots(four, 3, devices_per_job=2)
+    assert "workers=2 or fewer" in str(info.value) and info.value.exit_code == 2
+
+
+def test_a_torchrun_group_is_shown_only_its_slots_devices() -> None:
+    from autotune.executors.torchrun import _visible
+
+    assert _visible("2,3") == {"CUDA_VISIBLE_DEVICES": "2,3"}
+    assert _visible(None) == {}  # CPU, or as inherited
+
+
 def _ended(exitcode: int | None, hung: bool = False, log: Path | None = None) -> Any:
     worker = WorkerProcess.__new__(WorkerProcess)
     worker.process = SimpleNamespace(exitcode=exitcode)
