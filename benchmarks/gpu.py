@@ -7,8 +7,9 @@ For each preset: autotune's search, then the Transformers defaults, `auto_find_b
 autotune's pick measured in interleaved rounds; tokens/s, MFU (against the device's peak FLOPS from
 `autotune.measure.flops`; empty for a device not in its table), peak memory, trials and wall time to the
 best. Then the GPU-only knob values (issue 32: Liger's kernels, fp8, bf16 base weights) measured once
-each against bf16 on one preset (``--knobs-model``, about 2 minutes; ``--knobs-model none`` skips it),
-a value this device cannot run listed with its reason. Writes ``benchmarks/results/gpu.json`` and
+each against bf16 on one preset, and LoRA on that preset with a bf16 and a 4-bit (QLoRA) base
+(``--knobs-model``, about 3 minutes; ``--knobs-model none`` skips them), a value this device cannot
+run listed with its reason. Writes ``benchmarks/results/gpu.json`` and
 ``benchmarks/GPU.md``, which ``make bench`` folds into RESULTS.md.
 """
 
@@ -60,9 +61,24 @@ KNOB_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
 )
 
 
-def gpu_knobs(model: str, batch: int = 8) -> dict[str, Any]:
-    """One search of `model` whose trials are `KNOB_ROWS` (bf16, batch `batch`): tokens/s and peak of
-    each, or why it did not run here. No baseline or finalists: one window each."""
+# LoRA (`--peft lora`) on the same preset: the adapter on a bf16 base, and QLoRA's 4-bit base
+# (bitsandbytes), the first the reference of the second.
+LORA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("LoRA, bf16", {}),
+    ("QLoRA: LoRA on a 4-bit base", {"base_weights": "4bit"}),
+)
+
+
+def gpu_knobs(
+    model: str,
+    batch: int = 8,
+    knob_rows: tuple[tuple[str, dict[str, Any]], ...] = KNOB_ROWS,
+    peft: str | None = None,
+) -> dict[str, Any]:
+    """One search of `model` whose trials are `knob_rows` (bf16, batch `batch`; with `peft`, every
+    trial trains that adapter): tokens/s and peak of each against the first row, or why it did not
+    run here. No baseline or finalists: one window each."""
+    import dataclasses
     import tempfile
 
     import autotune
@@ -70,10 +86,11 @@ def gpu_knobs(model: str, batch: int = 8) -> dict[str, Any]:
 
     hardware = detect_hardware()
     support = model_support(resolve_workload(model).model_class())
+    support = dataclasses.replace(support, adapters=peft is not None)  # a 4-bit base trains adapters only
     base = {"per_device_train_batch_size": batch, "precision": "bf16"}
     rows: dict[str, Any] = {}
     runnable: list[tuple[str, dict[str, Any]]] = []
-    for name, values in KNOB_ROWS:
+    for name, values in knob_rows:
         why = next(
             filter(None, (value_unavailable(k, v, hardware, support) for k, v in values.items())), None
         )
@@ -99,6 +116,7 @@ def gpu_knobs(model: str, batch: int = 8) -> dict[str, Any]:
             finalists=0,
             measure_baseline=False,
             enqueue=enqueue,
+            peft=peft,
         )
         trials = sorted(result.trials, key=lambda t: t.number)
     for (name, _), trial in zip(runnable, trials, strict=False):
@@ -108,17 +126,18 @@ def gpu_knobs(model: str, batch: int = 8) -> dict[str, Any]:
             tokens_per_s=trial.attrs.get("tokens_per_s"),
             peak_memory_bytes=trial.attrs.get("peak_memory_bytes"),
         )
-    reference = rows["bf16"].get("tokens_per_s")
+    reference = rows[knob_rows[0][0]].get("tokens_per_s")
     for row in rows.values():
         rate = row.get("tokens_per_s")
         row["over_bf16"] = rate / reference if rate and reference else None
-    return {"model": model, "batch": batch, "rows": rows}
+    return {"model": model, "batch": batch, "rows": rows, "peft": peft, "reference": knob_rows[0][0]}
 
 
 def knobs_markdown(knobs: dict[str, Any]) -> list[str]:
+    title = "LoRA (--peft lora)" if knobs.get("peft") else "GPU-only knobs"
     lines = [
-        f"### GPU-only knobs: {knobs['model']}, batch {knobs['batch']}, one window each\n",
-        "| configuration | tok/s | x bf16 | peak memory | note |",
+        f"### {title}: {knobs['model']}, batch {knobs['batch']}, one window each\n",
+        f"| configuration | tok/s | x {knobs.get('reference', 'bf16')} | peak memory | note |",
         "|---|---|---|---|---|",
     ]
     for name, row in knobs["rows"].items():
@@ -170,6 +189,8 @@ def markdown(results: dict[str, Any]) -> str:
     )
     if results.get("gpu_knobs"):
         lines += knobs_markdown(results["gpu_knobs"])
+    if results.get("lora"):
+        lines += knobs_markdown(results["lora"])
     return "\n".join(lines)
 
 
@@ -197,6 +218,8 @@ def main() -> None:
     if args.knobs_model != "none":
         print(f"[gpu] {args.knobs_model}: the GPU-only knob values against bf16", flush=True)
         results["gpu_knobs"] = gpu_knobs(args.knobs_model)
+        print(f"[gpu] {args.knobs_model}: LoRA and QLoRA (--peft lora)", flush=True)
+        results["lora"] = gpu_knobs(args.knobs_model, knob_rows=LORA_ROWS, peft="lora")
     out = Path(args.out)
     (out / "results").mkdir(parents=True, exist_ok=True)
     (out / "results" / "gpu.json").write_text(json.dumps(results, indent=1, default=str))

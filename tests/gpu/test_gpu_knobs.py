@@ -279,8 +279,29 @@ def test_four_bit_base_builds_quantized_and_trains_its_unquantized_layers() -> N
     assert all(torch.isfinite(torch.tensor(losses))), losses
 
 
-@pytest.mark.skip(
-    reason="a 4-bit base trains under LoRA adapters: needs --peft (issue 32 item 1), not in this tree"
+@pytest.mark.skipif(
+    not _has("bitsandbytes"), reason="base_weights=4bit needs bitsandbytes (pip install 'autotune[gpu]')"
 )
-def test_four_bit_base_under_lora_in_a_search() -> None:
-    """Placeholder for the QLoRA search (base_weights=4bit with --peft lora) once --peft exists."""
+def test_four_bit_base_under_lora_in_a_search(tmp_path: Path) -> None:
+    """QLoRA as a search runs it: `--peft lora` with base_weights 4bit beside a bf16 base. Both
+    train the adapter only (its parameters a small part of the model's), and the 4-bit trial's
+    model holds bitsandbytes' 4-bit layers."""
+    modules = ModuleProbe()
+    trials = [{"base_weights": "4bit", "precision": "bf16"}, {"base_weights": "bf16", "precision": "bf16"}]
+    result = autotune.search(
+        model="tiny-llama",
+        space=write_space(tmp_path, {"base_weights": ["bf16", "4bit"], "precision": ["bf16"]}),
+        trials=2,
+        storage=f"sqlite:///{tmp_path / 'qlora.db'}",
+        seq_len=64,
+        peft="lora",
+        **IN_PROCESS,
+        callbacks=[modules],
+        enqueue=trials,
+    )
+    for trial in result.trials:
+        assert trial.state == "COMPLETE", trial.message
+        trainable, total = trial.trainable_params or 0, trial.total_params or 0
+        assert 0 < trainable < total / 10, (trainable, total)
+    four_bit, bf16 = modules.trials
+    assert "Linear4bit" in four_bit and "Linear4bit" not in bf16
