@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from autotune.errors import UsageError
+from autotune.files import read_mapping
 
 DEFAULT_STORAGE = "sqlite:///autotune.db"
 STORAGE_ENV = "AUTOTUNE_STORAGE"
@@ -799,28 +800,10 @@ def load_base_args(path: str) -> dict[str, Any]:
         UsageError: unreadable file, not a mapping, an unknown field, or a field the search controls.
     """
     import dataclasses
-    import json
 
-    import yaml
     from transformers import TrainingArguments
 
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(
-            f"cannot read base_args {path}: {exc}", "pass a JSON or YAML file", field="base_args"
-        ) from None
-    try:
-        data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError):
-        raise UsageError(
-            f"base_args {path} is not valid JSON/YAML", "fix the file's syntax", field="base_args"
-        ) from None
-    if not isinstance(data, dict):
-        raise UsageError(
-            f"base_args {path} must hold a mapping of TrainingArguments fields", field="base_args"
-        )
+    data = read_mapping(path, "base_args", "TrainingArguments fields", "pass a JSON or YAML file")
     fields = {f.name for f in dataclasses.fields(TrainingArguments)}
     for key in data:
         if key not in fields:

@@ -13,11 +13,11 @@ peft is imported inside the functions: a run without an adapter never imports it
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from autotune.errors import UsageError
+from autotune.files import read_mapping
 
 LORA = "lora"
 # peft's task type for each of autotune's tasks: it picks the PeftModel class (causal LM, sequence
@@ -49,23 +49,7 @@ def load_peft(value: str, task: str) -> dict[str, Any]:
 
 
 def _read_mapping(path: str) -> dict[str, Any]:
-    import yaml
-
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = "no such file" if isinstance(exc, FileNotFoundError) else str(exc)
-        raise UsageError(f"invalid peft {path!r}: {reason}", _HINT, field="peft") from None
-    try:
-        data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError):
-        raise UsageError(
-            f"peft {path} is not valid JSON/YAML", "fix the file's syntax", field="peft"
-        ) from None
-    if not isinstance(data, dict):
-        raise UsageError(f"peft {path} must hold a mapping of a PEFT config's fields", _HINT, field="peft")
-    return dict(data)
+    return read_mapping(path, "peft", "a PEFT config's fields", _HINT)
 
 
 def peft_config(kwargs: Mapping[str, Any]) -> Any:
