@@ -151,6 +151,14 @@ class MeasureSettings:
         group="measurement",
         flag=None,
     )
+    eager_warmup_steps: int | None = option(
+        None,
+        help="Where given, the warm-up of a configuration that compiles nothing is this many steps, "
+        "whatever their times (a finalists' round: 2, the search has seen the configuration "
+        "settle); not given: as any other's, {warmup_steps} and more while step times fall.",
+        group="measurement",
+        flag=None,
+    )
     min_steps: int = option(
         5,
         help="Measured steps before the stability rule may end the window; where not given, lowered "
@@ -217,6 +225,10 @@ class MeasureSettings:
         if self.trial_timeout_s <= 0:
             raise UsageError(
                 f"trial_timeout_s must be positive, got {self.trial_timeout_s}", field="trial_timeout_s"
+            )
+        if self.eager_warmup_steps is not None and self.eager_warmup_steps < 1:
+            raise UsageError(
+                f"eager_warmup_steps must be >= 1, got {self.eager_warmup_steps}", field="eager_warmup_steps"
             )
         if self.warmup_steps < 1:
             raise UsageError(f"warmup_steps must be >= 1, got {self.warmup_steps}", field="warmup_steps")
@@ -328,9 +340,10 @@ class RunConfig:
         group="choice",
     )
     finalist_rounds: int = option(
-        3,
-        help="Interleaved re-measurement rounds of the finalists (A B C A B C ...); up to twice as many "
-        "for the contestants of an undecided answer that more rounds could decide.",
+        2,
+        help="Interleaved re-measurement rounds of the finalists, each in a rotated order, the "
+        "baseline twice in each; then, for the contestants of an undecided answer that more rounds "
+        "could decide, up to 6 rounds in all (or twice this many, if more).",
         group="choice",
     )
     allow_mismatch: tuple[str, ...] = option(

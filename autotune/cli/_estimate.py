@@ -6,7 +6,7 @@ import itertools
 
 from rich.table import Table
 
-from autotune.cli._options import BaseArgsOpt, MemoryCapOpt, ModelOpt, SeqLenOpt, SpaceOpt
+from autotune.cli._options import BaseArgsOpt, MemoryCapOpt, ModelOpt, PeftOpt, SeqLenOpt, SpaceOpt
 
 # Knobs that change the estimate; the others do not move memory in this model.
 MEMORY_KNOBS = (
@@ -24,6 +24,7 @@ def estimate_command(
     seq_len: SeqLenOpt = None,
     memory_cap: MemoryCapOpt = None,
     base_args: BaseArgsOpt = None,
+    peft: PeftOpt = None,
 ) -> None:
     """Print the estimated peak memory of each configuration of the space, before running any."""
     from autotune.config import RunConfig
@@ -35,7 +36,9 @@ def estimate_command(
     from autotune.view import console
 
     plan = plan_search(
-        RunConfig(model=model, space=space, seq_len=seq_len, memory_cap=memory_cap, base_args=base_args),
+        RunConfig(
+            model=model, space=space, seq_len=seq_len, memory_cap=memory_cap, base_args=base_args, peft=peft
+        ),
         open_store=False,
     )
     estimator = MemoryEstimator(plan.workload, plan.hardware.device, plan.base_args)
@@ -47,8 +50,14 @@ def estimate_command(
             rows.append((combo, estimator.estimate(values)))
     rows.sort(key=lambda row: row[1].total_bytes)
 
+    trainable = (
+        f" ({estimator.trainable_params / 1e6:.2f}M trainable: gradients and optimizer states only for those)"
+        if estimator.trainable_params != estimator.n_params
+        else ""
+    )
     console.print(
-        f"{plan.workload.name}: {estimator.n_params / 1e6:.2f}M parameters, seq len {plan.workload.seq_len}, "
+        f"{plan.workload.name}: {estimator.n_params / 1e6:.2f}M parameters{trainable}, "
+        f"seq len {plan.workload.seq_len}, "
         f"on {plan.hardware.name}; process baseline {format_bytes(estimator.baseline_bytes)}",
         highlight=False,
     )

@@ -64,6 +64,12 @@ def measure_baseline(measure: Measure, plan: Plan, study: optuna.Study, reporter
 # A round's window before the A/A pair has shown the spread between processes: its 95% half-width.
 FIRST_ROUND_CI = 0.05
 ROUND_CI_CAP = 0.10  # ... and the loosest any round's window takes
+# The warm-up of a round's configuration that compiles nothing: its first step (a fresh process's
+# first kernels, allocations and optimizer state) and one more. The search measured it already;
+# only compilation needs its steps watched until they stop falling.
+ROUND_EAGER_WARMUP_STEPS = 2
+# Rounds go on for an undecided answer up to this many (or twice `finalist_rounds`, if more).
+MAX_ROUNDS = 6
 
 
 def round_window(settings: MeasureSettings, aa: AA | None) -> dict[str, Any]:
@@ -72,13 +78,15 @@ def round_window(settings: MeasureSettings, aa: AA | None) -> dict[str, Any]:
     position and the machine's drift as well as by their windows; a window's noise well under
     that spread (its 95% half-width at most half the A/A pairs' spread, `FIRST_ROUND_CI` before
     there is one, within `target_rel_ci` and `ROUND_CI_CAP`) adds little to it. A third of the
-    search's steps and seconds at most (at least its minimum window)."""
+    search's steps and seconds at most (at least its minimum window). A configuration that compiles
+    nothing warms up for `ROUND_EAGER_WARMUP_STEPS`: the search has seen it settle."""
     spread = aa.spread if aa is not None and aa.rounds >= 2 else 2 * FIRST_ROUND_CI
     target = min(ROUND_CI_CAP, max(settings.target_rel_ci, spread / 2))
     return {
         "max_steps": max(settings.min_steps, math.ceil(settings.max_steps / 3)),
         "max_seconds": settings.max_seconds / 3,
         "target_rel_ci": target,
+        "eager_warmup_steps": min(settings.warmup_steps, ROUND_EAGER_WARMUP_STEPS),
     }
 
 
@@ -92,7 +100,7 @@ def remeasure_finalists(measure: Measure, plan: Plan, study: optuna.Study, repor
     whose spread and offset widen every paired interval (`autotune.measure.stats.paired_speedup`).
     A round's windows are as short as placing the contestants needs (`round_window`), and a trial
     decided slower than the leader leaves the rounds at once (`_decided_out`)."""
-    finalists = choose_finalists(study, plan.config.finalists)
+    finalists = choose_finalists(study, plan.config.finalists, plan.config.measure.promote_ratio)
     record = read_study(study)
     baseline = record.baseline
     contestants: dict[int, tuple[dict[str, Any], bool]] = {f.number: (f.params, False) for f in finalists}
@@ -108,12 +116,13 @@ def remeasure_finalists(measure: Measure, plan: Plan, study: optuna.Study, repor
     # With the user's run length, finalists are compared on its predicted time, not on tokens/s.
     tokens = record.train_tokens
     rounds = plan.config.finalist_rounds
-    # Rounds go on (up to twice as many) while the answer is not decided: the leader's speedup over
-    # the baseline (its interval wholly above or below the gain worth a change), or its lead over
-    # the runner-up (their paired interval excludes 1), and while the rounds left could decide it.
+    # Rounds go on (up to `MAX_ROUNDS`, or twice as many if more) while the answer is not decided:
+    # the leader's speedup over the baseline (its interval wholly above or below the gain worth a
+    # change), or its lead over the runner-up (their paired interval excludes 1), and while the
+    # rounds left could decide it.
     # Those extra rounds race only the contestants of the open question; the others keep the
     # rounds they have.
-    max_rounds = 2 * rounds
+    max_rounds = max(2 * rounds, MAX_ROUNDS)
     named = ", ".join(_name(n) for n in contestants if n != BASELINE_AGAIN)
     twice = " (the baseline twice in each)" if BASELINE_AGAIN in contestants else ""
     reporter.on_note(f"re-measuring {named} in {rounds} rotated rounds{twice}")
@@ -240,10 +249,13 @@ def round_order(contestants: Sequence[int], round_number: int) -> list[int]:
     return [contestants[i] for i in row]
 
 
-def choose_finalists(study: optuna.Study, count: int) -> list[TrialRecord]:
-    """The best `count` feasible trials by their search score (reused duplicates left out); when
-    the first of them changes the training math, the best one that keeps it joins them (the
-    answer hands back a math change only when it measurably beats that one, `MATH_GAIN`)."""
+def choose_finalists(study: optuna.Study, count: int, line: float = 0.0) -> list[TrialRecord]:
+    """The best `count` feasible trials by their search score (reused duplicates left out), less
+    those the search measured clearly under `line` times the best score (the promotion line,
+    `MeasureSettings.promote_ratio`: the upper end of their 95% interval is under it, as for a
+    window that ends there); when the first of them changes the training math, the best one that
+    keeps it joins them, wherever it measured (the answer hands back a math change only when it
+    measurably beats that one, `MATH_GAIN`)."""
     if count <= 0:
         return []
     record = read_study(study)
@@ -251,12 +263,23 @@ def choose_finalists(study: optuna.Study, count: int) -> list[TrialRecord]:
     candidates = [
         t for t in ranked_trials(study) if t.feasible and not t.reused and not same_as_baseline(record, t)
     ]
-    chosen = candidates[:count]
-    if chosen and record_changes(record, chosen[0]) and all(record_changes(record, t) for t in chosen):
-        keeping = next((t for t in candidates[count:] if not record_changes(record, t)), None)
+    tokens = record.train_tokens
+    chosen = [t for t in candidates[:count] if not _clearly_under(t, candidates[0], line, tokens)]
+    if chosen and all(record_changes(record, t) for t in chosen):
+        keeping = next((t for t in candidates if not record_changes(record, t)), None)
         if keeping is not None:
             chosen.append(keeping)
     return chosen
+
+
+def _clearly_under(trial: TrialRecord, best: TrialRecord, line: float, tokens: float | None) -> bool:
+    """Whether the search measured `trial` clearly under `line` times `best`'s score: the upper end
+    of its 95% interval (its window's relative half-width) is. No rounds could make it the answer
+    unless the search's measurements of the two erred by more than that margin, in opposite ways."""
+    mine, theirs = score(trial, tokens), score(best, tokens)
+    if line <= 0 or mine is None or not theirs:
+        return False
+    return mine * (1 + (trial.rel_ci_halfwidth or 0.0)) < line * theirs
 
 
 def _undecided(by_round: dict[int, dict[int, float]], max_rounds: int) -> tuple[list[int], str] | None:

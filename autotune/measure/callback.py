@@ -308,9 +308,7 @@ class ThroughputCallback(TrainerCallback):
             self._pending_losses = []
         s = self.settings
         timed_out = now - self._train_begin > s.trial_timeout_s
-        warming = not self.window_times_s and not warmup_done(
-            self.warmup_times_s, s.warmup_steps, s.max_warmup_steps
-        )
+        warming = not self.window_times_s and self._warming(s)
         window = [*self.window_times_s, step_s]
         done = not warming and window_done(window, s.min_steps, s.max_steps, s.max_seconds, s.target_rel_ci)
         if not warming and not done:
@@ -335,6 +333,14 @@ class ThroughputCallback(TrainerCallback):
             control.should_training_stop = True
         else:
             self._arm_deadline()  # disarmed at the next step's end, or when the trial's block ends
+
+    def _warming(self, s: MeasureSettings) -> bool:
+        """Whether the steps so far are still warm-up: a set number for a configuration that
+        compiles nothing where the settings give one (`MeasureSettings.eager_warmup_steps`), else
+        until step times stop falling (`warmup_done`)."""
+        if s.eager_warmup_steps is not None and not self._compiled:
+            return len(self.warmup_times_s) < s.eager_warmup_steps
+        return not warmup_done(self.warmup_times_s, s.warmup_steps, s.max_warmup_steps)
 
     def _screen_line_s(self) -> float | None:
         """The seconds a step takes at the screening line (each sample at its full length), on the

@@ -370,3 +370,32 @@ def test_run_length_given_twice_is_a_usage_error(calls, capsys):
     assert run("search", "--train-tokens", "10", "--train-steps", "10") == 2
     assert err_lines(capsys)[0].startswith("error: give --train-tokens or --train-steps, not both")
     assert calls == []
+
+
+def _estimate_rows(capsys, *extra: str) -> tuple[str, list[list[str]]]:
+    """`autotune estimate` of tiny-llama's quick space: its header and its table's rows (cells)."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["estimate", "--model", "tiny-llama", "--space", "quick", "--seq-len", "32", *extra])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("│")]
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in lines]
+    return out.splitlines()[0], rows
+
+
+def test_estimate_with_peft_counts_optimizer_states_of_the_adapter_only(capsys):
+    import peft
+
+    from autotune.workloads.workload import resolve_workload
+
+    full_header, full = _estimate_rows(capsys)
+    lora_header, lora = _estimate_rows(capsys, "--peft", "lora")
+    assert "trainable" not in full_header
+    model = resolve_workload("tiny-llama", 32).build_model({})
+    adapter = peft.get_peft_model(model, peft.LoraConfig(task_type="CAUSAL_LM"))
+    trainable = sum(p.numel() for p in adapter.parameters() if p.requires_grad)
+    assert f"{trainable / 1e6:.2f}M trainable" in lora_header
+    # the same configurations, each with less for weights+grads+optimizer under the adapter
+    static = {tuple(row[:-3]): row[-3] for row in full}
+    assert len(lora) == len(full) > 1
+    assert all(row[-3] != static[tuple(row[:-3])] for row in lora)

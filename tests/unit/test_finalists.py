@@ -17,6 +17,8 @@ from autotune.driver.finalists import (
     BASELINE_AGAIN,
     FIRST_ROUND_CI,
     ROUND_CI_CAP,
+    ROUND_EAGER_WARMUP_STEPS,
+    choose_finalists,
     remeasure_finalists,
     round_order,
     round_window,
@@ -27,9 +29,10 @@ from autotune.records import AA, KEEP_DEFAULTS, read_study
 from autotune.study.store import read_trials
 
 
-def _study(rates: dict[int, float]) -> optuna.Study:
+def _study(rates: dict[int, float], half_widths: dict[int, float] | None = None) -> optuna.Study:
     """A study whose trials (data-loader workers as their numbers' tags: a knob that leaves the
-    training math alone) measured `rates` (number -> tok/s)."""
+    training math alone) measured `rates` (number -> tok/s), each window to its half-width in
+    `half_widths` (relative; none given: exact)."""
     study = optuna.create_study(direction="maximize")
     for number, rate in rates.items():
         study.add_trial(
@@ -37,7 +40,12 @@ def _study(rates: dict[int, float]) -> optuna.Study:
                 params={"dataloader_num_workers": number + 1},
                 distributions={"dataloader_num_workers": optuna.distributions.IntDistribution(1, 64)},
                 value=rate,
-                user_attrs={"tokens_per_s": rate, "feasible": True, "peak_memory_bytes": 1},
+                user_attrs={
+                    "tokens_per_s": rate,
+                    "feasible": True,
+                    "peak_memory_bytes": 1,
+                    "rel_ci_halfwidth": (half_widths or {}).get(number, 0.0),
+                },
             )
         )
     study.set_user_attr(
@@ -118,8 +126,9 @@ def test_extra_rounds_race_only_the_leader_against_the_baseline() -> None:
 
 
 def test_a_decided_answer_ends_after_the_rounds() -> None:
+    # (the search measured the two close: both are finalists)
     script = _Script({0: [200.0, 202.0, 199.0], 1: [150.0] * 3, BASELINE: [100.0, 101.0, 99.0]})
-    study = _study({0: 200.0, 1: 150.0})
+    study = _study({0: 200.0, 1: 190.0})
     remeasure_finalists(script, _plan(finalists=2, rounds=3), study, Reporter())
     # trial 1, decided slower than trial 0 after two rounds, is not measured in the third
     assert script.calls.count(1) == 2 and len(script.calls) == 4 * 2 + 3
@@ -159,7 +168,7 @@ def test_a_leader_no_faster_than_the_baseline_is_not_raced_against_it() -> None:
     # The leader measures at the baseline's speed, round by round around it: its speedup is
     # undecided and stays so; the answer keeps the defaults after the rounds asked for.
     script = _Script({0: [103.0, 97.0, 102.0], 1: [60.0] * 3, BASELINE: [100.0, 100.0, 100.0]})
-    study = _study({0: 100.0, 1: 60.0})
+    study = _study({0: 100.0, 1: 90.0})
     remeasure_finalists(script, _plan(finalists=2, rounds=3), study, Reporter())
     assert len(script.calls) == 4 * 2 + 3  # trial 1 is out after two rounds
     winner = study.user_attrs["winner"]
@@ -303,7 +312,12 @@ def test_the_aa_pair_widens_every_interval_and_the_answer_states_it() -> None:
 def test_a_rounds_window_follows_the_aa_spread() -> None:
     settings = MeasureSettings()  # 30 steps, 60 s, 3%
     first = round_window(settings, None)
-    assert first == {"max_steps": 10, "max_seconds": 20.0, "target_rel_ci": FIRST_ROUND_CI}
+    assert first == {
+        "max_steps": 10,
+        "max_seconds": 20.0,
+        "target_rel_ci": FIRST_ROUND_CI,
+        "eager_warmup_steps": ROUND_EAGER_WARMUP_STEPS,
+    }
     # A/A pairs 8% apart: a window needs no better than 4%; 1% apart: the run's own 3%;
     # 40% apart: no looser than the cap.
     assert round_window(settings, AA(0.0, 0.08, 2, 0.08))["target_rel_ci"] == pytest.approx(0.04)
@@ -346,8 +360,42 @@ def _math_study(rates: dict[int, tuple[str, float]]) -> optuna.Study:
 def test_the_fastest_math_keeping_trial_stays_while_the_leader_changes_the_math() -> None:
     # Trial 0 (bf16) leads both fp32 trials by 2x: both are decided slower after two rounds. Trial 1,
     # the fastest that keeps the math, stays: the answer compares the math change with it.
-    study = _math_study({0: ("bf16", 200.0), 1: ("fp32", 100.0), 2: ("fp32", 90.0)})
+    # (the search measured the three close: all are finalists)
+    study = _math_study({0: ("bf16", 200.0), 1: ("fp32", 180.0), 2: ("fp32", 175.0)})
     script = _Script({0: [200.0] * 3, 1: [100.0] * 3, 2: [90.0] * 3, BASELINE: [95.0] * 3})
     remeasure_finalists(script, _plan(finalists=3, rounds=3), study, Reporter())
     assert script.calls.count(2) == 2
     assert script.calls.count(1) == script.calls.count(0) == 3
+
+
+def test_a_trial_the_search_measured_clearly_under_the_promotion_line_is_no_finalist() -> None:
+    # Trial 2 measured 0.7x the best (its interval's upper end under 0.8x): no rounds could make it
+    # the answer, and it is not re-measured. Trial 1 at 0.75x, but with a 10% half-width, may be.
+    study = _study({0: 200.0, 1: 150.0, 2: 140.0}, half_widths={1: 0.10, 2: 0.10})
+    chosen = [t.number for t in choose_finalists(study, 3, line=0.8)]
+    assert chosen == [0, 1]  # 150 x 1.1 = 165 >= 160; 140 x 1.1 = 154 < 160
+    assert [t.number for t in choose_finalists(study, 3, line=0.0)] == [0, 1, 2]  # no line: the top 3
+    script = _Script({0: [200.0] * 3, 1: [150.0] * 3, BASELINE: [100.0] * 3})
+    remeasure_finalists(script, _plan(finalists=3, rounds=2), study, Reporter())
+    assert 2 not in script.calls and sorted(set(script.calls)) == sorted([0, 1, BASELINE, BASELINE_AGAIN])
+
+
+def test_the_fastest_math_keeping_trial_is_a_finalist_wherever_the_search_measured_it() -> None:
+    # The math-keeping trials measured clearly under the bf16 leader; the fastest of them is still
+    # re-measured: a math change is handed back only when it measurably beats it.
+    study = _math_study({0: ("bf16", 200.0), 1: ("fp32", 100.0), 2: ("fp32", 90.0)})
+    assert [t.number for t in choose_finalists(study, 3, line=0.8)] == [0, 1]
+
+
+def test_an_undecided_answer_gets_up_to_six_rounds_after_the_two_asked_for() -> None:
+    # Trial 0 about 1.15x the baseline with a wide spread: undecided after two rounds, and after
+    # four (where twice the two asked for would have stopped); the fifth decides it.
+    logs = [0.03, 0.27, 0.15, 0.06, 0.18, 0.25]
+    baseline = [-0.03, -0.03, -0.02, 0.01, -0.02, 0.01]
+    script = _Script({0: _rates(logs), BASELINE: _rates(baseline)})
+    study = _study({0: 115.0})
+    remeasure_finalists(script, _plan(finalists=1, rounds=2), study, Reporter())
+    assert script.calls.count(0) == 5
+    winner = read_study(study).winner
+    assert winner is not None and winner.speedup is not None
+    assert winner.speedup["beats_baseline"] is True and winner.speedup["rounds"] == 5

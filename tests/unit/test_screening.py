@@ -250,3 +250,24 @@ def test_a_step_is_not_stopped_when_it_may_compete_or_must_not_be_cut(
     with step_deadlines() as deadline:
         _after_first_step(deadline, first_s, args)
         time.sleep(0.5)  # the second step, slower than the line: runs to its end
+
+
+def test_a_rounds_eager_configuration_warms_up_for_its_set_steps_a_compiled_one_until_it_settles() -> None:
+    # Step times that do not settle (each over 1.25x the fastest so far): the settle rule warms up
+    # through all six warm-up steps.
+    falling = [1.0, 0.5, 0.8, 0.8, 0.8, 0.8] + [0.8] * 10
+    plain = _window(falling, None, SETTINGS)
+    assert len(plain.warmup_times_s) == SETTINGS.max_warmup_steps
+    # A finalists' round: two warm-up steps for a configuration that compiles nothing ...
+    rounds = MeasureSettings(**{**SETTINGS.__dict__, "eager_warmup_steps": 2})
+    eager = _window(falling, None, rounds)
+    assert eager.warmup_times_s == pytest.approx([1.0, 0.5])
+    assert eager.window_times_s[0] == pytest.approx(0.8)
+    # ... and a compiled one's warm-up still goes on until its step times settle.
+    compiled, _steps, _screened = _drive(falling, None, rounds, COMPILED)
+    assert len(compiled.warmup_times_s) == SETTINGS.max_warmup_steps
+
+
+def test_a_set_eager_warm_up_is_at_least_one_step() -> None:
+    with pytest.raises(UsageError, match="eager_warmup_steps must be >= 1, got 0"):
+        MeasureSettings(eager_warmup_steps=0)
