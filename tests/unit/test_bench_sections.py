@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from benchmarks import assemble, report
+from benchmarks import assemble, finalists_cost, gpu, lora, report
+from tests.unit.bench_helpers import section
 from tests.unit.test_bench_screening import WINNER, _data, _run
 
 MEASURED = [(name, module) for name, module in assemble.ORDER if module and report.load(name) is not None]
@@ -86,3 +88,81 @@ def test_summary_and_table_helpers() -> None:
 def test_a_template_field_left_unfilled_is_an_error() -> None:
     with pytest.raises(KeyError, match="claims"):
         report.fill("assemble", "head")
+
+
+def _lora_row(batch: int, rate: float, peak_mib: float) -> dict[str, Any]:
+    return {
+        "batch": batch,
+        "tokens_per_s": rate,
+        "peak_bytes": peak_mib * 2**20,
+        "estimate_bytes": 400 * 2**20,
+        "estimate_error": -0.1,
+        "trainable_params": 10,
+        "total_params": 100,
+        "reason": None,
+        "message": None,
+    }
+
+
+def test_lora_says_which_peak_is_higher_from_the_runs_not_stored_words() -> None:
+    runs = [
+        {"arm": "full fine-tune", "trials": [_lora_row(4, 100.0, 427.0), _lora_row(16, 200.0, 500.0)]},
+        {"arm": "LoRA (--peft lora)", "trials": [_lora_row(4, 116.0, 428.0), _lora_row(16, 228.0, 480.0)]},
+    ]
+    machine = {"cpu": "Test CPU", "cores": 2, "torch": "2.13.0+cpu", "date": "2026-11-26 05:27 UTC"}
+    data = {"model": "tiny-llama", "seq_len": 128, "trials": 2, "machine": machine, "runs": runs}
+    text = section(lora, data | {"notes": ["- stale words stored with the run"]})
+    assert "- batch 4: LoRA runs at 1.16x the full fine-tune's tokens/s, its peak 1 MiB higher." in text
+    assert "- batch 16: LoRA runs at 1.14x the full fine-tune's tokens/s, its peak 20 MiB lower." in text
+    assert "stale words" not in text
+    assert "|:-----" in lora.render(data) and "------:|" in lora.render(data)  # numbers right-aligned
+
+
+def _cost_run(search: str, code: str, finalists_s: float, share: float) -> dict[str, Any]:
+    return {
+        "search": search,
+        "code": code,
+        "date": "2026-11-26 04:08 UTC",
+        "wall_s": 100.0,
+        "stages": {"finalists_s": finalists_s},
+        "finalists_share": share,
+        "rule": "keep_defaults",
+        "verdict": "keep them",
+    }
+
+
+def test_finalists_cost_judges_the_goal_and_the_change_from_its_runs() -> None:
+    machine = {"cpu": "Test CPU", "cores": 2, "commit": "abc1234"}
+    runs = [_cost_run("make_run", "before", 40.0, 0.6), _cost_run("make_run", "after", 10.0, 0.25)]
+    runs += [_cost_run("custom", "before", 50.0, 0.5), _cost_run("custom", "after", 20.0, 0.28)]
+    text = section(finalists_cost, {"machine": machine, "before": "a45862e", "runs": runs})
+    assert "is **met**: 25% and 28% here." in text
+    assert "The finalists' seconds fell to 25% (make run) and 40% (custom) of the before's" in text
+    assert "--before a45862e [--only make_run|custom]" in text
+    runs[1] = _cost_run("make_run", "after", 60.0, 0.45)
+    text = section(finalists_cost, {"machine": machine, "before": "a45862e", "runs": runs})
+    assert "is **not met**: 45% and 28% here." in text
+    assert "seconds came to 150% (make run) and 40% (custom)" in text
+
+
+def test_gpu_section_from_its_results() -> None:
+    contender = {"median_tokens_per_s": 120_000.0, "over_defaults": 1.5, "mfu": 0.31}
+    contender |= {"peak_memory_bytes": 20 * 2**30, "params": {"per_device_train_batch_size": 16}}
+    run = {"cost": {"trained_trials": 12}, "search_wall_s": 300.0, "trials_to_best": 4}
+    run |= {"contenders": {"autotune": contender}}
+    knobs = {"model": "llama-1b", "batch": 8, "reference": "bf16", "peft": None}
+    knobs |= {
+        "rows": {"fp8": {"not_run": "needs an H100"}, "bf16": {"tokens_per_s": 9000.0, "state": "COMPLETE"}}
+    }
+    machine = {"gpu": "NVIDIA H100", "date": "2026-11-26", "torch": "2.13.0", "transformers": "5.24.0"}
+    data = {
+        "machine": machine | {"commit": "abc1234"},
+        "trials": 12,
+        "rounds": 3,
+        "presets": {"gpt2-124m": run},
+    }
+    text = section(gpu, data | {"gpu_knobs": knobs})
+    assert text.startswith("## GPU: item 2 on NVIDIA H100\n")
+    assert "| autotune | 120,000 | 1.50x | 31.0% | 20.0 GiB | `bs=16` |" in text
+    assert "### GPU-only knobs: llama-1b, batch 8, one window each" in text
+    assert "| fp8 | - | - | - | needs an H100 |" in text and "| bf16 | 9,000 | - | - | |" in text
