@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 RUN_ARGS ?= --model tiny-gpt2 --space quick --trials 8
 LINT_PATHS := autotune tests $(wildcard benchmarks/*.py)
 
-.PHONY: install run test test-unit lint format clean bench bench-grid bench-isolation bench-aa bench-ab
+.PHONY: install run test test-unit lint format clean bench bench-md bench-grid bench-isolation bench-aa bench-ab
 
 install: $(STAMP)
 
@@ -46,26 +46,31 @@ BENCH_ARGS ?=
 GRID_MODELS ?= --model tiny-gpt2 --model tiny-llama
 
 bench: install
-	$(BIN)/python benchmarks/bench.py $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.bench $(BENCH_ARGS)
+
+# RESULTS.md again from the stored results (benchmarks/results/*.json) and benchmarks/sections/*.md;
+# every benchmark does this after it measures.
+bench-md: install
+	$(BIN)/python -m benchmarks.assemble
 
 # Item 5 alone (about 15 minutes): in-process vs isolated trials, worker start cost, `make run` wall.
 bench-isolation: install
-	$(BIN)/python benchmarks/bench.py --only isolation $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.bench --only isolation $(BENCH_ARGS)
 
 bench-grid: install
-	$(BIN)/python benchmarks/grid.py $(GRID_MODELS) --repeats 2 --fresh
+	$(BIN)/python -m benchmarks.grid $(GRID_MODELS) --repeats 2 --fresh
 
 # Issue 31's A/A benchmark (15-25 minutes on 2 cores): 10 searches over benchmarks/space_aa.yaml,
 # in which the defaults are the fastest configuration; at most 1 may claim a speedup.
 AA_ARGS ?=
 bench-aa: install
-	$(BIN)/python benchmarks/aa_check.py $(AA_ARGS)
+	$(BIN)/python -m benchmarks.aa_check $(AA_ARGS)
 
 # The A/B check (about 25 minutes): each CPU preset's `make run` answer re-measured as a user does,
 # fresh plain-Trainer processes in rotated order; the stated interval must hold the user's ratio.
 AB_ARGS ?=
 bench-ab: install
-	$(BIN)/python benchmarks/ab_check.py $(AB_ARGS)
+	$(BIN)/python -m benchmarks.ab_check $(AB_ARGS)
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .mypy_cache .ruff_cache autotune.db

@@ -1,7 +1,7 @@
 """An A/A benchmark: searches over a space in which the defaults are the fastest configuration.
 
-    python benchmarks/aa_check.py                     # 10 searches of 6 trials, 15-25 minutes on 2 cores
-    python benchmarks/aa_check.py --searches 2 --trials 3 --check-quads 1 --max-steps 5   # a smoke run
+    python -m benchmarks.aa_check                     # 10 searches of 6 trials, 15-25 minutes on 2 cores
+    python -m benchmarks.aa_check --searches 2 --trials 3 --check-quads 1 --max-steps 5   # a smoke run
 
 Every value of `benchmarks/space_aa.yaml` other than the defaults' is slower on a 2-core CPU (a
 tiny GPT-2 at sequence length 256: batch 8 as 8 x 1 or 2 x 4 under a global batch of 8,
@@ -27,7 +27,7 @@ a non-default choice). Per search: the seed, the rule, the verdict, the stated s
 interval (the choice's, else the alternative's named beside the defaults), the answer's A/A figure
 where it gives one, the wall time and the finalists' share of it (the study's time breakdown), and
 how many trials' search windows measured faster than the search's own baseline. Writes
-``results/aa_check.json`` and ``sections/aa_check.md``.
+``results/aa_check.json`` and its RESULTS.md section (`render`).
 """
 
 from __future__ import annotations
@@ -45,17 +45,14 @@ from typing import Any
 
 import yaml
 
+from autotune.measure.stats import paired_speedup
+from autotune.progress import format_value, short_name
+from autotune.records import Answer, read_study
+from benchmarks.harness import Bench, machine
+from benchmarks.report import fill, store, summary, table
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
-from harness import Bench, machine, write_section  # noqa: E402
-
-from autotune.measure.stats import paired_speedup  # noqa: E402
-from autotune.progress import format_value, short_name  # noqa: E402
-from autotune.records import Answer, read_study  # noqa: E402
-
-RESULTS = HERE / "results" / "aa_check.json"
-SECTION = HERE / "sections" / "aa_check.md"
 SPACE = HERE / "space_aa.yaml"
 BATCH, ACCUMULATION = "per_device_train_batch_size", "gradient_accumulation_steps"
 ALLOWED_CLAIMS_PER_10 = 1  # the issue's bar
@@ -243,37 +240,24 @@ def _times(ratio: float | None) -> str:
     return "-" if ratio is None else f"{ratio:.2f}x"
 
 
-def _check_lines(check: dict[str, Any] | None) -> list[str]:
+def _check(check: dict[str, Any] | None) -> str:
     if check is None:
-        return ["The space check was not run (`--check-quads 0`).\n"]
-    best = check["defaults_best_tokens_per_s"]
-    lines = [
-        f"**The space check**: every value but the defaults' changed alone, measured right beside the "
-        f"defaults with the search's trial code in one process, {check['quads']} quad(s) each (A B B A, "
-        f"B A A B, ...). The defaults' best window: {best / 1000:.1f}k tokens/s.\n",
-        "| change | per quad: its better window over the defaults' | geometric mean (95% interval) | "
-        "median quad | its best / the defaults' best | slower |",
-        "|---|---|---|---|---|---|",
+        return fill("aa_check", "no_check")
+    rows = [
+        [
+            name,
+            ", ".join(f"{r:.2f}" for r in row["quad_ratios"]),
+            "-" if row["paired"] is None else _x({**row["paired"], "value": row["paired"]["ratio"]}),
+            _times(row["median_ratio"]),
+            _times(row["best_over_best"]),
+            "yes" if row["slower"] else "**no**",
+        ]
+        for name, row in check["changes"].items()
     ]
-    for name, row in check["changes"].items():
-        paired = row["paired"]
-        mean = "-" if paired is None else _x({**paired, "value": paired["ratio"]})
-        quads = ", ".join(f"{r:.2f}" for r in row["quad_ratios"])
-        median, best = _times(row["median_ratio"]), _times(row["best_over_best"])
-        slower = "yes" if row["slower"] else "**no**"
-        lines.append(f"| {name} | {quads} | {mean} | {median} | {best} | {slower} |")
-    lines.append(
-        "\nSlower: the median quad and the change's best window against the defaults' best both under "
-        "1. Other jobs on a machine only slow a window down: the better window is the less disturbed "
-        "one, and one disturbed window moves a mean far.\n"
-    )
-    return lines
-
-
-def _shares(shares: list[float]) -> str:
-    if not shares:
-        return "-"
-    return f"{100 * statistics.median(shares):.0f}% ({100 * min(shares):.0f}-{100 * max(shares):.0f}%)"
+    headers = ["change", "per quad: its better window over the defaults'", "geometric mean (95% interval)"]
+    headers += ["median quad", "its best / the defaults' best", "slower"]
+    best = check["defaults_best_tokens_per_s"] / 1000
+    return fill("aa_check", "check", quads=check["quads"], best=best, table=table(headers, rows))
 
 
 def _aa_cell(search: dict[str, Any]) -> str:
@@ -286,50 +270,57 @@ def _aa_cell(search: dict[str, Any]) -> str:
     return search["aa_text"] or ("-" if aa is None else str(aa))
 
 
-def _search_lines(searches: list[dict[str, Any]]) -> list[str]:
-    claims = sum(1 for s in searches if s["claims_speedup"])
-    allowed = ALLOWED_CLAIMS_PER_10 * len(searches) // 10
-    shares = [s["finalists_share"] for s in searches if s["finalists_share"] is not None]
-    lines = [
-        f"**{claims} of {len(searches)} searches claimed a speedup** (the bar: at most {allowed}, 1 in "
-        f"10). Wall time per search: median {statistics.median(s['wall_s'] for s in searches):.0f} s; "
-        f"the finalists' share of it: median {_shares(shares)}.\n",
-        "| seed | rule | stated speedup | A/A difference | trials over the baseline | wall | finalists "
-        "| verdict |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+def _searches(searches: list[dict[str, Any]]) -> str:
+    if not searches:
+        return ""
+    rows = []
     for s in searches:
         stated = s["choice_speedup"] if s["claims_speedup"] else s["alternative_speedup"]
         who = s["choice"] if s["claims_speedup"] else (s["alternative"] or "-")
         share = "-" if s["finalists_share"] is None else f"{100 * s['finalists_share']:.0f}%"
-        lines.append(
-            f"| {s['seed']} | {s['rule']} | {who}: {_x(stated)} | {_aa_cell(s)} | "
-            f"{s['faster_than_baseline']}/{s['measured_trials']} | {s['wall_s']:.0f} s | {share} | "
-            f"{s['verdict']} |"
+        rows.append(
+            [
+                s["seed"],
+                s["rule"],
+                f"{who}: {_x(stated)}",
+                _aa_cell(s),
+                f"{s['faster_than_baseline']}/{s['measured_trials']}",
+                f"{s['wall_s']:.0f} s",
+                share,
+                s["verdict"],
+            ]
         )
-    lines.append(
-        "\nThe stated speedup is the choice's over the baseline where the answer claims one, else the "
-        "alternative's named beside the defaults. *A/A difference*: the baseline measured twice in "
-        "each round of the finalists, how far the two differed (mean, largest). *Trials over the "
-        "baseline*: trials (not of the defaults' own configuration) whose search window measured "
-        "faster than the search's baseline window, a single window each.\n"
+    shares = summary(s["finalists_share"] for s in searches)
+    headers = ["seed", "rule", "stated speedup", "A/A difference", "trials over the baseline", "wall"]
+    return fill(
+        "aa_check",
+        "searches",
+        claims=sum(1 for s in searches if s["claims_speedup"]),
+        count=len(searches),
+        allowed=ALLOWED_CLAIMS_PER_10 * len(searches) // 10,
+        wall=summary(s["wall_s"] for s in searches)["median"],
+        shares=f"{100 * shares['median']:.0f}% ({100 * shares['min']:.0f}-{100 * shares['max']:.0f}%)"
+        if shares["n"]
+        else "-",
+        table=table([*headers, "finalists", "verdict"], rows),
     )
-    return lines
 
 
-def section(data: dict[str, Any]) -> str:
-    m = data["machine"]
-    lines = [
-        "## A/A: searches over a space in which the defaults are the fastest\n",
-        f"`{data['command']}`, {m['date']}, commit {m['commit']}: {m['cpu']}, {m['cores']} threads, native "
-        f"bf16 {m['native_bf16']}, torch {m['torch']}, transformers {m['transformers']}. "
-        f"{data['model']} at sequence length {data['seq_len'] or 'of the preset'}, space "
-        f"`{data['space']}` (global batch {data['global_batch']}), {data['trials']} trials per search, "
-        f"{data['finalists']} finalists over {data['finalist_rounds']} rounds.\n",
-        *_check_lines(data.get("check")),
-        *(_search_lines(data["searches"]) if data["searches"] else []),
-    ]
-    return "\n".join(lines) + "\n"
+def render(data: dict[str, Any]) -> str:
+    fields = {key: data[key] for key in ("command", "model", "space", "global_batch", "trials", "finalists")}
+    return (
+        fill(
+            "aa_check",
+            "section",
+            seq_len=data["seq_len"] or "of the preset",
+            finalist_rounds=data["finalist_rounds"],
+            check=_check(data.get("check")),
+            searches=_searches(data["searches"]),
+            **fields,
+            **data["machine"],
+        )
+        + "\n"
+    )
 
 
 def main() -> None:
@@ -373,7 +364,7 @@ def main() -> None:
     run = RunConfig()
     result = {
         "machine": machine(),
-        "command": "python benchmarks/aa_check.py " + " ".join(sys.argv[1:]),
+        "command": "python -m benchmarks.aa_check " + " ".join(sys.argv[1:]),
         "model": args.model,
         "seq_len": args.seq_len,
         "space": os.path.relpath(args.space, HERE.parent),
@@ -388,7 +379,7 @@ def main() -> None:
         "claims": sum(1 for s in searches if s["claims_speedup"]),
         "searches": searches,
     }
-    write_section(result, RESULTS, SECTION, section)
+    store("aa_check", result)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The A/B check: does the speedup a search states hold when a user re-measures it?
 
-    python benchmarks/ab_check.py                      # tiny-gpt2, tiny-llama, tiny-bert: about 25 minutes
-    python benchmarks/ab_check.py --presets tiny-gpt2 --seconds 5 --rounds 1 --trials 3 --max-steps 5  # smoke
+    python -m benchmarks.ab_check                      # tiny-gpt2, tiny-llama, tiny-bert: about 25 minutes
+    python -m benchmarks.ab_check --presets tiny-gpt2 --seconds 5 --rounds 1 --trials 3 --max-steps 5  # smoke
 
 For each preset, a search as ``make run`` runs it (the quick space, 8 trials, seed 0, a fresh SQLite
 store in a temporary folder). Then the configuration the answer speaks of and the defaults are
@@ -21,7 +21,7 @@ Which interval is checked, by what the answer says:
   the check is then whether the user's interval holds 1.0.
 
 The check passes when the stated interval contains the user's ratio. Writes
-``results/ab_check.json`` and ``sections/ab_check.md``.
+``results/ab_check.json`` and its RESULTS.md section (`render`).
 """
 
 from __future__ import annotations
@@ -34,19 +34,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from autotune.measure.stats import Speedup, paired_speedup
+from autotune.progress import describe_params
+from autotune.records import Answer, Interval, read_study
+from benchmarks.aa_check import finalists_share, jsonable
+from benchmarks.fresh_contenders import rates_of, rotated_rounds
+from benchmarks.harness import machine
+from benchmarks.report import fill, store, table
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
-from aa_check import finalists_share, jsonable  # noqa: E402
-from fresh_contenders import rates_of, rotated_rounds  # noqa: E402
-from harness import machine, write_section  # noqa: E402
-
-from autotune.measure.stats import Speedup, paired_speedup  # noqa: E402
-from autotune.progress import describe_params  # noqa: E402
-from autotune.records import Answer, Interval, read_study  # noqa: E402
-
-RESULTS = HERE / "results" / "ab_check.json"
-SECTION = HERE / "sections" / "ab_check.md"
 PRESETS = ("tiny-gpt2", "tiny-llama", "tiny-bert")  # the CPU presets; gpt2-124m and llama-1b are for GPUs
 DEFAULTS, AGAIN = "defaults", "defaults again"
 
@@ -138,42 +135,46 @@ def _stated(stated: dict[str, Any] | None) -> str:
     )
 
 
-def section(data: dict[str, Any]) -> str:
-    m = data["machine"]
-    lines = [
-        "## A/B: the stated speedup as a user re-measures it\n",
-        f"`{data['command']}`, {m['date']}, commit {m['commit']}: {m['cpu']}, {m['cores']} threads, native "
-        f"bf16 {m['native_bf16']}, torch {m['torch']}, transformers {m['transformers']}. Per preset a "
-        f"search as `make run` runs it (space `{data['space']}`, {data['trials']} trials, seed "
-        f"{data['seed']}); then what its answer speaks of and `TrainingArguments()` trained in fresh "
-        f"plain-Trainer processes (`benchmarks/user_run.py`), {data['seconds']:g} s of steady window "
-        f"each, {data['rounds']} round(s) in rotated order.\n",
-        "| preset | answer | re-measured | configuration | stated over the baseline | the user's ratio "
-        "| stated interval holds it | user tokens/s (median): it, defaults | search (finalists) |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+def render(data: dict[str, Any]) -> str:
+    rows = []
     for row in data["presets"]:
-        stated, user = row["stated"], row["user"]
-        user_text = "-" if user is None else _ratio(user["ratio"], user["low"], user["high"], user["rounds"])
-        holds = {True: "yes", False: "**no**", None: "-"}[row["contains"]]
-        config = "the defaults" if row["params"] is None else f"`{describe_params(row['params'])}`"
-        lines.append(
-            f"| {row['model']} | {row['rule']} | {row['basis']} | {config} | "
-            f"{_stated(stated)} | {user_text} | {holds} | {_medians(row['medians'])} | "
-            f"{row['search_s']:.0f} s ({_share(row['finalists_share'])}) |"
+        user = row["user"]
+        rows.append(
+            [
+                row["model"],
+                row["rule"],
+                row["basis"],
+                "the defaults" if row["params"] is None else f"`{describe_params(row['params'])}`",
+                _stated(row["stated"]),
+                "-" if user is None else _ratio(user["ratio"], user["low"], user["high"], user["rounds"]),
+                {True: "yes", False: "**no**", None: "-"}[row["contains"]],
+                _medians(row["medians"]),
+                f"{row['search_s']:.0f} s ({_share(row['finalists_share'])})",
+            ]
         )
-    held = sum(1 for row in data["presets"] if row["contains"])
-    lines.append(
-        f"\nThe stated interval holds the user's ratio for {held} of {len(data['presets'])} presets."
+    headers = [
+        "preset",
+        "answer",
+        "re-measured",
+        "configuration",
+        "stated over the baseline",
+        "the user's ratio",
+    ]
+    headers += ["stated interval holds it", "user tokens/s (median): it, defaults", "search (finalists)"]
+    fields = {key: data[key] for key in ("command", "space", "trials", "seed", "seconds", "rounds")}
+    return (
+        fill(
+            "ab_check",
+            "section",
+            table=table(headers, rows),
+            held=sum(1 for row in data["presets"] if row["contains"]),
+            count=len(data["presets"]),
+            verdicts="\n".join(f"- {row['model']}: {row['verdict']}" for row in data["presets"]),
+            **fields,
+            **data["machine"],
+        )
+        + "\n"
     )
-    lines.extend(f"- {row['model']}: {row['verdict']}" for row in data["presets"])
-    lines.append(
-        "\n*re-measured*: `pick`, the configuration the answer hands back; `alternative`, the best "
-        "measured one named beside the defaults it keeps (its stated speedup over the baseline); "
-        "`nothing`, the defaults against themselves, stated 1.0x without an interval (then the check "
-        "is whether the user's interval holds 1.0).\n"
-    )
-    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
@@ -191,7 +192,7 @@ def main() -> None:
         presets = [check_preset(model, Path(folder), args) for model in args.presets]
     result = {
         "machine": machine(),
-        "command": "python benchmarks/ab_check.py " + " ".join(sys.argv[1:]),
+        "command": "python -m benchmarks.ab_check " + " ".join(sys.argv[1:]),
         "space": args.space,
         "trials": args.trials,
         "seed": args.seed,
@@ -201,7 +202,7 @@ def main() -> None:
         "wall_s": time.monotonic() - began,
         "presets": presets,
     }
-    write_section(result, RESULTS, SECTION, section)
+    store("ab_check", result)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """``make bench``: run the CPU benchmarks (items 1-5) and rewrite ``benchmarks/RESULTS.md``.
 
-    python benchmarks/bench.py            # everything, about 45 minutes on 2 CPU cores
-    python benchmarks/bench.py --only replay,noise
-    python benchmarks/bench.py --only isolation   # item 5 (`make bench-isolation`)
+    python -m benchmarks.bench            # everything, about 45 minutes on 2 CPU cores
+    python -m benchmarks.bench --only replay,noise
+    python -m benchmarks.bench --only isolation   # item 5 (`make bench-isolation`)
 
 The grid tables in ``benchmarks/data/`` are measured by ``make bench-grid`` (`grid.py`); this
 script only reads them. Raw results go to ``benchmarks/results/<item>.json``; RESULTS.md is
@@ -12,7 +12,6 @@ written from all of them, so one item can be refreshed without re-running the ot
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -20,16 +19,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from benchmarks import isolation, noise, quality, replay
+from benchmarks.grid import SPACE, grid_path
+from benchmarks.harness import Bench, machine
+from benchmarks.report import fill, load, measured_on, store, table
 
-import isolation  # noqa: E402
-import noise  # noqa: E402
-import quality  # noqa: E402
-import replay  # noqa: E402
-from grid import SPACE, grid_path  # noqa: E402
-from harness import Bench, machine  # noqa: E402
-from results_md import write_results  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 RESULTS = HERE / "results"
 GRID_MODELS = ("tiny-gpt2", "tiny-llama")
@@ -92,8 +87,7 @@ def main() -> None:
 
     def save(item: str, data: dict[str, Any]) -> None:
         data = {"machine": machine(), "args": vars(args), **data}
-        (RESULTS / f"{item}.json").write_text(json.dumps(data, indent=1, default=str))
-        print(f"[bench] wrote results/{item}.json", flush=True)
+        store(item, data, indent=1)
 
     if "replay" in only:
         started = time.perf_counter()
@@ -135,9 +129,42 @@ def main() -> None:
         isolation.run(
             ISOLATION_PRESETS, args.iso_rounds, args.make_runs, save=lambda data: save("isolation", data)
         )
-    path = write_results(RESULTS, HERE / "RESULTS.md")
-    print(f"[bench] wrote {path}", flush=True)
 
 
 if __name__ == "__main__":
     main()
+
+
+def render_cost(data: dict[str, Any]) -> str:
+    """Item 3: the phases of item 2's searches (``results/quality.json``), process start, heap freeze."""
+    found = load("quality")
+    breakdown = ""
+    if found is not None:
+        headers = ["preset", "total", "baseline", "window", "warm-up", "compile", "set-up", "skipped trials"]
+        headers += ["between trials", "finalists", "window share"]
+        phases = ("baseline_s", "trials_window_s", "trials_warmup_s", "trials_compile_s", "trials_setup_s")
+        rows = [
+            [
+                model,
+                f"{c['total_s']:.0f} s",
+                *(f"{c[p]:.1f} s" for p in phases),
+                f"{c['skipped_trials_s']:.1f} s ({c['skipped_trials']})",
+                f"{c['between_trials_s']:.1f} s",
+                f"{c['finalists_s']:.1f} s",
+                f"{100 * c['trials_window_s'] / c['total_s']:.0f}%",
+            ]
+            for model, c in ((model, run["cost"]) for model, run in found["presets"].items())
+        ]
+        breakdown = fill("bench", "breakdown", table=table(headers, rows))
+    return (
+        fill(
+            "bench",
+            "cost",
+            measured_on=measured_on(data),
+            superseded=quality.superseded(found),
+            breakdown=breakdown,
+            **data["process_start"],
+            **data["heap_freeze"],
+        )
+        + "\n"
+    )

@@ -1,6 +1,6 @@
 """Where a cold inductor compile goes on CPU: how many C++ compiler runs, and what each one pays.
 
-    python benchmarks/compile_anatomy.py [--model tiny-gpt2 --model tiny-llama] [--repeats 3]
+    python -m benchmarks.compile_anatomy [--model tiny-gpt2 --model tiny-llama] [--repeats 3]
 
 Per preset, two real trials on one fresh store (so one study compile cache, next to the store):
 ``torch_compile: inductor`` at batch 8, then at batch 16, each a configuration the cache has not
@@ -12,7 +12,7 @@ again, ``--repeats`` times each: as inductor ran it, without the precompiled hea
 kernel replaced by an empty file (with and without the header): what one compiler run costs
 before any kernel code.
 
-Results go to ``benchmarks/results/compile_anatomy.json`` and ``benchmarks/sections/compile_anatomy.md``.
+Results go to ``benchmarks/results/compile_anatomy.json`` and its RESULTS.md section (`render`).
 """
 
 from __future__ import annotations
@@ -30,9 +30,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import report
+from benchmarks.report import fill, store, table
+
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results" / "compile_anatomy.json"
-SECTION = HERE / "sections" / "compile_anatomy.md"
+
 BATCHES = (8, 16)
 TIMED = ("kernel", "kernel_without_header", "empty_with_header", "empty_without_header")
 # The wrapper: the real compiler's exit status, and one JSON line per run in the log.
@@ -84,7 +86,7 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def trial(model: str, batch: int, folder: Path) -> dict[str, Any]:
     """A compiled trial at `batch` (`compile_cache.compiled_trial`), with its search's wall time."""
-    from compile_cache import compiled_trial
+    from benchmarks.compile_cache import compiled_trial
 
     start = time.perf_counter()
     recorded = compiled_trial(model, folder, f"bs{batch}", batch)
@@ -97,7 +99,8 @@ def timed(command: list[str], repeats: int) -> dict[str, float]:
         start = time.perf_counter()
         subprocess.run(command, check=True, capture_output=True)
         times.append(time.perf_counter() - start)
-    return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times)}
+    stats = report.summary(times)
+    return {f"{key}_s": stats[key] for key in ("median", "min", "max")}
 
 
 def without_header(args: list[str]) -> list[str]:
@@ -133,72 +136,75 @@ def one_compiler_run(compiler: str, run: dict[str, Any], folder: Path, repeats: 
     }
 
 
-def section(data: dict[str, Any]) -> str:
-    m = data["machine"]
-    lines = [
-        "## Where a cold compile goes (inductor on CPU)\n",
-        f"`python benchmarks/compile_anatomy.py`, {m['date']}, commit {m['commit']}: {m['cpu']}, "
-        f"{m['cores']} threads, torch {m['torch']}, {data['compiler']}; inductor's compile threads: "
-        f"{data['compile_threads']}. Per preset, two real trials on one fresh store (one study "
-        "compile cache): `torch_compile=inductor` at batch 8, then at batch 16, each a configuration "
-        "the cache had not seen. Inductor's C++ compiler ran through a logging wrapper: *compiler "
-        "runs* are the kernels' compiles (one shared object each), *their time* their sum over the "
-        "compile threads; *header builds* are torch's precompiled header, built once per machine "
-        "and set of flags.\n",
-        "| preset | batch | compile (dynamo's timer) | cache | compiler runs | their time | "
-        "median run | header builds |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+def render(data: dict[str, Any]) -> str:
+    trials, one_run, findings = [], [], []
     for model, rows in data["presets"].items():
         for row in rows["trials"]:
             c = row["compiler"]
             header = f"{c['header_runs']} ({c['header_s']:.1f} s)" if c["header_runs"] else "0"
-            lines.append(
-                f"| {model} | {row['batch']} | {float(row['compile_s'] or 0):.1f} s | {row['compile_cache']} "
-                f"| {c['kernel_runs']} | {c['kernel_s']:.1f} s | {c['kernel_median_s']:.2f} s | {header} |"
+            trials.append(
+                [
+                    model,
+                    row["batch"],
+                    f"{float(row['compile_s'] or 0):.1f} s",
+                    row["compile_cache"],
+                    c["kernel_runs"],
+                    f"{c['kernel_s']:.1f} s",
+                    f"{c['kernel_median_s']:.2f} s",
+                    header,
+                ]
             )
-    lines.append("")
-    lines.append(
-        f"One compiler run, timed again ({data['repeats']} times each, medians): the first kernel "
-        "of each preset's first trial, as inductor ran it and without its precompiled header, "
-        "and an empty file with the same flags:\n"
-    )
-    lines.append("| preset | kernel | kernel, no precompiled header | empty file | empty file, no header |")
-    lines.append("|---|---|---|---|---|")
-    for model, rows in data["presets"].items():
-        cells = (rows["one_run"][k]["median_s"] for k in TIMED)
-        lines.append(f"| {model} | " + " | ".join(f"{value:.2f} s" for value in cells) + " |")
-    lines.append("")
-    for model, rows in data["presets"].items():
         one, later = rows["one_run"], rows["trials"][-1]
-        fixed = one["empty_with_header"]["median_s"] / one["kernel"]["median_s"]
-        compile_s, compiler_s = float(later["compile_s"] or 0), later["compiler"]["kernel_s"]
-        lines.append(
-            f"- {model}: a new compiled configuration ran the compiler {later['compiler']['kernel_runs']} "
-            f"times: {compiler_s:.0f} s of compiler time over {data['compile_threads']} threads, "
-            f"about {compiler_s / data['compile_threads']:.0f} s of its {compile_s:.0f} s compile "
-            "(the rest is dynamo, AOTAutograd and inductor's own Python). "
-            f"One run costs {one['kernel']['median_s']:.2f} s, of which {fixed:.0%} is what an empty "
-            "file with the same flags and torch's header costs: the header, not the kernel's code. "
-            "The precompiled header does not shorten it here (without it: "
-            f"{one['kernel_without_header']['median_s']:.2f} s)."
+        one_run.append([model, *(f"{one[key]['median_s']:.2f} s" for key in TIMED)])
+        compiler_s = later["compiler"]["kernel_s"]
+        findings.append(
+            fill(
+                "compile_anatomy",
+                "finding",
+                model=model,
+                runs=later["compiler"]["kernel_runs"],
+                compiler_s=compiler_s,
+                threads=data["compile_threads"],
+                per_thread=compiler_s / data["compile_threads"],
+                compile_s=float(later["compile_s"] or 0),
+                one=one["kernel"]["median_s"],
+                fixed=one["empty_with_header"]["median_s"] / one["kernel"]["median_s"],
+                without=one["kernel_without_header"]["median_s"],
+            )
         )
-    return "\n".join(lines) + "\n"
+    headers = [
+        "preset",
+        "batch",
+        "compile (dynamo's timer)",
+        "cache",
+        "compiler runs",
+        "their time",
+        "median run",
+    ]
+    one_headers = ["preset", "kernel", "kernel, no precompiled header", "empty file", "empty file, no header"]
+    return (
+        fill(
+            "compile_anatomy",
+            "section",
+            compiler=data["compiler"],
+            compile_threads=data["compile_threads"],
+            repeats=data["repeats"],
+            trials=table([*headers, "header builds"], trials),
+            one_run=table(one_headers, one_run),
+            findings="\n".join(findings),
+            **data["machine"],
+        )
+        + "\n"
+    )
 
 
 def main() -> None:
-    sys.path.insert(0, str(HERE))
-    from harness import machine, write_section
+    from benchmarks.harness import machine
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", action="append", default=None)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--resummarize", action="store_true", help="rewrite the section from the results")
     args = parser.parse_args()
-    if args.resummarize:
-        SECTION.write_text(section(json.loads(RESULTS.read_text())))
-        print(SECTION.read_text())
-        return
     models = args.model or ["tiny-gpt2", "tiny-llama"]
     compiler = os.environ.get("CXX") or shutil.which("g++") or "g++"
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout.splitlines()
@@ -236,7 +242,7 @@ def main() -> None:
         "repeats": args.repeats,
         "presets": presets,
     }
-    write_section(data, RESULTS, SECTION, section)
+    store("compile_anatomy", data)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """What the study's shared compile cache saves: a compiled configuration cold, then again warm.
 
-    python benchmarks/compile_cache.py [--rounds 2]   # about 10 minutes on 2 CPU cores
+    python -m benchmarks.compile_cache [--rounds 2]   # about 10 minutes on 2 CPU cores
 
 Per preset, one configuration (`torch_compile: inductor`, batch 8, the preset's sequence length)
 is measured by one real trial in a fresh worker, three times on one fresh store: study ``cold``
@@ -13,24 +13,23 @@ Rounds repeat the whole sequence on a new store. Torch's own default (inductor's
 ``/tmp/torchinductor_$USER``) is the same mechanism in a per-host temp folder: the warm rows are what
 it saves a fresh worker on one host while that folder survives; the study's folder makes it last
 with the store and reach every process of the study.
-Results go to ``benchmarks/results/compile_cache.json`` and ``benchmarks/sections/compile_cache.md``.
+Results go to ``benchmarks/results/compile_cache.json`` and its RESULTS.md section (`render`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import optuna
 
+from benchmarks.report import fill, store, summary, table
+
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results" / "compile_cache.json"
-SECTION = HERE / "sections" / "compile_cache.md"
+
 SPACE = "description: one compiled configuration\nknobs:\n  torch_compile: [inductor]\n"
 SPACE += "  per_device_train_batch_size: [{batch}]\n"
 STUDIES = ("cold", "warm-1", "warm-2")
@@ -63,48 +62,39 @@ def one_round(model: str, folder: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def section(data: dict[str, Any]) -> str:
-    m = data["machine"]
-    lines = [
-        "## Compile cache: a compiled configuration cold, then warm\n",
-        f"`python benchmarks/compile_cache.py`, {m['date']}, commit {m['commit']}: {m['cpu']}, "
-        f"{m['cores']} threads, torch {m['torch']}. One configuration (`torch_compile=inductor`, "
-        "batch 8, the preset's sequence length) measured by one trial in a fresh worker: first on an "
-        "empty cache (`cold`), then twice more by other studies of the same store (`warm`: the "
-        f"study's cache next to the store, as finalists, resumes and other workers see it); "
-        f"{data['rounds']} rounds, each on a new store. Medians, with the rounds' range. "
-        "*compile* is dynamo's own timer (tracing, AOTAutograd, inductor, cache loads); *warm-up "
-        "excess* is the warm-up's time beyond steady-state steps, what a run pays once.\n",
-        "| preset | cache | compile | warm-up excess | set-up | cache verdicts |",
-        "|---|---|---|---|---|---|",
-    ]
+def render(data: dict[str, Any]) -> str:
+    rows, findings = [], []
     for model, rounds in data["presets"].items():
         for label, studies in (("cold", ["cold"]), ("warm", ["warm-1", "warm-2"])):
-            rows = [r[s] for r in rounds for s in studies]
+            runs = [r[s] for r in rounds for s in studies]
 
-            def cell(key: str, rows: list[dict[str, Any]] = rows) -> str:
-                values = [float(r[key] or 0.0) for r in rows]
-                return f"{statistics.median(values):.1f} s ({min(values):.1f}-{max(values):.1f})"
+            def cell(key: str, runs: list[dict[str, Any]] = runs) -> str:
+                s = summary(float(r[key] or 0.0) for r in runs)
+                return f"{s['median']:.1f} s ({s['min']:.1f}-{s['max']:.1f})"
 
-            verdicts = ", ".join(sorted({str(r["compile_cache"]) for r in rows}))
-            lines.append(
-                f"| {model} | {label} | {cell('compile_s')} | {cell('warmup_excess_s')} | "
-                f"{cell('setup_s')} | {verdicts} |"
-            )
-    lines.append("")
-    for model, rounds in data["presets"].items():
-        cold = statistics.median(float(r["cold"]["compile_s"]) for r in rounds)
-        warm = statistics.median(float(r[s]["compile_s"]) for r in rounds for s in STUDIES[1:])
-        lines.append(
-            f"- {model}: a warm worker compiles in {warm:.1f} s instead of {cold:.1f} s "
-            f"({warm / cold:.2f}x); what remains is dynamo's tracing, which torch does not cache."
+            verdicts = ", ".join(sorted({str(r["compile_cache"]) for r in runs}))
+            rows.append([model, label, cell("compile_s"), cell("warmup_excess_s"), cell("setup_s"), verdicts])
+        cold = summary(float(r["cold"]["compile_s"]) for r in rounds)["median"]
+        warm = summary(float(r[s]["compile_s"]) for r in rounds for s in STUDIES[1:])["median"]
+        findings.append(
+            fill("compile_cache", "finding", model=model, warm=warm, cold=cold, ratio=warm / cold)
         )
-    return "\n".join(lines) + "\n"
+    headers = ["preset", "cache", "compile", "warm-up excess", "set-up", "cache verdicts"]
+    return (
+        fill(
+            "compile_cache",
+            "section",
+            rounds=data["rounds"],
+            table=table(headers, rows),
+            findings="\n".join(findings),
+            **data["machine"],
+        )
+        + "\n"
+    )
 
 
 def main() -> None:
-    sys.path.insert(0, str(HERE))
-    from harness import machine, write_section
+    from benchmarks.harness import machine
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
@@ -119,7 +109,7 @@ def main() -> None:
                 folder.mkdir()
                 presets[model].append(one_round(model, folder))
     data = {"machine": machine(), "rounds": args.rounds, "presets": presets}
-    write_section(data, RESULTS, SECTION, section)
+    store("compile_cache", data)
 
 
 if __name__ == "__main__":

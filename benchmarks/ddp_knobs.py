@@ -1,6 +1,6 @@
 """What each of DDP's own knobs changes, in 2-rank trials on this CPU (gloo), against the default.
 
-    python benchmarks/ddp_knobs.py      # about 10 minutes on 2 CPU cores
+    python -m benchmarks.ddp_knobs      # about 10 minutes on 2 CPU cores
 
 Each configuration is one real trial of ``autotune search --nproc-per-node 2`` (a fresh torchrun
 group of two processes), tiny-llama at sequence length 128, batch 8 per rank, fp32; the default
@@ -8,20 +8,20 @@ leaves every DDP setting to the Trainer and torch, as ``TrainingArguments()`` do
 parameters on, since checkpointing is off; 25 MiB buckets; no static graph; buffers broadcast).
 Each other configuration changes one knob. Three rounds in rotated order, each its own study; the
 trial records what its DDP wrapper really ran with (``ddp``). Results go to
-``benchmarks/results/ddp_knobs.json`` and ``benchmarks/sections/ddp_knobs.md``.
+``benchmarks/results/ddp_knobs.json`` and its RESULTS.md section (`render`).
 """
 
 from __future__ import annotations
 
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.report import fill, ratio_table, store
+
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results" / "ddp_knobs.json"
-SECTION = HERE / "sections" / "ddp_knobs.md"
+
 # What the Trainer and torch run with when TrainingArguments leaves the DDP settings unset (as
 # `TrainingArguments()` does): unused-parameter search on (checkpointing is off), 25 MiB buckets.
 FIXED = {
@@ -51,30 +51,21 @@ SPACE = {
 ROUNDS = 3
 
 
-def section(data: dict[str, Any]) -> str:
-    from harness import ratio_table
-
-    m = data["machine"]
-    return "\n".join(
-        [
-            "## DDP's own knobs (2 ranks, gloo, CPU)\n",
-            f"`python benchmarks/ddp_knobs.py`, {m['date']}, commit {m['commit']}: {m['cpu']}, "
-            f"torch {m['torch']}, transformers {m['transformers']}. tiny-llama, sequence length 128, batch 8 "
-            "per rank, fp32, `--nproc-per-node 2` (both ranks share the machine's cores). Each configuration "
-            f"changes one knob from the default; one trial per round, {data['rounds']} rounds in rotated "
-            "order. Tokens/s is the whole group's.\n",
-            *ratio_table(data["summary"], "default"),
-            "\nA ratio within the rounds' spread is no measurable change. On a GPU, where the "
-            "all-reduce overlaps a backward pass that is much faster than here, the bucket size and the "
-            "unused-parameter search weigh differently: these CPU figures say what each knob does to the "
-            "step, not what it is worth on a GPU.\n",
-        ]
+def render(data: dict[str, Any]) -> str:
+    return (
+        fill(
+            "ddp_knobs",
+            "section",
+            rounds=data["rounds"],
+            table=ratio_table(data["summary"], "default"),
+            **data["machine"],
+        )
+        + "\n"
     )
 
 
 def main() -> None:
-    sys.path.insert(0, str(HERE))
-    from harness import enqueued_rounds, machine, write_section
+    from benchmarks.harness import enqueued_rounds, machine
 
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bench-ddp-") as temp:
@@ -88,7 +79,7 @@ def main() -> None:
             nproc_per_node=2,
         )
     result = {"machine": machine(), "wall_s": time.monotonic() - began, "rounds": ROUNDS, **measured}
-    write_section(result, RESULTS, SECTION, section)
+    store("ddp_knobs", result)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 os.cpu_count() busy processes and against the tests' throttle, in alternating rounds, with
 tiny-gpt2-sized training steps (2 layers, 64 wide, batch 8 x 32 tokens) as the yardstick.
 
-    python benchmarks/drift_probe.py 8      # 8 rounds; prints medians and per-round ratios
+    python -m benchmarks.drift_probe 8      # 8 rounds; prints medians and per-round ratios
 
 Every process it starts ends within 60 s on its own and is ended by pid after its round."""
 

@@ -1,7 +1,7 @@
 """What the finalists cost, before and after a change, side by side in one run.
 
-    python benchmarks/finalists_cost.py --before 7452b56            # both searches, both codes
-    python benchmarks/finalists_cost.py --before 7452b56 --only make_run
+    python -m benchmarks.finalists_cost --before 7452b56            # both searches, both codes
+    python -m benchmarks.finalists_cost --before 7452b56 --only make_run
 
 Two searches, each run with the code of commit `--before` (a git worktree) and with this
 checkout's, alternately (before, after, after, before with ``--repeats 2``), every one a fresh
@@ -13,7 +13,7 @@ process with a fresh SQLite store:
   256.
 
 For each: the wall time, the finalists' stage (seconds and share of the search's wall time), the
-answer's rule and verdict. Writes ``results/finalists_cost.json`` and ``sections/finalists_cost.md``.
+answer's rule and verdict. Writes ``results/finalists_cost.json`` and its RESULTS.md section (`render`).
 """
 
 from __future__ import annotations
@@ -25,17 +25,18 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks import report
+from benchmarks.harness import machine
+from benchmarks.report import fill, summary, table
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
-
-from harness import machine, write_section  # noqa: E402
 
 RESULTS = HERE / "results" / "finalists_cost.json"
-SECTION = HERE / "sections" / "finalists_cost.md"
 
 CUSTOM_SPACE = {
     "per_device_train_batch_size": [8, 16],
@@ -150,32 +151,59 @@ def main() -> None:
     kept = json.loads(RESULTS.read_text())["runs"] if RESULTS.exists() else []
     runs = [run for run in kept if run["search"] not in names] + runs
     data = {"machine": machine(), "before": args.before, "runs": runs, "custom_space": CUSTOM_SPACE}
-    write_section(data, RESULTS, SECTION, render)
+    report.store("finalists_cost", data)
+
+
+GOAL_SHARE = 0.30  # issue 31: at most 30% of a search's wall time in the finalists
+LABELS = {"make_run": "make run", "custom": "custom"}
 
 
 def render(data: dict[str, Any]) -> str:
-    m = data["machine"]
-    lines = [
-        "## What the finalists cost, before and after (`benchmarks/finalists_cost.py`)",
-        "",
-        f"Measured on {m.get('cpu')} ({m.get('cores', '?')} cores), commit {m.get('commit')}, against "
-        f"{data['before']} as the before; each search's before and after ran one right after the other "
-        f"(`python benchmarks/finalists_cost.py --before {data['before']} [--only make_run|custom]`). "
-        "`custom`: a 2-layer Llama (hidden 128) built from a config, 12 trials over 5 knobs of 2 values "
-        "(32 combinations), sequence length 256.",
-        "",
-        "| search | code | measured | wall s | finalists s | finalists share | answer |",
-        "|---|---|---|---:|---:|---:|---|",
+    rows = [
+        [
+            run["search"],
+            run["code"],
+            run.get("date", "-"),
+            f"{run['wall_s']:.0f}",
+            f"{(run.get('stages') or {}).get('finalists_s') or 0.0:.0f}",
+            "-" if run.get("finalists_share") is None else f"{100 * run['finalists_share']:.0f}%",
+            f"{run['rule']}: {run['verdict']}",
+        ]
+        for run in data["runs"]
     ]
-    for run in data["runs"]:
-        finalists = (run.get("stages") or {}).get("finalists_s") or 0.0
-        share = run.get("finalists_share")
-        lines.append(
-            f"| {run['search']} | {run['code']} | {run.get('date', '-')} | {run['wall_s']:.0f} | "
-            f"{finalists:.0f} | "
-            f"{'-' if share is None else f'{100 * share:.0f}%'} | {run['rule']}: {run['verdict']} |"
+    headers = ["search", "code", "measured", "wall s", "finalists s", "finalists share", "answer"]
+    align = ["left", "left", "left", "right", "right", "right", "left"]
+
+    def median(search: str, code: str, figure: Callable[[dict[str, Any]], Any]) -> float | None:
+        found = [figure(r) for r in data["runs"] if r["search"] == search and r["code"] == code]
+        return summary(found)["median"]
+
+    searches = list(dict.fromkeys(run["search"] for run in data["runs"]))
+    shares = [median(s, "after", lambda r: r.get("finalists_share")) for s in searches]
+    fell = [
+        (s, after / before)
+        for s in searches
+        if (before := median(s, "before", _finalists_s))
+        and (after := median(s, "after", _finalists_s)) is not None
+    ]
+    verb = "fell" if all(f < 1 for _, f in fell) else "came"
+    return (
+        fill(
+            "finalists_cost",
+            "section",
+            before=data["before"],
+            table=table(headers, rows, align),
+            goal="met" if all(s is not None and s <= GOAL_SHARE for s in shares) else "not met",
+            shares=" and ".join("-" if s is None else f"{100 * s:.0f}%" for s in shares),
+            fell=f"{verb} to " + " and ".join(f"{100 * f:.0f}% ({LABELS.get(s, s)})" for s, f in fell),
+            **data["machine"],
         )
-    return "\n".join(lines) + "\n"
+        + "\n"
+    )
+
+
+def _finalists_s(run: dict[str, Any]) -> float:
+    return (run.get("stages") or {}).get("finalists_s") or 0.0
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """End to end as a user re-measures it: each contender of the batch-ladder benchmark trained in a
 fresh process by a plain transformers `Trainer` (`user_run.py`), in interleaved rounds.
 
-    python benchmarks/fresh_contenders.py                 # the presets of results/ladder_quality.json
-    python benchmarks/fresh_contenders.py --rounds 5 --seconds 30
+    python -m benchmarks.fresh_contenders                 # the presets of results/ladder_quality.json
+    python -m benchmarks.fresh_contenders --rounds 5 --seconds 30
 
 `ladder_quality.py` measures its contenders in one long-lived benchmark process with the search's own
 trainer; the search measures in fresh workers; the two disagreed on one machine. A user's run is
@@ -26,12 +26,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from autotune.measure.stats import paired_speedup
+from benchmarks.harness import machine
+from benchmarks.report import fill, interval, k, separation, store, table
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-from harness import machine  # noqa: E402
-
-from autotune.measure.stats import paired_speedup  # noqa: E402
 
 LADDER = HERE / "results" / "ladder_quality.json"
 RESULTS = HERE / "results" / "fresh_contenders.json"
@@ -45,7 +44,7 @@ def user_run(
     line, or the reason it gave none."""
     spec = json.dumps({"model": model, "params": params, "seconds": seconds, **spec_extra})
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, str(HERE / "user_run.py"), spec]
+    command = [sys.executable, "-m", "benchmarks.user_run", spec]
     # Its own session: a run past the bound is ended with everything it started (compile workers).
     with subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
@@ -129,11 +128,63 @@ def main() -> None:
         "seconds": args.seconds,
         "presets": [measure_preset(p, args.rounds, args.seconds, args.timeout) for p in presets],
     }
-    RESULTS.write_text(json.dumps(results, indent=2, default=str) + "\n")
-    from results_md import write_results
-
-    print(f"wrote {write_results(RESULTS.parent, HERE / 'RESULTS.md')}")
+    store("fresh_contenders", results)
 
 
 if __name__ == "__main__":
     main()
+
+
+def _batch(contender: dict[str, Any]) -> Any:
+    return contender["params"].get("per_device_train_batch_size")
+
+
+def render(data: dict[str, Any]) -> str:
+    rows = []
+    for row in data["presets"]:
+        c = row["contenders"]
+        rows.append(
+            [row["model"]]
+            + [
+                f"{k(c[name]['median_tokens_per_s'])} (bs {_batch(c[name])})"
+                for name in ("defaults", "auto_find_batch_size", "autotune")
+            ]
+            + [interval(row["pick_over_defaults"]), interval(row["pick_over_auto_find_batch_size"])]
+        )
+    headers = [
+        "preset",
+        "defaults",
+        "auto_find_batch_size",
+        "autotune's pick",
+        "pick vs defaults",
+        "pick vs auto_find",
+    ]
+    return (
+        fill(
+            "fresh_contenders",
+            "section",
+            rounds=data["rounds"],
+            seconds=data["seconds"],
+            ladder_date=data["ladder_machine"]["date"],
+            ladder_cpu=data["ladder_machine"]["cpu"],
+            table=table(headers, rows),
+            **data["machine"],
+        )
+        + "\n"
+    )
+
+
+def claims(data: dict[str, Any]) -> list[str]:
+    return [
+        fill(
+            "fresh_contenders",
+            "claim",
+            model=row["model"],
+            label=label,
+            interval=interval(s),
+            separation=separation(s),
+        )
+        for row in data["presets"]
+        for other, label in (("defaults", "the defaults"), ("auto_find_batch_size", "auto_find_batch_size"))
+        if (s := row[f"pick_over_{other}"]) is not None
+    ]

@@ -1,7 +1,7 @@
 """The GPU part of the benchmarks: item 2 on a CUDA device with GPU-sized presets.
 
-    python benchmarks/gpu.py                       # gpt2-124m (seq 1024) and llama-1b, space_gpu.yaml
-    python benchmarks/gpu.py --model gpt2-124m --trials 12 --space default
+    python -m benchmarks.gpu                       # gpt2-124m (seq 1024) and llama-1b, space_gpu.yaml
+    python -m benchmarks.gpu --model gpt2-124m --trials 12 --space default
 
 For each preset: autotune's search, then the Transformers defaults, `auto_find_batch_size` and
 autotune's pick measured in interleaved rounds; tokens/s, MFU (against the device's peak FLOPS from
@@ -9,28 +9,26 @@ autotune's pick measured in interleaved rounds; tokens/s, MFU (against the devic
 best. Then the GPU-only knob values (issue 32: Liger's kernels, fp8, bf16 base weights) measured once
 each against bf16 on one preset, and LoRA on that preset with a bf16 and a 4-bit (QLoRA) base
 (``--knobs-model``, about 3 minutes; ``--knobs-model none`` skips them), a value this device cannot
-run listed with its reason. Writes ``benchmarks/results/gpu.json`` and
-``benchmarks/GPU.md``, which ``make bench`` folds into RESULTS.md.
+run listed with its reason. Writes ``benchmarks/results/gpu.json``, whose section (`render`) takes
+the place of the placeholder ``sections/gpu.md`` in RESULTS.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
+from autotune.measure.flops import flops_per_token, mfu, model_shape
+from autotune.progress import describe_params
+from autotune.space import precision_of
+from autotune.workloads.workload import resolve_workload
+from benchmarks import quality
+from benchmarks.harness import machine
+from benchmarks.report import fill, store, table
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-import quality  # noqa: E402
-from harness import machine  # noqa: E402
-
-from autotune.measure.flops import flops_per_token, mfu, model_shape  # noqa: E402
-from autotune.progress import describe_params  # noqa: E402
-from autotune.space import precision_of  # noqa: E402
-from autotune.workloads.workload import resolve_workload  # noqa: E402
 
 
 def model_flops_per_token(model: str) -> float:
@@ -133,65 +131,67 @@ def gpu_knobs(
     return {"model": model, "batch": batch, "rows": rows, "peft": peft, "reference": knob_rows[0][0]}
 
 
-def knobs_markdown(knobs: dict[str, Any]) -> list[str]:
-    title = "LoRA (--peft lora)" if knobs.get("peft") else "GPU-only knobs"
-    lines = [
-        f"### {title}: {knobs['model']}, batch {knobs['batch']}, one window each\n",
-        f"| configuration | tok/s | x {knobs.get('reference', 'bf16')} | peak memory | note |",
-        "|---|---|---|---|---|",
+def _figures(rate: float | None, ratio: float | None, peak: float | None) -> list[str]:
+    return [
+        "-" if rate is None else f"{rate:,.0f}",
+        "-" if ratio is None else f"{ratio:.2f}x",
+        "-" if peak is None else f"{peak / 2**30:.1f} GiB",
     ]
-    for name, row in knobs["rows"].items():
-        rate, ratio, peak = row.get("tokens_per_s"), row.get("over_bf16"), row.get("peak_memory_bytes")
-        note = row.get("not_run") or ("" if row.get("state") == "COMPLETE" else str(row.get("message")))
-        cells = [
+
+
+def _knobs(knobs: dict[str, Any]) -> str:
+    rows = [
+        [
             name,
-            "-" if rate is None else f"{rate:,.0f}",
-            "-" if ratio is None else f"{ratio:.2f}x",
-            "-" if peak is None else f"{peak / 2**30:.1f} GiB",
-            note,
+            *_figures(row.get("tokens_per_s"), row.get("over_bf16"), row.get("peak_memory_bytes")),
+            row.get("not_run") or ("" if row.get("state") == "COMPLETE" else str(row.get("message"))),
         ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return [*lines, ""]
-
-
-def markdown(results: dict[str, Any]) -> str:
-    m = results["machine"]
-    lines = [
-        "## GPU: item 2 on " + str(m.get("gpu")) + "\n",
-        f"*Measured {m['date']}; torch {m['torch']}, transformers {m['transformers']}; "
-        f"autotune commit {m['commit']}. Command: `python benchmarks/gpu.py "
-        f"--trials {results['trials']} --rounds {results['rounds']}`.*\n",
+        for name, row in knobs["rows"].items()
     ]
-    for model, run in results["presets"].items():
-        lines.append(
-            f"### {model}: {run['cost']['trained_trials']} trials, search {run['search_wall_s']:.0f} s, "
-            f"best found at trial {run['trials_to_best']}\n"
-        )
-        lines.append("| contender | median tok/s | x defaults | MFU | peak memory | configuration |")
-        lines.append("|---|---|---|---|---|---|")
-        for name, row in run["contenders"].items():
-            rate, ratio, share = row["median_tokens_per_s"], row["over_defaults"], row.get("mfu")
-            peak = row.get("peak_memory_bytes")
-            cells = [
-                name,
-                "-" if rate is None else f"{rate:,.0f}",
-                "-" if ratio is None else f"{ratio:.2f}x",
-                "-" if share is None else f"{100 * share:.1f}%",
-                "-" if peak is None else f"{peak / 2**30:.1f} GiB",
-                f"`{describe_params(row['params'])}`",
-            ]
-            lines.append("| " + " | ".join(cells) + " |")
-        lines.append("")
-    lines.append(
-        "Reference points (published, not measured here): hand-tuning GPT-2 124M on one A100 from fp32 to "
-        "tf32, bf16, torch.compile, flash attention and fused AdamW took a step from about 1000 ms to "
-        "90 ms (about 11x); well-tuned GPT-2 124M training reaches roughly 40-50% MFU on H100-class GPUs.\n"
+    headers = ["configuration", "tok/s", f"x {knobs.get('reference', 'bf16')}", "peak memory", "note"]
+    title = "LoRA (--peft lora)" if knobs.get("peft") else "GPU-only knobs"
+    return fill(
+        "gpu", "knobs", title=title, model=knobs["model"], batch=knobs["batch"], table=table(headers, rows)
     )
-    if results.get("gpu_knobs"):
-        lines += knobs_markdown(results["gpu_knobs"])
-    if results.get("lora"):
-        lines += knobs_markdown(results["lora"])
-    return "\n".join(lines)
+
+
+def render(results: dict[str, Any]) -> str:
+    presets = []
+    for model, run in results["presets"].items():
+        rows = []
+        for name, row in run["contenders"].items():
+            rate, ratio, peak = _figures(
+                row["median_tokens_per_s"], row["over_defaults"], row.get("peak_memory_bytes")
+            )
+            share = "-" if row.get("mfu") is None else f"{100 * row['mfu']:.1f}%"
+            rows.append([name, rate, ratio, share, peak, f"`{describe_params(row['params'])}`"])
+        headers = ["contender", "median tok/s", "x defaults", "MFU", "peak memory", "configuration"]
+        presets.append(
+            fill(
+                "gpu",
+                "preset",
+                model=model,
+                trials=run["cost"]["trained_trials"],
+                search_s=run["search_wall_s"],
+                best=run["trials_to_best"],
+                table=table(headers, rows),
+            )
+        )
+    knobs = "".join(_knobs(results[key]) for key in ("gpu_knobs", "lora") if results.get(key))
+    m = results["machine"]
+    return (
+        fill(
+            "gpu",
+            "section",
+            gpu=m.get("gpu"),
+            trials=results["trials"],
+            rounds=results["rounds"],
+            presets="\n\n".join(presets),
+            knobs=knobs,
+            **{key: m[key] for key in ("date", "torch", "transformers", "commit")},
+        )
+        + "\n"
+    )
 
 
 def main() -> None:
@@ -203,7 +203,7 @@ def main() -> None:
     parser.add_argument("--space", default=str(HERE / "space_gpu.yaml"))
     parser.add_argument("--trials", type=int, default=12)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", default=str(HERE), help="folder for GPU.md and results/gpu.json")
+    parser.add_argument("--out", default=None, help="a folder for results/gpu.json (default: benchmarks/)")
     parser.add_argument(
         "--knobs-model", default="llama-1b", help="preset for the GPU-only knobs row, or none"
     )
@@ -220,11 +220,12 @@ def main() -> None:
         results["gpu_knobs"] = gpu_knobs(args.knobs_model)
         print(f"[gpu] {args.knobs_model}: LoRA and QLoRA (--peft lora)", flush=True)
         results["lora"] = gpu_knobs(args.knobs_model, knob_rows=LORA_ROWS, peft="lora")
-    out = Path(args.out)
-    (out / "results").mkdir(parents=True, exist_ok=True)
-    (out / "results" / "gpu.json").write_text(json.dumps(results, indent=1, default=str))
-    (out / "GPU.md").write_text(markdown(results))
-    print(f"[gpu] wrote {out / 'GPU.md'}", flush=True)
+    if args.out is None:
+        store("gpu", results, indent=1)
+        return
+    (Path(args.out) / "results").mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "results" / "gpu.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    print(render(results))
 
 
 if __name__ == "__main__":

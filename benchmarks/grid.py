@@ -4,7 +4,7 @@ measurement code, repeated in shuffled order to capture noise (``make bench-grid
 Rows are appended to ``benchmarks/data/grid-<model>.csv`` as they are measured, so an interrupted
 run continues where it stopped. `replay.py` replays search strategies against these tables.
 
-    python benchmarks/grid.py --model tiny-gpt2 --repeats 2
+    python -m benchmarks.grid --model tiny-gpt2 --repeats 2
 """
 
 from __future__ import annotations
@@ -12,14 +12,12 @@ from __future__ import annotations
 import argparse
 import csv
 import random
-import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from benchmarks.harness import Bench
 
-from harness import Bench  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 SPACE = str(HERE / "space.yaml")
 DATA = HERE / "data"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import platform
 import shutil
 import subprocess
@@ -188,15 +187,6 @@ def machine() -> dict[str, Any]:
     }
 
 
-def write_section(data: dict[str, Any], results: Path, section_path: Path, render: Any) -> None:
-    """Store a benchmark's results as JSON and its RESULTS.md section (`render(data)`), and print
-    the section."""
-    results.parent.mkdir(exist_ok=True)
-    results.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    section_path.write_text(render(data))
-    print(section_path.read_text())
-
-
 def enqueued_rounds(
     configs: Mapping[str, Mapping[str, Any]],
     space_knobs: Mapping[str, list[Any]],
@@ -269,22 +259,3 @@ def enqueued_rounds(
             "reasons": sorted({str(r[name]["reason"]) for r in per_round if r.get(name, {}).get("reason")}),
         }
     return {"per_round": per_round, "summary": summary}
-
-
-def ratio_table(summary: Mapping[str, Any], reference: str, extra: tuple[str, ...] = ()) -> list[str]:
-    """Markdown rows: each configuration's median tokens/s, its rounds, and the ratio of its median
-    to `reference`'s (plus the `extra` summary columns, as given)."""
-    base = summary[reference]["median_tokens_per_s"]
-    head = "| configuration | tokens/s (median) | rounds | " + "".join(f"{e} | " for e in extra)
-    lines = [head + f"vs {reference} |", "|---" * (4 + len(extra)) + "|"]
-    for name, row in summary.items():
-        median = row["median_tokens_per_s"]
-        if median is None:
-            reasons = ", ".join(row["reasons"]) or "no measurement"
-            lines.append(f"| {name} | failed: {reasons} | | " + "| " * len(extra) + "|")
-            continue
-        rates = ", ".join(f"{r / 1000:.2f}k" for r in row["tokens_per_s"])
-        cells = "".join(f"{row[e]} | " for e in extra)
-        ratio = f"{median / base:.2f}x" if base else "-"
-        lines.append(f"| {name} | {median / 1000:.2f}k | {rates} | {cells}{ratio} |")
-    return lines

@@ -1,6 +1,6 @@
 """What isolating every trial in its own process changes and costs (item 5).
 
-    python benchmarks/bench.py --only isolation      # about 15 minutes on 2 CPU cores
+    python -m benchmarks.bench --only isolation      # about 15 minutes on 2 CPU cores
 
 - Paired: the same configurations measured in this process (`Bench`, the in-process trial code) and
   in a fresh worker each (the supervisor's own `measure`), interleaved A(in) A(iso) B(in) B(iso) ...
@@ -24,14 +24,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from autotune.progress import describe_params
+from benchmarks._timed_worker import PROFILE_ENV, STAMPS_ENV, report_started, timed_worker_main
+from benchmarks.report import fill, k, measured_on, mib, ms, seconds, spread, summary, table
 
-from _timed_worker import PROFILE_ENV, STAMPS_ENV, report_started, timed_worker_main  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 SPACE = "quick"
 # `make run`'s search; --max-seconds bounds each window (the default 60 s is reached only when the
@@ -56,13 +57,6 @@ PHASES = (
 
 
 # -- pure helpers (unit-tested) -------------------------------------------------------------------
-
-
-def summarize(values: Sequence[float]) -> dict[str, Any]:
-    """Median, min, max and count of `values` (None figures for an empty list)."""
-    if not values:
-        return {"n": 0, "median": None, "min": None, "max": None}
-    return {"n": len(values), "median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 def phase_durations(stamps: Mapping[str, float]) -> dict[str, float]:
@@ -181,9 +175,8 @@ class Isolated:
 
 
 def _bench(model: str, seq_len: int | None) -> Any:
-    from harness import Bench
-
     from autotune.config import MeasureSettings
+    from benchmarks.harness import Bench
 
     return Bench(model, SPACE, seq_len=seq_len, measure=MeasureSettings(**WINDOW))
 
@@ -227,9 +220,9 @@ def paired(model: str, seq_len: int | None, rounds: int) -> dict[str, Any]:
                     }
                 )
                 print(
-                    f"[isolation] {model} round {round_number + 1} {name}: in {_k(got.tokens_per_s)} "
-                    f"{_mib(got.peak_memory_bytes)}, iso {_k(attrs['tokens_per_s'])} "
-                    f"{_mib(attrs.get('peak_memory_bytes'))}, worker {phases['wall']:.1f} s",
+                    f"[isolation] {model} round {round_number + 1} {name}: in {k(got.tokens_per_s)} "
+                    f"{mib(got.peak_memory_bytes)}, iso {k(attrs['tokens_per_s'])} "
+                    f"{mib(attrs.get('peak_memory_bytes'))}, worker {phases['wall']:.1f} s",
                     flush=True,
                 )
     out: dict[str, Any] = {"seq_len": seq_len, "rounds": rounds, "configs": {}}
@@ -238,9 +231,9 @@ def paired(model: str, seq_len: int | None, rounds: int) -> dict[str, Any]:
         for mode, runs in modes.items():
             ok = [r for r in runs if r["tokens_per_s"]]
             row[mode] = {
-                "tokens_per_s": summarize([r["tokens_per_s"] for r in ok]),
-                "peak": summarize([r["peak"] for r in ok if r["peak"]]),
-                "growth": summarize([r["peak"] - r["rss_start"] for r in ok if r["peak"] and r["rss_start"]]),
+                "tokens_per_s": summary([r["tokens_per_s"] for r in ok]),
+                "peak": summary([r["peak"] for r in ok if r["peak"]]),
+                "growth": summary([r["peak"] - r["rss_start"] for r in ok if r["peak"] and r["rss_start"]]),
             }
         out["configs"][name] = row
     return out
@@ -249,7 +242,7 @@ def paired(model: str, seq_len: int | None, rounds: int) -> dict[str, Any]:
 def worker_phases(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Median (and spread) of each phase over the isolated measurements of `paired`."""
     names = [name for name, _, _ in PHASES] + ["wall"]
-    return {name: summarize([r["phases"][name] for r in runs if name in r["phases"]]) for name in names}
+    return {name: summary([r["phases"][name] for r in runs if name in r["phases"]]) for name in names}
 
 
 # -- drift, forkserver start, make run, profile ---------------------------------------------------
@@ -258,7 +251,8 @@ def worker_phases(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def _child(mode: str, *args: str) -> dict[str, Any]:
     """Run this module in a fresh process (`--child mode`) and return the JSON it prints last."""
     done = subprocess.run(
-        [sys.executable, str(Path(__file__)), "--child", mode, *args],
+        [sys.executable, "-m", "benchmarks.isolation", "--child", mode, *args],
+        cwd=HERE.parent,
         capture_output=True,
         text=True,
         timeout=CHILD_TIMEOUT_S,
@@ -345,7 +339,7 @@ def estimate_child(model: str) -> dict[str, Any]:
 def estimate_cost(model: str, processes: int = 3) -> dict[str, Any]:
     """`estimate_child` in `processes` fresh processes: median (min-max) of each figure."""
     results = [_child("estimate", model) for _ in range(processes)]
-    return {name: summarize([r[name] for r in results]) for name in results[0]}
+    return {name: summary([r[name] for r in results]) for name in results[0]}
 
 
 def make_run(runs: int) -> dict[str, Any]:
@@ -368,8 +362,8 @@ def make_run(runs: int) -> dict[str, Any]:
         "command": "autotune search " + " ".join(MAKE_RUN_ARGS),
         "runs": runs,
         "walls_s": walls,
-        "process": summarize(walls["process"]),
-        "none": summarize(walls["none"]),
+        "process": summary(walls["process"]),
+        "none": summary(walls["none"]),
         "overhead": overhead(medians["process"], medians["none"]),
     }
 
@@ -390,14 +384,6 @@ def profile_worker(model: str, seq_len: int | None) -> dict[str, Any]:
     return {"phases": phases, "top": top_functions(stats)}
 
 
-def _k(value: float | None) -> str:
-    return "-" if value is None else f"{value / 1000:.1f}k"
-
-
-def _mib(value: float | None) -> str:
-    return "-" if value is None else f"{value / 2**20:.0f} MiB"
-
-
 def run(
     presets: Mapping[str, int | None],
     rounds: int,
@@ -405,7 +391,7 @@ def run(
     drift_others: int = 10,
     save: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Every part of item 5; the raw figures for `results_md`. `save` gets the figures so far after
+    """Every part of item 5; the raw figures for `render`. `save` gets the figures so far after
     each part (a run cut short keeps what it measured)."""
     out: dict[str, Any] = {"space": SPACE, "window": WINDOW}
 
@@ -433,6 +419,208 @@ def run(
         out["drift"][model] = _child("drift", model, str(seq_len or 0), str(drift_others))
         done()
     return out
+
+
+# -- the RESULTS.md section -----------------------------------------------------------------------
+
+ISOLATION_BUDGET = 0.15  # issue 10: isolated `make run` at most 15% slower than in-process
+WHAT = {
+    "start": "asked for -> the worker's code running (forkserver fork, unpickling the job)",
+    "prepare": "process group, parent watch, environment, log file",
+    "plan": "the plan from the stored study (`plan_from_study`)",
+    "trainer": "the trial `Trainer` built (`build_trainer`)",
+    "measure": "the measurement (model build, warm-up, window, release)",
+    "teardown": "scratch folder, heap unfreeze, result sent",
+    "exit": "the worker's exit seen and joined by the supervisor",
+    "wall": "asked for -> result in the supervisor",
+}
+
+
+def worker_cost(data: dict[str, Any]) -> float | None:
+    """Isolation's own seconds per worker: every phase's median but the measurement's."""
+    phases = data.get("worker_phases")
+    if not (phases and data.get("forkserver")):
+        return None
+    return sum(phases[n]["median"] or 0.0 for n in phases if n not in ("measure", "wall"))
+
+
+def _paired(data: dict[str, Any]) -> str:
+    rows = [
+        [
+            model,
+            run["seq_len"] or "preset",
+            name,
+            label,
+            row[mode]["tokens_per_s"]["n"],
+            spread(row[mode]["tokens_per_s"], k),
+            spread(row[mode]["peak"], mib),
+            spread(row[mode]["growth"], mib),
+        ]
+        for model, run in data["paired"].items()
+        for name, row in run["configs"].items()
+        for mode, label in (("in", "in-process"), ("iso", "isolated"))
+    ]
+    headers = ["preset", "seq", "configuration", "mode", "n", "tok/s", "peak", "growth"]
+    return fill("isolation", "paired", space=data["space"], table=table(headers, rows))
+
+
+def _drift(data: dict[str, Any]) -> str:
+    rows = [
+        [
+            model,
+            f"`{describe_params(d['params'])}`",
+            mib(d["in_first_peak"]),
+            f"{mib(d['in_later_peak'])} (measurement {d['in_later_position']})",
+            ", ".join(map(mib, d["iso_peaks"])),
+        ]
+        for model, d in data["drift"].items()
+    ]
+    headers = ["preset", "configuration", "in-process, 1st", "in-process, later", "fresh worker"]
+    return fill("isolation", "drift", table=table(headers, rows))
+
+
+def _start(data: dict[str, Any]) -> str:
+    first = [f["first_worker_running_s"] for f in data["forkserver"]]
+    children = [c for f in data["forkserver"] for c in f["children_s"][1:]]
+    phases = [[name, WHAT.get(name, ""), spread(s, ms)] for name, s in data["worker_phases"].items()]
+    inside = _inside_measurement(data["paired"])
+    return fill(
+        "isolation",
+        "start",
+        first=spread(summary(first), seconds),
+        processes=len(first),
+        children=spread(summary(children), ms),
+        table=table(["phase", "what", "median (min-max)"], phases),
+        extra=ms(worker_cost(data)),
+        **{
+            f"{p}_{mode}": spread(inside[mode][p], seconds)
+            for p in ("setup", "warmup")
+            for mode in ("in", "iso")
+        },
+    )
+
+
+def _make_run(data: dict[str, Any]) -> str:
+    run, loaded = data["make_run"], data.get("make_run_loaded")
+    rows = [
+        [
+            mode,
+            seconds(run[mode]["median"]),
+            f"{seconds(run[mode]['min'])}-{seconds(run[mode]['max'])}",
+            ", ".join(f"{w:.0f}" for w in run["walls_s"][mode]),
+        ]
+        for mode in ("process", "none")
+    ]
+    overlap = run["process"]["min"] <= run["none"]["max"] and run["none"]["min"] <= run["process"]["max"]
+    m = run.get("machine")
+    walls = {
+        mode: ", ".join(f"{w:.0f}" for w in (loaded or run)["walls_s"][mode]) for mode in ("process", "none")
+    }
+    return fill(
+        "isolation",
+        "make_run",
+        command=run["command"],
+        runs=run["runs"],
+        when=f" (measured {m['date']}, commit {m['commit']})" if m else "",
+        table=table(["isolation", "median", "min-max", "runs (s)"], rows),
+        loaded=fill("isolation", "loaded", runs=loaded["runs"], **walls) if loaded else "",
+        fastest=100 * (run["process"]["min"] / run["none"]["min"] - 1),
+        overlap=fill("isolation", "overlap") if overlap else "",
+        overhead=100 * run["overhead"],
+        budget=100 * ISOLATION_BUDGET,
+        verdict="met" if run["overhead"] <= ISOLATION_BUDGET else "NOT met",
+    )
+
+
+def _estimate(data: dict[str, Any]) -> str:
+    est = data["estimate"]
+    first_use = est["cold"]["median"] > 2 * est["new_kind"]["median"]
+    return fill(
+        "isolation",
+        "estimate",
+        cold=spread(est["cold"], seconds),
+        same=spread(est["same_kind"], seconds),
+        new=spread(est["new_kind"], seconds),
+        why=fill("isolation", "first_use") if first_use else ".",
+    )
+
+
+def _profile(data: dict[str, Any]) -> str:
+    profile = data["profile"]
+    rows = [[f"`{r['function']}`", r["calls"], seconds(r["cumulative_s"])] for r in profile["top"]]
+    return fill(
+        "isolation",
+        "profile",
+        wall=seconds(profile["phases"]["wall"]),
+        measure=seconds(profile["phases"].get("measure")),
+        table=table(["function", "calls", "cumulative"], rows),
+    )
+
+
+def render(data: dict[str, Any]) -> str:
+    parts = [
+        part(data)
+        for key, part in (
+            ("paired", _paired),
+            ("drift", _drift),
+            ("forkserver", _start),
+            ("make_run", _make_run),
+            ("estimate", _estimate),
+            ("profile", _profile),
+        )
+        if data.get(key) and (key != "forkserver" or data.get("worker_phases"))
+    ]
+    return fill("isolation", "section", measured_on=measured_on(data), parts="\n\n".join(parts)) + "\n"
+
+
+def claims(data: dict[str, Any]) -> list[str]:
+    out = []
+    if data.get("paired"):
+        pairs, larger_growth = [], True
+        for model, run in data["paired"].items():
+            for name, row in run["configs"].items():
+                tin, tiso = row["in"]["tokens_per_s"]["median"], row["iso"]["tokens_per_s"]["median"]
+                pin, piso = row["in"]["peak"]["median"], row["iso"]["peak"]["median"]
+                if not (tin and tiso and pin and piso):
+                    continue
+                pairs.append(f"{model} {name} {tiso / tin:.2f}x tok/s, peak {(piso - pin) / 2**20:+.0f} MiB")
+                grew_in, grew_iso = row["in"]["growth"]["median"], row["iso"]["growth"]["median"]
+                larger_growth = larger_growth and bool(grew_in and grew_iso and grew_iso > grew_in)
+        growth = fill("isolation", "larger_growth") if larger_growth else "."
+        out.append(fill("isolation", "paired_claim", pairs="; ".join(pairs), growth=growth))
+    if data.get("make_run"):
+        run, extra = data["make_run"], worker_cost(data)
+        out.append(
+            fill(
+                "isolation",
+                "make_run_claim",
+                process=seconds(run["process"]["median"]),
+                none=seconds(run["none"]["median"]),
+                overhead=100 * run["overhead"],
+                runs=run["runs"],
+                verdict="met" if run["overhead"] <= ISOLATION_BUDGET else "NOT met",
+                worker="" if extra is None else f" A worker costs {ms(extra)} beyond its measurement.",
+            )
+        )
+    return out
+
+
+def _inside_measurement(paired: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Set-up and warm-up seconds of every paired measurement, per mode (median, min, max)."""
+    setup: dict[str, list[float]] = {"in": [], "iso": []}
+    warmup: dict[str, list[float]] = {"in": [], "iso": []}
+    for run in paired.values():
+        for row in run["configs"].values():
+            for record in row["raw"].get("in", []):
+                if record.get("tokens_per_s") and "warmup_s" in record:
+                    setup["in"].append(record["setup_s"])
+                    warmup["in"].append(record["warmup_s"])
+            for record in row["raw"].get("iso", []):
+                measure = record.get("phases", {}).get("measure")
+                if record.get("tokens_per_s") and measure is not None:
+                    setup["iso"].append(measure - record["warmup_s"] - record["window_s"])
+                    warmup["iso"].append(record["warmup_s"])
+    return {mode: {"setup": summary(setup[mode]), "warmup": summary(warmup[mode])} for mode in ("in", "iso")}
 
 
 if __name__ == "__main__" and len(sys.argv) > 2 and sys.argv[1] == "--child":

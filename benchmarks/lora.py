@@ -1,13 +1,13 @@
 """LoRA against a full fine-tune of the same tiny Llama-style model, on the CPU: tokens/s, peak
 memory, trainable parameters and the memory estimate's error of each.
 
-    python benchmarks/lora.py [--trials N] [--seed S]   # about 2 minutes on 2 CPU cores
+    python -m benchmarks.lora [--trials N] [--seed S]   # about 2 minutes on 2 CPU cores
 
 Two real searches through the CLI over the same space (every trial in its own worker process, so
 each peak is its own process's), one with ``--peft lora`` (peft's defaults for Llama: rank 8 on
 ``q_proj`` and ``v_proj``) and one without. Each trained trial stores its throughput, peak,
 trainable and total parameters and the estimate made before it ran. Results go to
-``benchmarks/results/lora.json`` and ``benchmarks/sections/lora.md``.
+``benchmarks/results/lora.json`` and its RESULTS.md section (`render`).
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.report import fill, store, table
+
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results" / "lora.json"
-SECTION = HERE / "sections" / "lora.md"
+
 MODEL = "tiny-llama"
 SEQ_LEN = 128
 SPACE = (
@@ -38,7 +39,6 @@ ARMS = {"full fine-tune": [], "LoRA (--peft lora)": ["--peft", "lora"]}
 
 def trial_rows(storage: str) -> list[dict[str, Any]]:
     """Every trained trial with its figures, in trial order."""
-    sys.path.insert(0, str(HERE.parent))
     import optuna
 
     from autotune.records import read_trial
@@ -85,30 +85,51 @@ def run(name: str, flags: list[str], trials: int, seed: int, folder: Path) -> di
 
 
 def render(data: dict[str, Any]) -> str:
-    lines = [
-        "### LoRA against a full fine-tune (CPU)",
-        "",
-        f"`python benchmarks/lora.py`: {data['model']}, seq len {data['seq_len']}, one search per arm "
-        f"({data['trials']} trials, each in its own worker), {data['machine']['cpu']}, "
-        f"{data['machine']['cores']} threads, torch {data['machine']['torch']}, {data['machine']['date']}.",
-        "",
-        "| arm | batch | tokens/s | peak | estimate | estimate error | trainable / total parameters |",
-        "|---|---:|---:|---:|---:|---:|---|",
-    ]
+    rows = []
     for run in data["runs"]:
         for row in run["trials"]:
             if not row["tokens_per_s"]:
-                lines.append(f"| {run['arm']} | {row['batch']} | {row['reason']}: {row['message']} | | | | |")
+                rows.append([run["arm"], row["batch"], f"{row['reason']}: {row['message']}", "", "", "", ""])
                 continue
             error = row["estimate_error"]
-            lines.append(
-                f"| {run['arm']} | {row['batch']} | {row['tokens_per_s']:,.0f} | "
-                f"{_mib(row['peak_bytes'])} | {_mib(row['estimate_bytes'])} | "
-                f"{'' if error is None else f'{100 * error:+.1f}%'} | "
-                f"{row['trainable_params']:,} / {row['total_params']:,} |"
+            rows.append(
+                [
+                    run["arm"],
+                    row["batch"],
+                    f"{row['tokens_per_s']:,.0f}",
+                    _mib(row["peak_bytes"]),
+                    _mib(row["estimate_bytes"]),
+                    "" if error is None else f"{100 * error:+.1f}%",
+                    f"{row['trainable_params']:,} / {row['total_params']:,}",
+                ]
             )
-    lines += ["", *data["notes"], ""]
-    return "\n".join(lines)
+    headers = [
+        "arm",
+        "batch",
+        "tokens/s",
+        "peak",
+        "estimate",
+        "estimate error",
+        "trainable / total parameters",
+    ]
+    align = ["left", *["right"] * 5, "left"]
+    m = data["machine"]
+    return (
+        fill(
+            "lora",
+            "section",
+            model=data["model"],
+            seq_len=data["seq_len"],
+            trials=data["trials"],
+            cpu=m["cpu"],
+            cores=m["cores"],
+            torch=m["torch"],
+            date=m["date"],
+            table=table(headers, rows, align),
+            notes="\n".join(notes(data["runs"])),
+        )
+        + "\n"
+    )
 
 
 def _mib(value: Any) -> str:
@@ -124,15 +145,12 @@ def notes(runs: list[dict[str, Any]]) -> list[str]:
         ratio = lora[batch]["tokens_per_s"] / full[batch]["tokens_per_s"]
         saved = (full[batch]["peak_bytes"] - lora[batch]["peak_bytes"]) / 2**20
         side = "lower" if saved >= 0 else "higher"
-        out.append(
-            f"- batch {batch}: LoRA runs at {ratio:.2f}x the full fine-tune's tokens/s, "
-            f"its peak {abs(saved):,.0f} MiB {side}."
-        )
+        out.append(fill("lora", "ratio", batch=batch, ratio=ratio, saved=abs(saved), side=side))
     errors = [
         abs(r["estimate_error"]) for run in runs for r in run["trials"] if r["estimate_error"] is not None
     ]
     if errors:
-        out.append(f"- memory estimate vs measured peak: mean |error| {100 * statistics.fmean(errors):.1f}%.")
+        out.append(fill("lora", "error", error=100 * statistics.fmean(errors)))
     return out
 
 
@@ -141,8 +159,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    sys.path.insert(0, str(HERE))
-    from harness import machine, write_section
+    from benchmarks.harness import machine
 
     runs = []
     with tempfile.TemporaryDirectory(prefix="at-lora-") as scratch:
@@ -159,7 +176,7 @@ def main() -> None:
         "runs": runs,
         "notes": notes(runs),
     }
-    write_section(data, RESULTS, SECTION, render)
+    store("lora", data)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """How far a trial's memory estimate is from its measured peak: from the eager probe alone, and from
 the measured peaks of the study's earlier trials of its kind (compile backend and mode included).
 
-    python benchmarks/memory_estimate.py [--trials N] [--seed S]   # about 10 minutes on 2 CPU cores
+    python -m benchmarks.memory_estimate [--trials N] [--seed S]   # about 10 minutes on 2 CPU cores
 
 For each preset, one real search through the CLI (every trial in its own worker) over a space that
 crosses what the probe measures with what it does not (``torch_compile`` off or inductor, activation
@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+
+from benchmarks.report import fill, measured_on, store, table
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "memory_estimate.json"
@@ -140,8 +142,7 @@ def main() -> None:
             stored["summary"] = summary(stored["trials"])
         RESULTS.write_text(json.dumps(data, indent=2) + "\n")
         return
-    sys.path.insert(0, str(HERE))
-    from harness import machine
+    from benchmarks.harness import machine
 
     runs = []
     with tempfile.TemporaryDirectory(prefix="at-memory-estimate-") as scratch:
@@ -153,9 +154,79 @@ def main() -> None:
             runs.append(result)
             print(json.dumps({"preset": preset, **result["summary"]}), flush=True)
     data = {"machine": machine(), "space": SPACE, "seq_len": SEQ_LEN, "trials": args.trials, "runs": runs}
-    RESULTS.write_text(json.dumps(data, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    store("memory_estimate", data)
 
 
 if __name__ == "__main__":
     main()
+
+
+def _cell(error: dict[str, float] | None) -> str:
+    return f"{100 * error['mean_abs']:.0f}% ({100 * error['worst_abs']:.0f}%)" if error else "-"
+
+
+def _ranged(error: dict[str, float] | None) -> str:
+    if not error:
+        return "-"
+    return f"{100 * error['mean_abs']:.0f}% ({100 * error['low']:+.0f}% to {100 * error['high']:+.0f}%)"
+
+
+def render(data: dict[str, Any]) -> str:
+    headers = ["preset", "trained trials", "estimated from peaks", "their error, from peaks: mean (worst)"]
+    headers += [
+        "the same trials' error, probe alone: mean (worst)",
+        "every trial, as estimated: mean (worst)",
+    ]
+    headers += ["every trial, probe alone: mean (worst)"]
+    keys = ("from_peaks_error", "from_peaks_probe_error", "all_used_error", "all_probe_error")
+    rows = [
+        [run["preset"], run["summary"]["trials"], run["summary"]["from_peaks"]]
+        + [_cell(run["summary"][key]) for key in keys]
+        for run in data["runs"]
+    ]
+    groups = [
+        [
+            run["preset"],
+            name,
+            group["trials"],
+            _ranged(group["error"]),
+            _ranged(group["probe_error"]),
+            f"{group['children_bytes'][0] / 2**20:.0f}-{group['children_bytes'][1] / 2**20:.0f} MiB"
+            if group.get("children_bytes")
+            else "-",
+        ]
+        for run in data["runs"]
+        for name, group in (run["summary"].get("by_compile") or {}).items()
+        if group["trials"]
+    ]
+    group_headers = ["preset", "trials", "n", "from peaks: mean error, absolute (range)"]
+    group_headers += ["probe alone: mean error, absolute (range)", "child processes"]
+    return (
+        fill(
+            "memory_estimate",
+            "section",
+            measured_on=measured_on(data),
+            trials=data["trials"],
+            seq_len=data["seq_len"],
+            table=table(headers, rows),
+            groups=fill("memory_estimate", "groups", table=table(group_headers, groups)) if groups else "",
+        )
+        + "\n"
+    )
+
+
+def claims(data: dict[str, Any]) -> list[str]:
+    return [
+        fill(
+            "memory_estimate",
+            "claim",
+            preset=run["preset"],
+            mean=100 * s["from_peaks_error"]["mean_abs"],
+            worst=100 * s["from_peaks_error"]["worst_abs"],
+            probe_mean=100 * s["from_peaks_probe_error"]["mean_abs"],
+            probe_worst=100 * s["from_peaks_probe_error"]["worst_abs"],
+            trials=s["from_peaks"],
+        )
+        for run in data["runs"]
+        if (s := run["summary"])["from_peaks_error"] and s["from_peaks_probe_error"]
+    ]

@@ -12,22 +12,20 @@
 from __future__ import annotations
 
 import statistics
-import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from autotune.config import MeasureSettings, RunConfig
+from autotune.driver.search import search
+from autotune.progress import describe_params
+from autotune.study.store import ranked_trials
+from benchmarks.grid import SPACE
+from benchmarks.harness import Bench
+from benchmarks.report import fill, k, measured_on, pct, seconds, table
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-from grid import SPACE  # noqa: E402
-from harness import Bench  # noqa: E402
-
-from autotune.config import MeasureSettings, RunConfig  # noqa: E402
-from autotune.driver.search import search  # noqa: E402
-from autotune.progress import describe_params  # noqa: E402
-from autotune.study.store import ranked_trials  # noqa: E402
 
 STABILITY_SPACE = str(HERE / "stability.yaml")
 FIXED_WINDOW = MeasureSettings(min_steps=5, max_steps=5)
@@ -126,3 +124,70 @@ def _space_size() -> int:
     from autotune.space import load_space
 
     return load_space(STABILITY_SPACE).grid_size()
+
+
+def render(data: dict[str, Any]) -> str:
+    headers = [
+        "window",
+        "configuration",
+        "n",
+        "median tok/s",
+        "CV tok/s",
+        "CV peak",
+        "CV growth",
+        "mean window",
+    ]
+    rows = [
+        [
+            window,
+            name,
+            row["n"],
+            k(row["median_tokens_per_s"]),
+            pct(row["cv_tokens_per_s"]),
+            pct(row["cv_peak_memory"]),
+            pct(row["cv_trial_memory_growth"]),
+            seconds(row["mean_window_s"]),
+        ]
+        for window, configs in data["repeats"].items()
+        for name, row in configs.items()
+    ]
+    s = data["searches"]
+    return (
+        fill(
+            "noise",
+            "section",
+            measured_on=measured_on(data),
+            table=table(headers, rows),
+            searches=s["searches"],
+            rounds=s.get("finalist_rounds", 3),
+            winners=", ".join(f"`{k}` {v}x" for k, v in s["winners"].items()),
+            single=", ".join(f"`{k}` {v}x" for k, v in s["single_window_winners"].items()),
+            gap=pct(s["runner_up_slower_by"]),
+        )
+        + "\n"
+    )
+
+
+def claims(data: dict[str, Any]) -> list[str]:
+    s = data["searches"]
+    adaptive, fixed = data["repeats"]["adaptive"], data["repeats"]["fixed_5_steps"]
+    mean_adaptive = sum((r["cv_tokens_per_s"] or 0.0) for r in adaptive.values()) / len(adaptive)
+    mean_fixed = sum((r["cv_tokens_per_s"] or 0.0) for r in fixed.values()) / len(fixed)
+    stability = fill(
+        "noise",
+        "stability",
+        same=s["same_winner"],
+        searches=s["searches"],
+        same_single=s["same_single_window_winner"],
+        gap=pct(s["runner_up_slower_by"]),
+        target="." if s["same_winner"] >= 0.9 * s["searches"] else fill("noise", "below_target"),
+    )
+    spread = fill(
+        "noise",
+        "noise",
+        worst=pct(max((r["cv_tokens_per_s"] or 0.0) for r in adaptive.values())),
+        adaptive=pct(mean_adaptive),
+        fixed=pct(mean_fixed),
+        verdict=fill("noise", "not_narrower" if mean_adaptive >= mean_fixed else "narrower"),
+    )
+    return [stability, spread]

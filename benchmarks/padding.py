@@ -1,6 +1,6 @@
 """Padding-free batches and length grouping on real variable-length text, against padded batches.
 
-    python benchmarks/padding.py      # about 5 minutes on 2 CPU cores
+    python -m benchmarks.padding      # about 5 minutes on 2 CPU cores
 
 The text is real English: every paragraph of the license texts under ``/usr/share/common-licenses``
 and of the package descriptions (``METADATA``) installed in this environment, one paragraph per
@@ -9,7 +9,7 @@ tokenizer is trained on it (nothing is downloaded) and a small Llama-style model
 config with random weights. Each configuration is one real trial of ``autotune search`` in a worker
 process (batch 8, sequence length 256, fp32, sdpa, default measurement), three rounds in rotated
 order, each round its own study. Tokens/s counts real tokens only, so padding saved is speed gained.
-Results go to ``benchmarks/results/padding.json`` and ``benchmarks/sections/padding.md``.
+Results go to ``benchmarks/results/padding.json`` and its RESULTS.md section (`render`).
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.report import fill, ratio_table, store
+
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results" / "padding.json"
-SECTION = HERE / "sections" / "padding.md"
+
 CONFIGS: dict[str, dict[str, Any]] = {
     "padded (defaults)": {"padding_free": False, "group_by_length": False},
     "padding-free": {"padding_free": True, "group_by_length": False},
@@ -81,39 +82,29 @@ def write_workload(folder: Path, texts: list[str]) -> tuple[Path, Path]:
     return data, model
 
 
-def section(data: dict[str, Any]) -> str:
-    from harness import ratio_table
-
-    m, corpus = data["machine"], data["corpus"]
-    summary = {
+def render(data: dict[str, Any]) -> str:
+    rows = {
         name: {
             **row,
             "padding": "-" if row["padding_fraction"] is None else f"{100 * row['padding_fraction']:.0f}%",
         }
         for name, row in data["summary"].items()
     }
-    lines = [
-        "## Padding-free batches and length grouping on real text\n",
-        f"`python benchmarks/padding.py`, {m['date']}, commit {m['commit']}: {m['cpu']}, {m['cores']} "
-        f"threads, torch {m['torch']}, transformers {m['transformers']}. {corpus['samples']} paragraphs of "
-        "license texts and installed package descriptions, one per sample (`--packing examples`), "
-        f"{corpus['tokens_median']} tokens median, {corpus['tokens_p90']} at the 90th percentile, "
-        "truncated at 256; a 4-layer Llama-style model (hidden 256, random weights), batch 8, fp32, "
-        f"sdpa. Each configuration is one trial per round, {data['rounds']} rounds in rotated order. "
-        "Tokens/s counts real tokens only; padding is the share of the window's computed tokens.\n",
-        *ratio_table(summary, "padded (defaults)", extra=("padding",)),
-        "\nThe ratio is of medians; the rounds' spread is in the third column. Padding-free removes "
-        "the padding entirely (each batch is one row with position ids restarting per text, so the "
-        "attention mask keeps texts apart); length grouping keeps padded batches but fills them with "
-        "texts of similar length, and changes the data order (reported as a change to the training "
-        "run).\n",
-    ]
-    return "\n".join(lines) + "\n"
+    return (
+        fill(
+            "padding",
+            "section",
+            rounds=data["rounds"],
+            table=ratio_table(rows, "padded (defaults)", extra=("padding",)),
+            **data["corpus"],
+            **data["machine"],
+        )
+        + "\n"
+    )
 
 
 def main() -> None:
-    sys.path.insert(0, str(HERE))
-    from harness import enqueued_rounds, machine, write_section
+    from benchmarks.harness import enqueued_rounds, machine
 
     texts = paragraphs()
     began = time.monotonic()
@@ -146,7 +137,7 @@ def main() -> None:
         },
         **measured,
     }
-    write_section(result, RESULTS, SECTION, section)
+    store("padding", result)
 
 
 if __name__ == "__main__":

@@ -15,22 +15,20 @@ D ...), the configurations a user would otherwise train with:
 from __future__ import annotations
 
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from autotune.config import RunConfig
+from autotune.driver.search import search
+from autotune.progress import Reporter, TrialSummary, describe_params
+from benchmarks.grid import SPACE, grid_path
+from benchmarks.harness import Bench
+from benchmarks.replay import load_table
+from benchmarks.report import fill, k, measured_on, table
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-from grid import SPACE, grid_path  # noqa: E402
-from harness import Bench  # noqa: E402
-from replay import load_table  # noqa: E402
-
-from autotune.config import RunConfig  # noqa: E402
-from autotune.driver.search import search  # noqa: E402
-from autotune.progress import Reporter, TrialSummary  # noqa: E402
 
 AUTO_FIND_START = 64
 
@@ -241,3 +239,65 @@ def _trials_to_best(result: Any) -> int | None:
         if trial.number == result.best.number:
             return trained
     return None
+
+
+def superseded(quality: dict[str, Any] | None) -> str:
+    """A warning on results measured against the old baseline (``adamw_torch``, where
+    `TrainingArguments()` picks ``adamw_torch_fused`` with torch 2.13 and transformers 5.23)."""
+    presets = (quality or {}).get("presets") or {}
+    runs = presets.values() if isinstance(presets, dict) else presets  # by model (bench.py) or a list
+    defaults = [((run.get("contenders") or {}).get("defaults") or {}).get("params") or {} for run in runs]
+    return fill("quality", "superseded") if any(d.get("optim") == "adamw_torch" for d in defaults) else ""
+
+
+def render(data: dict[str, Any]) -> str:
+    presets = []
+    for model, run in data["presets"].items():
+        rows = [
+            [
+                name,
+                k(row["median_tokens_per_s"]),
+                f"{k(row['min_tokens_per_s'])}-{k(row['max_tokens_per_s'])}",
+                "-" if row["over_defaults"] is None else f"{row['over_defaults']:.2f}x",
+                f"`{describe_params(row['params'])}`",
+            ]
+            for name, row in run["contenders"].items()
+        ]
+        presets.append(
+            fill(
+                "quality",
+                "preset",
+                model=model,
+                trials=run["cost"]["trained_trials"],
+                search_s=run["search_wall_s"],
+                best=run["trials_to_best"],
+                table=table(["contender", "median tok/s", "min-max", "x defaults", "configuration"], rows),
+                verdict=run["verdict"] or "-",
+            )
+        )
+    fields = {"measured_on": measured_on(data), "superseded": superseded(data)}
+    return fill("quality", "section", presets="\n\n".join(presets), **fields) + "\n"
+
+
+def claims(data: dict[str, Any]) -> list[str]:
+    if superseded(data):  # a claim against the old baseline is not one to make
+        return []
+    out = []
+    for model, run in data["presets"].items():
+        rows = run["contenders"]
+        ours = rows["autotune"]["median_tokens_per_s"] or 0.0
+        auto = rows["auto_find_batch_size"]["median_tokens_per_s"]
+        grid = rows.get("grid_best", {}).get("median_tokens_per_s")
+        out.append(
+            fill(
+                "quality",
+                "claim",
+                model=model,
+                over_defaults=rows["autotune"]["over_defaults"],
+                vs_auto=fill("quality", "vs_auto", ratio=ours / auto) if auto else "",
+                vs_grid=fill("quality", "vs_grid", share=100 * ours / grid) if grid else "",
+                trials=run["cost"]["trained_trials"],
+                faster_auto=fill("quality", "faster_auto") if auto and auto > ours else "",
+            )
+        )
+    return out

@@ -24,7 +24,6 @@ import csv
 import math
 import random
 import statistics
-import sys
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -34,27 +33,26 @@ from typing import Any
 
 import optuna
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-from grid import KNOBS, SPACE, config_key, grid_path  # noqa: E402
-
-from autotune.config import RunConfig  # noqa: E402
-from autotune.driver.stopping import stop_reason  # noqa: E402
-from autotune.driver.supervisor import Supervisor  # noqa: E402
-from autotune.executors.inprocess import InProcessExecutor  # noqa: E402
-from autotune.plan.resolved import Plan  # noqa: E402
-from autotune.progress import Reporter  # noqa: E402
-from autotune.space import SearchSpace, load_space  # noqa: E402
-from autotune.study.outcomes import (  # noqa: E402
+from autotune.config import RunConfig
+from autotune.driver.stopping import stop_reason
+from autotune.driver.supervisor import Supervisor
+from autotune.executors.inprocess import InProcessExecutor
+from autotune.plan.resolved import Plan
+from autotune.progress import Reporter
+from autotune.space import SearchSpace, load_space
+from autotune.study.outcomes import (
     DUPLICATE,
     OVER_MEMORY_CAP,
     constraint_values,
     memory_violation,
 )
-from autotune.study.owner import OWNER_ATTR  # noqa: E402
-from autotune.study.store import FINISHED  # noqa: E402
-from autotune.trial.feasibility import as_past, precheck  # noqa: E402
+from autotune.study.owner import OWNER_ATTR
+from autotune.study.store import FINISHED
+from autotune.trial.feasibility import as_past, precheck
+from benchmarks.grid import KNOBS, SPACE, config_key, grid_path
+from benchmarks.report import fill, k, measured_on, mib, pct, table
+
+HERE = Path(__file__).resolve().parent
 
 STRATEGIES = ("random", "grid", "tpe", "autotune")
 # autotune's answer is its finalists' winner: the best three re-measured in interleaved rounds.
@@ -515,3 +513,98 @@ def _quantile(values: list[int], q: float) -> float:
     low = math.floor(position)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def _trials(value: float, cap: int) -> str:
+    return f">{cap}" if value > cap else f"{value:g}"
+
+
+def _label(model: str, case: dict[str, Any]) -> str:
+    return f"{model}, " + ("no memory cap" if case["cap_bytes"] is None else f"cap {mib(case['cap_bytes'])}")
+
+
+def _table_noise(model: str, cap_bytes: int | None) -> str:
+    """What the grid's own repeats say about the 3% goal (computed from the committed table)."""
+    try:
+        noise = load_table(model).noise(cap_bytes)
+    except (OSError, SystemExit):
+        return ""
+    return fill(
+        "replay",
+        "noise",
+        window_spread=100 * noise["window_spread"],
+        repeats=noise["repeats"],
+        figure_error=100 * noise["figure_error"],
+        plausible=noise["plausible_within"],
+    )
+
+
+def render(data: dict[str, Any]) -> str:
+    cap, workloads = data["max_trials"], []
+    headers = ["strategy", "trials to within 3%: median", "p90", "never", "trials to within 10%: median"]
+    headers += ["p90", "mean regret @10", "@20", "@40"]
+    for model, workload in data["workloads"].items():
+        for case in (workload["none"], workload["third"]):
+            rows = [
+                [
+                    name,
+                    *(_trials(row[f"{q}_trials_to_within"], cap) for q in ("median", "p90")),
+                    f"{row['never_within']}/{data['seeds']}",
+                    *(_trials(row[f"{q}_trials_to_within_loose"], cap) for q in ("median", "p90")),
+                    *(pct(row["mean_regret"][str(n)]) for n in REGRET_AT),
+                ]
+                for name, row in case["strategies"].items()
+            ]
+            workloads.append(
+                fill(
+                    "replay",
+                    "workload",
+                    label=_label(model, case),
+                    infeasible=case["infeasible"],
+                    configs=workload["configs"],
+                    optimum=k(case["optimum_tokens_per_s"]),
+                    optimum_config=case["optimum_config"],
+                    within=case["within_3pct_configs"],
+                    noise=_table_noise(model, case["cap_bytes"]),
+                    table=table(headers, rows),
+                )
+            )
+    fields = {"measured_on": measured_on(data), "seeds": data["seeds"], "cap": cap, "cap_plus": cap + 1}
+    return fill("replay", "section", workloads="\n\n".join(workloads) + "\n", **fields) + "\n"
+
+
+def claims(data: dict[str, Any]) -> list[str]:
+    cap, out = data["max_trials"], []
+    for model, workload in data["workloads"].items():
+        for case in (workload["none"], workload["third"]):
+            rows = case["strategies"]
+            ours, rnd, tpe = rows["autotune+finalists"], rows["random"], rows["tpe"]
+
+            def regret_at(ns: list[str], a: dict[str, Any], b: dict[str, Any]) -> str:
+                return ", ".join(
+                    f"{n} trials ({pct(a['mean_regret'][n])} vs {pct(b['mean_regret'][n])})" for n in ns
+                )
+
+            at = [str(n) for n in REGRET_AT]
+            behind = [n for n in at if ours["mean_regret"][n] > tpe["mean_regret"][n]]
+            worse = [n for n in at if ours["mean_regret"][n] > rnd["mean_regret"][n]]
+            startup = fill("replay", "startup") if worse == ["10"] else ""
+            out.append(
+                fill(
+                    "replay",
+                    "claim",
+                    label=_label(model, case),
+                    ours=_trials(ours["median_trials_to_within"], cap),
+                    ours_p90=_trials(ours["p90_trials_to_within"], cap),
+                    ours_loose=_trials(ours["median_trials_to_within_loose"], cap),
+                    random=_trials(rnd["median_trials_to_within"], cap),
+                    tpe=_trials(tpe["median_trials_to_within"], cap),
+                    behind_tpe=fill("replay", "behind_tpe", at=regret_at(behind, tpe, ours))
+                    if behind
+                    else "",
+                    regret=fill("replay", "not_below_random", at=regret_at(worse, ours, rnd), startup=startup)
+                    if worse
+                    else fill("replay", "below_random"),
+                )
+            )
+    return out

@@ -1,8 +1,8 @@
 """What screening saves on a space where some configurations are far slower than the best.
 
-    python benchmarks/screening.py [--repeats 2]     # 3-4 minutes per repeat on 2 CPU cores
-    python benchmarks/screening.py --scenario heldout [--repeats 1]   # the issue's own search
-    python benchmarks/screening.py --scenario heldout --before 7819f67   # ... and today's code too
+    python -m benchmarks.screening [--repeats 2]     # 3-4 minutes per repeat on 2 CPU cores
+    python -m benchmarks.screening --scenario heldout [--repeats 1]   # the issue's own search
+    python -m benchmarks.screening --scenario heldout --before 7819f67   # ... and today's code too
 
 The space crosses fp32 with bf16: on a CPU without native bf16 (AVX2 only) bf16 autocast runs
 several times slower than fp32, so half the space is configurations that cannot win, as in the
@@ -44,7 +44,11 @@ from typing import Any
 
 import optuna
 
+from autotune.progress import describe_params
+from benchmarks.report import fill, interval, k, measured_on, separation, store, table
+
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 RESULTS = HERE / "results"
 SPACE = """description: fp32 against bf16 (slow without native bf16), for the screening benchmark
 knobs:
@@ -107,11 +111,13 @@ def one_search(
     env = None
     if simulate or code is not None:  # through the library, which takes the slowing callback
         shown = "none" if ratio is None else str(ratio)
-        command = [sys.executable, str(Path(__file__).resolve()), "--one", str(space), storage, shown]
+        command = [sys.executable, "-m", "benchmarks.screening", "--one", str(space), storage, shown]
         command += [json.dumps(args), str(simulate)]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     cwd = None
-    if code is not None:  # run from its worktree: a forkserver puts its working folder first on sys.path
-        env, cwd = {**os.environ, "PYTHONPATH": str(code[1])}, code[1]
+    if code is not None:  # run from its worktree: a forkserver puts its working folder first on sys.path;
+        # this package (a regular one) still wins over the worktree's `benchmarks` folder of that era
+        env, cwd = {**os.environ, "PYTHONPATH": os.pathsep.join([str(code[1]), str(ROOT)])}, code[1]
     began = time.monotonic()
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False, env=env, cwd=cwd
@@ -149,10 +155,9 @@ def one_search(
 def search_slowed(space: str, storage: str, ratio: float | None, args: list[str], simulate: bool) -> None:
     """The CLI's search of `args` through `autotune.search`, with bf16 steps slowed tenfold when
     `simulate`. `ratio` None: the code on ``PYTHONPATH`` predates screening (and its options)."""
-    from slow_bf16 import SlowBf16
-
     import autotune
     from autotune.config import MeasureSettings
+    from benchmarks.slow_bf16 import SlowBf16
 
     values = dict(zip(args[::2], args[1::2], strict=True))
     settings: dict[str, Any] = {} if ratio is None else {"screen_ratio": ratio}
@@ -183,10 +188,9 @@ def remeasure(
     """Each run's pick and the `TrainingArguments()` defaults (the runs' baseline), each trained in a
     fresh plain-Trainer process per round (`fresh_contenders.rotated_rounds`); the
     picks' speedups over the defaults as paired geometric means with 95% t intervals."""
-    from fresh_contenders import rates_of, rotated_rounds
-
     from autotune.measure.stats import paired_speedup
     from autotune.progress import describe_params
+    from benchmarks.fresh_contenders import rates_of, rotated_rounds
 
     # The defaults as this code's baseline reads them from `TrainingArguments()`; every pick on them.
     defaults = next(run["baseline_params"] for run in runs if "code" not in run)
@@ -236,12 +240,11 @@ def _worktree(rev: str | None, temp: str) -> Iterator[tuple[str, Path] | None]:
 
 
 def main() -> None:
-    sys.path.insert(0, str(HERE))
     if sys.argv[1:2] == ["--one"]:
         ratio = None if sys.argv[4] == "none" else float(sys.argv[4])
         search_slowed(sys.argv[2], sys.argv[3], ratio, json.loads(sys.argv[5]), sys.argv[6] == "True")
         return
-    from harness import machine
+    from benchmarks.harness import machine
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", choices=("tiny", "heldout"), default="tiny")
@@ -303,14 +306,194 @@ def main() -> None:
         "summary": summary,
         **extra,
     }
-    out = RESULTS / ("screening_heldout.json" if heldout else "screening.json")
-    RESULTS.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=1, default=str))
     print(json.dumps(summary, indent=1, default=str))
-    from results_md import write_results
-
-    print(f"wrote {write_results(RESULTS, HERE / 'RESULTS.md')}")
+    store("screening_heldout" if heldout else "screening", result, indent=1)
 
 
 if __name__ == "__main__":
     main()
+
+
+# -- the RESULTS.md sections ----------------------------------------------------------------------
+
+
+def _bf16_note(data: dict[str, Any]) -> str:
+    """Whether the benchmark's CPU has native bf16, and whether bf16 was slowed."""
+    bf16 = "native bf16" if data["machine"].get("native_bf16") else "no native bf16: bf16 is emulated"
+    return fill(
+        "screening",
+        "bf16",
+        bf16=bf16 + (fill("screening", "slowed") if data.get("simulated_slow_bf16") else ""),
+    )
+
+
+def _arm(runs: list[dict[str, Any]], arm: str) -> list[dict[str, Any]]:
+    """The runs of one arm: ``before`` (an earlier commit's code, ``--before``), ``off`` or ``on``."""
+    if arm == "before":
+        return [r for r in runs if "code" in r]
+    return [r for r in runs if "code" not in r and bool(r["screen_ratio"]) == (arm == "on")]
+
+
+def _arm_label(run: dict[str, Any]) -> str:
+    if "code" in run:
+        return f"today's code ({run['code']}, no screening)"
+    return "screening off" if not run["screen_ratio"] else f"screening on ({run['screen_ratio']:g})"
+
+
+def _stage(run: dict[str, Any], name: str) -> float:
+    return float(((run.get("time_breakdown") or {}).get("stages") or {}).get(name) or 0.0)
+
+
+def _median_of(runs: list[dict[str, Any]], arm: str, what: str = "wall_s") -> float:
+    """The median wall time (``wall_s``) or stage seconds of an arm's runs."""
+    return statistics.median(r["wall_s"] if what == "wall_s" else _stage(r, what) for r in _arm(runs, arm))
+
+
+def _common(data: dict[str, Any]) -> dict[str, Any]:
+    runs = data["runs"]
+    off, on = _median_of(runs, "off"), _median_of(runs, "on")
+    before = _arm(runs, "before")
+    if before:
+        today = _median_of(runs, "before")
+        picks = "; ".join(sorted({describe_params(r["winner"]) for r in before if r.get("winner")})) or "-"
+        goal = "met" if on <= today / 3 else "NOT met"
+        against = fill(
+            "screening",
+            "against_today",
+            code=before[0]["code"],
+            today=today,
+            share=on / today,
+            goal=goal,
+            picks=picks,
+        )
+    return {
+        "measured_on": measured_on(data),
+        "bf16": _bf16_note(data),
+        "before": "".join(f" --before {code}" for code in sorted({r["code"] for r in before})),
+        "args": " ".join(data["args"]),
+        "off": off,
+        "on": on,
+        "ratio": on / off,
+        "against_today": against if before else fill("screening", "not_before"),
+        "today": f"; today's code took {_median_of(runs, 'before'):.0f} s" if before else "",
+    }
+
+
+def _rows(runs: list[dict[str, Any]], last: Any, bf16_s: bool = False) -> list[list[Any]]:
+    rows = []
+    for run in runs:
+        stages = [
+            f"{_stage(run, s):.0f} s" if run.get("time_breakdown") else "-"
+            for s in ("search_s", "finalists_s")
+        ]
+        row = [
+            _arm_label(run).removeprefix("screening "),
+            run["repeat"] + 1,
+            f"{run['wall_s']:.0f} s",
+            *stages,
+        ]
+        row += [run["screened_out"], run["bf16_trials"]] + (
+            [f"{run.get('bf16_trials_s', 0):.0f} s"] if bf16_s else []
+        )
+        rows.append([*row, describe_params(run["winner"]) if run.get("winner") else "-", last(run)])
+    return rows
+
+
+HEADERS = ["screening", "run", "wall time", "trials stage", "finalists stage", "screened out", "bf16 trials"]
+
+
+def _verdict(runs: list[dict[str, Any]]) -> str:
+    picks = sorted({describe_params(r["winner"]) for r in runs if r.get("winner") and "code" not in r})
+    if len(picks) <= 1:
+        return "the same pick in every run"
+    verdict = f"{len(picks)} different picks ({'; '.join(picks)})"
+    if all("either is as good" in (r.get("verdict") or "") for r in runs if "code" not in r):
+        verdict += ", each run's re-measurement calling its winner and runner-up a tie"
+    return verdict
+
+
+def render(data: dict[str, Any]) -> str:
+    runs, common = data["runs"], _common(data)
+    rows = _rows(runs, lambda run: k(run.get("winner_median_tokens_per_s")))
+    outside = statistics.median(r["wall_s"] - _stage(r, "search_s") for r in _arm(runs, "on"))
+    search_off, search_on = _median_of(runs, "off", "search_s"), _median_of(runs, "on", "search_s")
+    return (
+        fill(
+            "screening",
+            "section",
+            table=table([*HEADERS, "winner", "winner tok/s (re-measured)"], rows),
+            verdict=_verdict(runs),
+            search_on=search_on,
+            search_off=search_off,
+            search_ratio=search_on / search_off,
+            outside=outside,
+            outside_share=outside / common["off"],
+            left=max(0.0, common["off"] / 3 - outside),
+            **common,
+        )
+        + "\n"
+    )
+
+
+def claims(data: dict[str, Any]) -> list[str]:
+    return [fill("screening", "claim", verdict=_verdict(data["runs"]), **_common(data))]
+
+
+def render_screening_heldout(data: dict[str, Any]) -> str:
+    runs, common, user = data["runs"], _common(data), data.get("user_runs")
+    rows = _rows(runs, lambda run: interval(run.get("speedup")), bf16_s=True)
+    headers = [*HEADERS, "time in bf16 trials", "winner", "the answer's speedup over the defaults"]
+    answers = "".join(f"\n\nThe answer, {_arm_label(r)}: {r['verdict']}" for r in runs if r.get("verdict"))
+    user_text = ""
+    if user:
+        rows_user = [
+            [
+                "`TrainingArguments()` defaults" if name == "defaults" else name,
+                f"{k(row['median_tokens_per_s'])} ({', '.join(k(v) for v in row['tokens_per_s'])})",
+                interval(row["over_defaults"]),
+            ]
+            for name, row in user["contenders"].items()
+        ]
+        errors = "\n\nRuns that gave no figure: " + "; ".join(user["errors"]) if user.get("errors") else ""
+        user_text = fill(
+            "screening",
+            "user",
+            seconds=user["seconds"],
+            rounds=user["rounds"],
+            table=table(["configuration", "tok/s, median (per round)", "over the defaults"], rows_user),
+            errors=errors,
+        )
+    common["against_today"] = common["against_today"].strip()
+    return (
+        fill(
+            "screening",
+            "heldout",
+            table=table(headers, rows),
+            parameters=data.get("model_parameters", 0) / 1e6,
+            answers=answers,
+            user=user_text,
+            **common,
+        )
+        + "\n"
+    )
+
+
+def claims_screening_heldout(data: dict[str, Any]) -> list[str]:
+    runs, user, out = data["runs"], data.get("user_runs") or {}, []
+    for name, row in (user.get("contenders") or {}).items():
+        if row["over_defaults"]:
+            by = " and ".join(
+                _arm_label(r) for r in runs if r.get("winner") and describe_params(r["winner"]) == name
+            )
+            s = row["over_defaults"]
+            out.append(
+                fill(
+                    "screening",
+                    "heldout_pick",
+                    by=by or "a run",
+                    name=name,
+                    interval=interval(s),
+                    separation=separation(s),
+                )
+            )
+    return [*out, fill("screening", "heldout_claim", **_common(data))]

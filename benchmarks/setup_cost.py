@@ -1,7 +1,7 @@
 """A fresh worker's set-up for a model of about 0.5B parameters: random init from a config folder,
 and ``--pretrained`` from a local folder of safetensors weights.
 
-    python benchmarks/setup_cost.py [--repeats N]   # about 8 minutes a repeat (default 2) on 2 CPU
+    python -m benchmarks.setup_cost [--repeats N]   # about 8 minutes a repeat (default 2) on 2 CPU
                                                     # cores, 12 GB of RAM at peak
 
 The model is a Qwen2-style config of Qwen2.5-0.5B's shape (494M parameters), written to a temp
@@ -23,10 +23,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import optuna
+
+from benchmarks.report import fill, measured_on, spread, store, summary, table
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "setup_cost.json"
@@ -111,8 +114,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2, help="searches per case (default 2)")
     repeats = parser.parse_args().repeats
-    sys.path.insert(0, str(HERE))
-    from harness import machine
+    from benchmarks.harness import machine
 
     cases = []
     with tempfile.TemporaryDirectory(prefix="bench-setup-") as temp:
@@ -126,14 +128,85 @@ def main() -> None:
                 case = {"params": params, **one_case(folders[pretrained], pretrained, repeat)}
                 print(json.dumps(case), flush=True)
                 cases.append(case)
-    RESULTS.parent.mkdir(exist_ok=True)
     result = {"machine": machine(), "shape": SHAPE, "args": ARGS, "cases": cases}
     result["previous"] = previous_run(RESULTS, result["machine"])
-    RESULTS.write_text(json.dumps(result, indent=1))
-    from results_md import write_results
-
-    print(f"wrote {write_results(RESULTS.parent, HERE / 'RESULTS.md')}")
+    store("setup_cost", result, indent=1)
 
 
 if __name__ == "__main__":
     main()
+
+
+def _share(trial: dict[str, Any]) -> float:
+    """A trial's set-up over its set-up, warm-up and window."""
+    setup, warmup, window = (float(trial.get(k) or 0.0) for k in ("setup_s", "warmup_s", "window_s"))
+    return setup / (setup + warmup + window) if setup + warmup + window else 0.0
+
+
+def _figure(values: list[Any], fmt: Callable[[float], str] = lambda v: f"{v:.1f} s") -> str:
+    known = [float(v) for v in values if v is not None]
+    return fmt(known[0]) if len(known) == 1 else spread(summary(known), fmt)  # one run: no range
+
+
+def _percent(value: float) -> str:
+    return f"{100 * value:.0f}%"
+
+
+def _cases(data: dict[str, Any]) -> dict[bool, list[dict[str, Any]]]:
+    """The runs per case (pretrained or not), of cases that ran."""
+    runs = {flag: [c for c in data["cases"] if bool(c["pretrained"]) == flag] for flag in (False, True)}
+    return {flag: cases for flag, cases in runs.items() if cases}
+
+
+def _later(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [c.get("later") or c for c in cases]  # runs before the second trial was measured had one
+
+
+def render(data: dict[str, Any]) -> str:
+    previous = data.get("previous") or {}
+    headers = ["model", "parameters", "set-up, first trial", "set-up, later trial", "first step", "warm-up"]
+    headers += ["window", "set-up share, first / later", "search wall"]
+    if previous:
+        headers.append(f"set-up before (commit {previous['commit']}): first, later")
+    rows = []
+    for flag, cases in _cases(data).items():
+        later = _later(cases)
+        earlier = [c for c in previous.get("cases", []) if bool(c["pretrained"]) == flag]
+        row = [
+            "`--pretrained` (safetensors)" if flag else "random init",
+            f"{cases[0]['params'] / 1e6:.0f}M",
+            _figure([c["setup_s"] for c in cases]),
+            *(
+                _figure([t.get(key) for t in later])
+                for key in ("setup_s", "first_step_s", "warmup_s", "window_s")
+            ),
+            " / ".join(_figure([_share(t) for t in trials], _percent) for trials in (cases, later)),
+            _figure([c["wall_s"] for c in cases], lambda v: f"{v:.0f} s"),
+        ]
+        if previous:
+            before = [
+                _figure([c["setup_s"] for c in earlier]),
+                _figure([c.get("later_setup_s") for c in earlier]),
+            ]
+            row.append(", ".join(before) if earlier else "-")
+        rows.append(row)
+    repeats = max(len(cases) for cases in _cases(data).values())
+    runs = "One run" if repeats == 1 else f"Medians of {repeats} runs, with their range"
+    fields = {"measured_on": measured_on(data), "args": " ".join(data["args"]), "runs": runs}
+    return fill("setup_cost", "section", table=table(headers, rows), **fields) + "\n"
+
+
+def claims(data: dict[str, Any]) -> list[str]:
+    return [
+        fill(
+            "setup_cost",
+            "claim",
+            params=cases[0]["params"] / 1e6,
+            label="pretrained" if flag else "random-init",
+            later=_figure([t.get("setup_s") for t in _later(cases)]),
+            later_share=_figure([_share(t) for t in _later(cases)], _percent),
+            first=_figure([c["setup_s"] for c in cases]),
+            first_share=_figure([_share(c) for c in cases], _percent),
+        )
+        for flag, cases in _cases(data).items()
+    ]

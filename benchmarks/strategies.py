@@ -1,6 +1,6 @@
 """Which data-parallel strategies run with `transformers.Trainer` on CPU/gloo, and what they cost.
 
-Standalone: ``python benchmarks/strategies.py`` launches ``torchrun --standalone --nproc-per-node 2``
+Standalone: ``python -m benchmarks.strategies`` launches ``torchrun --standalone --nproc-per-node 2``
 once per strategy (each in its own session, with a hard timeout; on timeout the launched process group
 is killed by its pid), trains a small randomly initialised GPT-2 for a dozen steps and records, per
 strategy:

@@ -1,6 +1,6 @@
 """One configuration trained as a user trains it: a fresh process, a plain transformers `Trainer`.
 
-    python benchmarks/user_run.py '{"model": "tiny-gpt2", "params": {...}, "seconds": 20}'
+    python -m benchmarks.user_run '{"model": "tiny-gpt2", "params": {...}, "seconds": 20}'
 
 Optional: ``"seq_len"`` (default the model's), ``"slow_bf16"`` (a factor: bf16 steps slowed as
 `slow_bf16.SlowBf16` does, for the screening benchmark's simulated CPU without native bf16).
@@ -72,7 +72,7 @@ def main() -> None:
     window = Window()
     callbacks: list[Any] = [window]
     if spec.get("slow_bf16"):  # the screening benchmark's simulated CPU without native bf16
-        from slow_bf16 import SlowBf16
+        from benchmarks.slow_bf16 import SlowBf16
 
         callbacks.append(SlowBf16(float(spec["slow_bf16"])))
     built = time.perf_counter()

@@ -11,9 +11,8 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-import compile_anatomy
+from benchmarks import compile_anatomy
+from tests.unit.bench_helpers import section
 
 MACHINE = {"date": "2026-11-25 10:00 UTC", "cpu": "Test CPU", "cores": 2, "commit": "abc1234"}
 MACHINE |= {"python": "3.11", "torch": "2.13.0+cpu", "transformers": "5.24.0", "optuna": "5.0.0"}
@@ -100,7 +99,7 @@ def test_the_section_states_the_runs_and_the_share_of_one_run_before_any_kernel_
             }
         },
     }
-    text = compile_anatomy.section(data)
+    text = section(compile_anatomy, data)
     assert "| tiny-gpt2 | 8 | 20.0 s | miss | 30 | 30.0 s | 1.50 s | 2 (4.4 s) |" in text
     assert "| tiny-gpt2 | 16 | 20.0 s | miss | 30 | 30.0 s | 1.50 s | 0 |" in text
     assert "| tiny-gpt2 | 1.50 s | 1.48 s | 1.35 s | 0.07 s |" in text

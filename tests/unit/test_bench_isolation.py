@@ -4,21 +4,18 @@ from __future__ import annotations
 
 import cProfile
 import pstats
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-import isolation
-import results_md
+from benchmarks import isolation
+from benchmarks.report import summary as summarize
+from tests.unit.bench_helpers import section
 
 
 def test_summarize_gives_median_and_spread() -> None:
-    assert isolation.summarize([3.0, 1.0, 2.0, 10.0]) == {"n": 4, "median": 2.5, "min": 1.0, "max": 10.0}
-    assert isolation.summarize([]) == {"n": 0, "median": None, "min": None, "max": None}
+    assert summarize([3.0, 1.0, 2.0, 10.0]) == {"n": 4, "median": 2.5, "min": 1.0, "max": 10.0}
+    assert summarize([]) == {"n": 0, "median": None, "min": None, "max": None}
 
 
 def test_phase_durations_between_stamps_and_only_where_both_exist() -> None:
@@ -59,7 +56,7 @@ def test_top_functions_ranks_by_cumulative_time() -> None:
 
 def _data(process: list[float], none: list[float]) -> dict[str, Any]:
     walls = {"process": process, "none": none}
-    summary = isolation.summarize
+    summary = summarize
     in_run = {"tokens_per_s": 1000.0, "setup_s": 0.5, "warmup_s": 1.0, "window_s": 3.0}
     iso_run = {"tokens_per_s": 1000.0, "warmup_s": 2.0, "window_s": 3.0, "phases": {"measure": 5.75}}
     cell = {
@@ -115,15 +112,15 @@ def _data(process: list[float], none: list[float]) -> dict[str, Any]:
 
 def test_section_says_whether_the_budget_is_met() -> None:
     claims: list[str] = []
-    met = results_md._isolation(_data([110.0, 112.0, 150.0], [100.0, 100.0, 101.0]), claims)
+    met = section(isolation, _data([110.0, 112.0, 150.0], [100.0, 100.0, 101.0]), claims)
     assert "+12.0%" in met and "is **met**" in met
     assert any("the 15% budget is met" in claim for claim in claims)
-    missed = results_md._isolation(_data([130.0, 131.0, 132.0], [100.0, 100.0, 100.0]), [])
+    missed = section(isolation, _data([130.0, 131.0, 132.0], [100.0, 100.0, 100.0]), [])
     assert "+31.0%" in missed and "**NOT met**" in missed
 
 
 def test_section_shows_peaks_with_spread_and_the_drift_case() -> None:
-    text = results_md._isolation(_data([1.0], [1.0]), [])
+    text = section(isolation, _data([1.0], [1.0]), [])
     assert (
         "| tiny-gpt2 | 256 | defaults | isolated | 2 | 1.1k (1.0k-1.2k) | 512 MiB (512 MiB-513 MiB) | "
         "256 MiB (256 MiB-256 MiB) |" in text
@@ -133,7 +130,7 @@ def test_section_shows_peaks_with_spread_and_the_drift_case() -> None:
 
 
 def test_set_up_inside_the_measurement_is_the_measurement_minus_warm_up_and_window() -> None:
-    text = results_md._isolation(_data([1.0], [1.0]), [])
+    text = section(isolation, _data([1.0], [1.0]), [])
     assert "took 0.50 s (0.50 s-0.50 s) in-process and 0.75 s (0.75 s-0.75 s) in a worker" in text
     assert "*warm-up* 1.00 s (1.00 s-1.00 s) and 2.00 s (2.00 s-2.00 s)" in text
 
@@ -141,7 +138,7 @@ def test_set_up_inside_the_measurement_is_the_measurement_minus_warm_up_and_wind
 def test_a_run_cut_short_renders_what_it_measured() -> None:
     data = _data([110.0], [100.0])
     partial = {key: data[key] for key in ("machine", "space", "forkserver", "make_run")}
-    text = results_md._isolation(partial, [])
+    text = section(isolation, partial, [])
     assert "`make run`: wall time" in text and "is **met**" in text
     assert "Drift" not in text and "Same configurations" not in text
 
@@ -149,11 +146,11 @@ def test_a_run_cut_short_renders_what_it_measured() -> None:
 def test_estimate_costs_are_shown_cold_and_warm() -> None:
     data = _data([1.0], [1.0])
     data["estimate"] = {
-        "cold": isolation.summarize([2.0, 2.5, 3.0]),
-        "same_kind": isolation.summarize([0.01]),
-        "new_kind": isolation.summarize([0.5]),
+        "cold": summarize([2.0, 2.5, 3.0]),
+        "same_kind": summarize([0.01]),
+        "new_kind": summarize([0.5]),
     }
-    text = results_md._isolation(data, [])
+    text = section(isolation, data, [])
     assert "the first estimate 2.50 s (2.00 s-3.00 s), the same kind again 0.01 s" in text
 
 
@@ -161,23 +158,23 @@ def test_paired_claim_gives_the_ratio_and_peak_difference() -> None:
     claims: list[str] = []
     data = _data([1.0], [1.0])
     data["paired"]["tiny-gpt2"]["configs"]["defaults"]["iso"] = {
-        "tokens_per_s": isolation.summarize([900.0]),
-        "peak": isolation.summarize([2**29 - 100 * 2**20]),
-        "growth": isolation.summarize([2**28 + 2**20]),
+        "tokens_per_s": summarize([900.0]),
+        "peak": summarize([2**29 - 100 * 2**20]),
+        "growth": summarize([2**28 + 2**20]),
     }
     data["paired"]["tiny-gpt2"]["configs"]["defaults"]["in"] = {
-        "tokens_per_s": isolation.summarize([1000.0]),
-        "peak": isolation.summarize([2**29]),
-        "growth": isolation.summarize([2**28]),
+        "tokens_per_s": summarize([1000.0]),
+        "peak": summarize([2**29]),
+        "growth": summarize([2**28]),
     }
-    results_md._isolation(data, claims)
+    section(isolation, data, claims)
     assert "tiny-gpt2 defaults 0.90x tok/s, peak -100 MiB" in claims[0]
     assert "growth over its starting RSS is larger" in claims[0]
 
 
 def test_overlapping_make_run_ranges_are_called_unsettled() -> None:
-    overlapping = results_md._isolation(_data([20.0, 70.0, 110.0], [37.0, 41.0, 53.0]), [])
+    overlapping = section(isolation, _data([20.0, 70.0, 110.0], [37.0, 41.0, 53.0]), [])
     assert "Fastest run of each (the least disturbed): -45.9%." in overlapping
     assert "cannot settle the budget" in overlapping
-    apart = results_md._isolation(_data([60.0, 61.0, 62.0], [40.0, 41.0, 42.0]), [])
+    apart = section(isolation, _data([60.0, 61.0, 62.0], [40.0, 41.0, 42.0]), [])
     assert "cannot settle" not in apart and "**NOT met**" in apart

@@ -3,16 +3,12 @@ its peak, and its RESULTS.md section."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-import memory_estimate
-import results_md
+from benchmarks import memory_estimate
+from tests.unit.bench_helpers import section
 
 MACHINE = {"date": "2026-11-25 10:00 UTC", "cpu": "Test CPU", "cores": 2, "commit": "abc1234"}
 MACHINE |= {"python": "3.11", "torch": "2.13.0+cpu", "transformers": "5.24.0", "optuna": "5.0.0"}
@@ -53,7 +49,7 @@ def test_eager_and_compiled_trials_apart_with_signed_errors_and_every_trials_wor
     assert groups["compiled"]["children_bytes"] == [60 * 2**20, 400 * 2**20]
     assert groups["eager"]["trials"] == 1 and groups["eager"]["children_bytes"] == [0, 0]
     data = {"machine": MACHINE, "trials": 4, "seq_len": 128}
-    text = results_md._memory_estimate(data | {"runs": [{"preset": "p", "summary": summary}]}, [])
+    text = section(memory_estimate, data | {"runs": [{"preset": "p", "summary": summary}]}, [])
     row = "| p | compiled | 2 | 25% (-10% to +40%) | 32% (-35% to -30%) | 60-400 MiB |"
     assert row in text, text
 
@@ -66,8 +62,7 @@ def test_the_section_shows_both_errors_and_claims_only_what_was_measured() -> No
     ]
     data = {"machine": MACHINE, "trials": 12, "seq_len": 128, "runs": runs}
     claims: list[str] = []
-    text = results_md._memory_estimate(data, claims)
+    text = section(memory_estimate, data, claims)
     assert "| tiny-gpt2 | 3 | 2 | 8% (10%) | 45% (50%) | 15% (30%) | 40% (50%) |" in text
     assert "| tiny-llama | 1 | 0 | - | - | 20% (20%) | 20% (20%) |" in text
     assert len(claims) == 1 and "8% off its peak" in claims[0] and "45% (worst 50%)" in claims[0]
-    assert results_md._memory_estimate(None, claims) == ""

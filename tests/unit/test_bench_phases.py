@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-import quality
-
 from autotune.records import trial_record
+from benchmarks import quality
 
 
 def test_phases_add_up_to_the_search_wall_time(monkeypatch: pytest.MonkeyPatch) -> None:

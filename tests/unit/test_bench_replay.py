@@ -5,20 +5,17 @@ from __future__ import annotations
 
 import csv
 import math
-import sys
 from pathlib import Path
 
 import optuna
 import pytest
 
+from autotune.measure.estimate import SAFETY_MARGIN
+from autotune.space import load_space
+from benchmarks import replay
+from benchmarks.grid import COLUMNS, KNOBS, SPACE, config_key
+
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-
-import replay  # noqa: E402
-from grid import COLUMNS, KNOBS, SPACE, config_key  # noqa: E402
-
-from autotune.measure.estimate import SAFETY_MARGIN  # noqa: E402
-from autotune.space import load_space  # noqa: E402
 
 MiB = 2**20
 BASELINE = 500 * MiB

@@ -1,16 +1,12 @@
-"""The screening benchmark's RESULTS.md section (benchmarks/screening.py, results_md._screening),
+"""The screening benchmark's RESULTS.md section (benchmarks/screening.py, screening.render),
 and the hand-written sections RESULTS.md keeps when it is written again."""
 
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-import results_md
+from benchmarks import screening
+from tests.unit.bench_helpers import section
 
 WINNER = {"per_device_train_batch_size": 32, "precision": "fp32"}
 
@@ -48,7 +44,7 @@ def _data(*runs: dict[str, Any]) -> dict[str, Any]:
 
 def test_the_section_states_the_wall_times_the_goal_and_the_cpu() -> None:
     claims: list[str] = []
-    text = results_md._screening(_data(_run(0.0, 120, 70, WINNER), _run(0.5, 30, 20, WINNER)), claims)
+    text = section(screening, _data(_run(0.0, 120, 70, WINNER), _run(0.5, 30, 20, WINNER)), claims)
     assert "The CPU has no native bf16" in text and "on AMD EPYC, 2 threads" in text
     assert "autotune commit b81b6db" in text
     assert "120 s without screening, 30 s with it (0.25x); the same pick in every run." in text
@@ -71,7 +67,7 @@ def _before(wall_s: float, winner: dict[str, Any]) -> dict[str, Any]:
 def test_different_picks_are_named_and_a_missed_goal_said() -> None:
     other = {**WINNER, "precision": "bf16"}
     runs = _data(_before(200, WINNER), _run(0.0, 100, 60, WINNER), _run(0.5, 80, 30, other))
-    text = results_md._screening(runs, [])
+    text = section(screening, runs, [])
     assert "Today's search, the code of 7819f67 (`--before`: no screening), took 200 s" in text
     assert "took 200 s: with screening the same search now takes 0.40x of it" in text
     assert "goal of at most a third of today's is NOT met" in text
@@ -83,7 +79,7 @@ def test_today_s_search_is_a_row_of_its_own_and_the_goal_is_judged_against_it() 
     runs = [_before(300, WINNER), _run(0.0, 150, 90, WINNER), _run(0.5, 90, 40, WINNER)]
     for run in runs:
         run["bf16_trials_s"] = 100.0
-    text = results_md._screening_heldout({**_data(*runs), "model_parameters": 2.8e6}, claims)
+    text = section(screening, {**_data(*runs), "model_parameters": 2.8e6}, claims, "screening_heldout")
     # Its row has no stages (the code kept no time breakdown), not zeros.
     assert "| today's code (7819f67, no screening) | 1 | 300 s | - | - | 0 | 6 | 100 s |" in text
     assert "| off | 1 | 150 s | 90 s | 30 s |" in text and "| on (0.5) | 1 | 90 s | 40 s | 30 s |" in text
@@ -91,16 +87,3 @@ def test_today_s_search_is_a_row_of_its_own_and_the_goal_is_judged_against_it() 
     assert "now takes 0.30x of it (the issue's goal of at most a third of today's is met)" in text
     assert "The answer, today's code (7819f67, no screening): bs=32" in text
     assert claims[-1].endswith("90 s instead of 150 s (0.60x); today's code took 300 s.")
-
-
-def test_hand_written_sections_survive_a_rewrite(tmp_path: Path) -> None:
-    results = tmp_path / "results"
-    results.mkdir()
-    (tmp_path / "sections").mkdir()
-    (tmp_path / "sections" / "reliability.md").write_text("## Reliability\n\nby hand\n")
-    (results / "screening.json").write_text(
-        json.dumps(_data(_run(0.0, 90, 50, WINNER), _run(0.5, 30, 10, WINNER)))
-    )
-    out = results_md.write_results(results, tmp_path / "RESULTS.md").read_text()
-    assert "## 6. Screening" in out and "## Reliability\n\nby hand" in out
-    assert out.index("## 6. Screening") < out.index("## Reliability") < out.index("## GPU")

@@ -1,15 +1,12 @@
-"""The set-up benchmark's RESULTS.md section (benchmarks/setup_cost.py, results_md._setup_cost):
+"""The set-up benchmark's RESULTS.md section (benchmarks/setup_cost.py, setup_cost.render):
 the first trial of a memory kind and a later one, each with its share, and the run it replaced."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-import results_md
+from benchmarks import setup_cost
+from tests.unit.bench_helpers import section
 
 MACHINE = {"date": "2026-11-25 10:00 UTC", "cpu": "Test CPU", "cores": 2, "commit": "abc1234"}
 MACHINE |= {"python": "3.11", "torch": "2.13.0+cpu", "transformers": "5.24.0", "optuna": "5.0.0"}
@@ -31,7 +28,7 @@ def _data(previous: dict[str, Any] | None = None) -> dict[str, Any]:
 
 def test_the_first_and_a_later_trial_each_get_their_set_up_and_share() -> None:
     claims: list[str] = []
-    text = results_md._setup_cost(_data(), claims)
+    text = section(setup_cost, _data(), claims)
     row = next(line for line in text.splitlines() if line.startswith("| random init"))
     # first 14 s of 14+20+6 = 35%; later 4 s of 4+18+18 = 10%; the other columns are the later trial's
     assert row.startswith(
@@ -52,7 +49,7 @@ def test_the_run_it_replaced_is_shown_beside_it() -> None:
             {"pretrained": True, "setup_s": 7.8, "later_setup_s": None, "wall_s": 120.0},
         ],
     }
-    text = results_md._setup_cost(_data(previous), [])
+    text = section(setup_cost, _data(previous), [])
     assert "set-up before (commit 0ld0000): first, later |" in text
     rows = [line for line in text.splitlines() if line.startswith(("| random", "| `--pre"))]
     assert rows[0].endswith("| 120 s | 17.6 s, 7.5 s |")
@@ -64,7 +61,7 @@ def test_repeats_show_their_median_and_range() -> None:
     second = {"params": 494e6, "pretrained": False, "wall_s": 140.0, **_trial(10.0, 10.0, 20.0, 6.0)}
     data["cases"].append(second | {"later": _trial(6.0, 9.0, 18.0, 16.0)})
     claims: list[str] = []
-    text = results_md._setup_cost(data, claims)
+    text = section(setup_cost, data, claims)
     assert "Medians of 2 runs, with their range" in text
     row = next(line for line in text.splitlines() if line.startswith("| random init"))
     # first trials 14 and 10 s, later ones 4 and 6 s; shares 35% and 27.8%, 10% and 15%
