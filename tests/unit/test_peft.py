@@ -213,3 +213,33 @@ def test_the_parameters_line_writes_counts_as_people_do_and_only_under_an_adapte
     big = parameters_text({"trainable": 20_971_520, "total": 7_615_616_512})
     assert big is not None and big.startswith("parameters: 20.97M trainable of 7.62B (0.3%")
     assert parameters_text({"trainable": 10, "total": 10}) is None  # every weight trained: no line
+
+
+def test_a_trainer_whose_model_init_returns_a_peft_model_carries_its_adapter_to_the_export(tmp_path: Path):
+    # Each trial calls model_init afresh; the adapter it applies is read from the model the Trainer
+    # built with it, and is what the export hands back (peft.LoraConfig(**...)).
+    import datasets
+    from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+    from autotune.driver.tune import user_workload
+    from autotune.workloads.presets import PRESETS, preset_config
+
+    config = preset_config(PRESETS["tiny-llama"])
+
+    def model_init():
+        base = AutoModelForCausalLM.from_config(config)
+        return peft.get_peft_model(
+            base, peft.LoraConfig(task_type="CAUSAL_LM", r=4, target_modules=["q_proj", "o_proj"])
+        )
+
+    rows = [[1, 2, 3, 4]] * 8
+    train = datasets.Dataset.from_dict({"input_ids": rows, "labels": rows})
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), report_to=[])
+    workload = user_workload(Trainer(model_init=model_init, args=args, train_dataset=train))
+    assert workload.peft is not None
+    loaded = peft.LoraConfig(**workload.peft)
+    assert loaded.r == 4 and set(loaded.target_modules) == {"q_proj", "o_proj"}
+    model = workload.build_model({})
+    assert isinstance(model, peft.PeftModel)
+    trainable, total = parameter_counts(model)
+    assert 0 < trainable < total
