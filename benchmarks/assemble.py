@@ -25,7 +25,6 @@ OUT = HERE / "RESULTS.md"
 ORDER: tuple[tuple[str, str | None], ...] = (
     ("screening", "screening"),
     ("screening_heldout", "screening"),
-    ("setup_cost", "setup_cost"),
     ("memory_estimate", "memory_estimate"),
     ("ladder_quality", "ladder_quality"),
     ("fresh_contenders", "fresh_contenders"),
