@@ -26,7 +26,7 @@ from autotune.progress import describe_params
 from autotune.space import precision_of
 from autotune.workloads.workload import resolve_workload
 from benchmarks.harness import machine, search_and_compare
-from benchmarks.report import fill, store, table
+from benchmarks.report import fill, section, store, table
 
 HERE = Path(__file__).resolve().parent
 
@@ -179,18 +179,14 @@ def render(results: dict[str, Any]) -> str:
         )
     knobs = "".join(_knobs(results[key]) for key in ("gpu_knobs", "lora") if results.get(key))
     m = results["machine"]
-    return (
-        fill(
-            "gpu",
-            "section",
-            gpu=m.get("gpu"),
-            trials=results["trials"],
-            rounds=results["rounds"],
-            presets="\n\n".join(presets),
-            knobs=knobs,
-            **{key: m[key] for key in ("date", "torch", "transformers", "commit")},
-        )
-        + "\n"
+    return section(
+        "gpu",
+        gpu=m.get("gpu"),
+        trials=results["trials"],
+        rounds=results["rounds"],
+        presets="\n\n".join(presets),
+        knobs=knobs,
+        **{key: m[key] for key in ("date", "torch", "transformers", "commit")},
     )
 
 

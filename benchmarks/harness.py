@@ -18,7 +18,7 @@ import statistics
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,8 @@ from autotune.space.knobs import Value
 from autotune.trial.compose import build_trainer
 from autotune.trial.errors import failure_reason
 from autotune.trial.memory import estimate_memory
+
+HERE = Path(__file__).resolve().parent
 
 
 @dataclasses.dataclass
@@ -153,6 +155,38 @@ class Bench:
     def __exit__(self, *exc: object) -> None:
         self.close()
         shutil.rmtree(self._scratch, ignore_errors=True)
+
+
+def run_search(
+    command: list[str], timeout: float, **popen: Any
+) -> tuple[subprocess.CompletedProcess[str], float]:
+    """Run a search's process (`command`) to its end: it and its wall seconds.
+
+    Raises:
+        RuntimeError: the process failed (its exit status and the end of its output named).
+    """
+    began = time.monotonic()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False, **popen)
+    if done.returncode != 0:
+        raise RuntimeError(f"search failed ({done.returncode}): {done.stdout[-1500:]} {done.stderr[-2000:]}")
+    return done, time.monotonic() - began
+
+
+@contextlib.contextmanager
+def worktree(rev: str | None, temp: str | Path, repo: Path = HERE) -> Iterator[tuple[str, Path] | None]:
+    """A git worktree of commit `rev` of `repo` in `temp` (its short commit and folder), removed
+    afterwards; None where no `rev` is given."""
+    if rev is None:
+        yield None
+        return
+    git = ["git", "-C", str(repo)]
+    folder = Path(temp) / "before"
+    commit = subprocess.run([*git, "rev-parse", "--short", rev], capture_output=True, text=True, check=True)
+    subprocess.run([*git, "worktree", "add", "--detach", str(folder), commit.stdout.strip()], check=True)
+    try:
+        yield commit.stdout.strip(), folder
+    finally:
+        subprocess.run([*git, "worktree", "remove", "--force", str(folder)], check=False)
 
 
 def machine() -> dict[str, Any]:
@@ -395,8 +429,9 @@ def search_and_compare(
 def compare(
     model: str, space: str, winner: dict[str, Any], rounds: int
 ) -> tuple[int, dict[str, dict[str, Any]]]:
-    """The defaults, `auto_find_batch_size` and the search's `winner` in `rounds` interleaved rounds. The winner is measured as its
-    values (verbatim): a batch the ladder added is not among the space file's listed sizes.
+    """The defaults, `auto_find_batch_size` and the search's `winner` in `rounds` interleaved rounds.
+    The winner is measured as its values (verbatim): a batch the ladder added is not among the space
+    file's listed sizes.
     Returns how many halvings auto_find_batch_size took, and a row per contender.
 
     Raises:

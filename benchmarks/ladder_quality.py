@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from benchmarks.report import fill, store, summary, table
+from benchmarks.report import fill, section, store, summary, table
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "ladder_quality.json"
@@ -166,17 +166,13 @@ def render(data: dict[str, Any]) -> str:
         "their windows (median)",
     ]
     compile_headers += ["other trials' windows (median)", "without the trials' compiles"]
-    return (
-        fill(
-            "ladder_quality",
-            "section",
-            searched_at=fill("ladder_quality", "searched_at", **searched) if searched else "",
-            table=table(headers, rows),
-            breakdown=table(phase_headers, breakdown),
-            compiles=table(compile_headers, _compiles(data["presets"])),
-            **data["machine"],
-        )
-        + "\n"
+    return section(
+        "ladder_quality",
+        searched_at=fill("ladder_quality", "searched_at", **searched) if searched else "",
+        table=table(headers, rows),
+        breakdown=table(phase_headers, breakdown),
+        compiles=table(compile_headers, _compiles(data["presets"])),
+        **data["machine"],
     )
 
 
