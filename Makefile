@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 RUN_ARGS ?= --model tiny-gpt2 --space quick --trials 8
 LINT_PATHS := autotune tests $(wildcard benchmarks/*.py)
 
-.PHONY: install run test test-unit lint format clean bench bench-md bench-grid bench-isolation bench-aa bench-ab
+.PHONY: install run test test-unit lint format clean bench bench-md bench-aa bench-ab
 
 install: $(STAMP)
 
@@ -39,26 +39,20 @@ format: install
 	$(BIN)/ruff check --fix $(LINT_PATHS)
 	$(BIN)/ruff format $(LINT_PATHS)
 
-# Benchmarks (CPU, about 45 minutes): items 1-5 of benchmarks/RESULTS.md, rewritten by `make bench`.
-# The replayed grids are read from benchmarks/data/; `make bench-grid` measures them again (about
-# 80 minutes on 2 cores: every configuration of benchmarks/space.yaml, twice, for two presets).
+# Benchmarks (CPU, 30-45 minutes): the end-to-end comparison of benchmarks/RESULTS.md, a real
+# 10-trial search per preset over benchmarks/space_ladder.yaml, then its pick, `TrainingArguments()`
+# and auto_find_batch_size re-measured in fresh plain-Trainer processes. Every other benchmark runs
+# on its own (`python -m benchmarks.NAME`); each rewrites RESULTS.md with its section.
 BENCH_ARGS ?=
-GRID_MODELS ?= --model tiny-gpt2 --model tiny-llama
 
 bench: install
-	$(BIN)/python -m benchmarks.bench $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.ladder_quality $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.fresh_contenders --rounds 3 --seconds 20
 
 # RESULTS.md again from the stored results (benchmarks/results/*.json) and benchmarks/sections/*.md;
 # every benchmark does this after it measures.
 bench-md: install
 	$(BIN)/python -m benchmarks.assemble
-
-# Item 5 alone (about 15 minutes): in-process vs isolated trials, worker start cost, `make run` wall.
-bench-isolation: install
-	$(BIN)/python -m benchmarks.bench --only isolation $(BENCH_ARGS)
-
-bench-grid: install
-	$(BIN)/python -m benchmarks.grid $(GRID_MODELS) --repeats 2 --fresh
 
 # Issue 31's A/A benchmark (15-25 minutes on 2 cores): 10 searches over benchmarks/space_aa.yaml,
 # in which the defaults are the fastest configuration; at most 1 may claim a speedup.

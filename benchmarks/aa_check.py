@@ -49,7 +49,7 @@ from autotune.measure.stats import paired_speedup
 from autotune.progress import format_value, short_name
 from autotune.records import Answer, read_study
 from benchmarks.harness import Bench, machine
-from benchmarks.report import fill, store, summary, table
+from benchmarks.report import fill, section, store, summary, table
 
 HERE = Path(__file__).resolve().parent
 
@@ -308,18 +308,14 @@ def _searches(searches: list[dict[str, Any]]) -> str:
 
 def render(data: dict[str, Any]) -> str:
     fields = {key: data[key] for key in ("command", "model", "space", "global_batch", "trials", "finalists")}
-    return (
-        fill(
-            "aa_check",
-            "section",
-            seq_len=data["seq_len"] or "of the preset",
-            finalist_rounds=data["finalist_rounds"],
-            check=_check(data.get("check")),
-            searches=_searches(data["searches"]),
-            **fields,
-            **data["machine"],
-        )
-        + "\n"
+    return section(
+        "aa_check",
+        seq_len=data["seq_len"] or "of the preset",
+        finalist_rounds=data["finalist_rounds"],
+        check=_check(data.get("check")),
+        searches=_searches(data["searches"]),
+        **fields,
+        **data["machine"],
     )
 
 

@@ -40,7 +40,7 @@ from autotune.records import Answer, Interval, read_study
 from benchmarks.aa_check import finalists_share, jsonable
 from benchmarks.fresh_contenders import rates_of, rotated_rounds
 from benchmarks.harness import machine
-from benchmarks.report import fill, store, table
+from benchmarks.report import section, store, table
 
 HERE = Path(__file__).resolve().parent
 
@@ -162,18 +162,14 @@ def render(data: dict[str, Any]) -> str:
     ]
     headers += ["stated interval holds it", "user tokens/s (median): it, defaults", "search (finalists)"]
     fields = {key: data[key] for key in ("command", "space", "trials", "seed", "seconds", "rounds")}
-    return (
-        fill(
-            "ab_check",
-            "section",
-            table=table(headers, rows),
-            held=sum(1 for row in data["presets"] if row["contains"]),
-            count=len(data["presets"]),
-            verdicts="\n".join(f"- {row['model']}: {row['verdict']}" for row in data["presets"]),
-            **fields,
-            **data["machine"],
-        )
-        + "\n"
+    return section(
+        "ab_check",
+        table=table(headers, rows),
+        held=sum(1 for row in data["presets"] if row["contains"]),
+        count=len(data["presets"]),
+        verdicts="\n".join(f"- {row['model']}: {row['verdict']}" for row in data["presets"]),
+        **fields,
+        **data["machine"],
     )
 
 

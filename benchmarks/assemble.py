@@ -23,14 +23,8 @@ SECTIONS = HERE / "sections"
 OUT = HERE / "RESULTS.md"
 # (results name, module that measured it); a None module: a hand-written section.
 ORDER: tuple[tuple[str, str | None], ...] = (
-    ("replay", "replay"),
-    ("quality", "quality"),
-    ("cost", "bench"),
-    ("noise", "noise"),
-    ("isolation", "isolation"),
     ("screening", "screening"),
     ("screening_heldout", "screening"),
-    ("setup_cost", "setup_cost"),
     ("memory_estimate", "memory_estimate"),
     ("ladder_quality", "ladder_quality"),
     ("fresh_contenders", "fresh_contenders"),

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import report
-from benchmarks.report import fill, store, table
+from benchmarks.report import fill, section, store, table
 
 HERE = Path(__file__).resolve().parent
 
@@ -182,19 +182,15 @@ def render(data: dict[str, Any]) -> str:
         "median run",
     ]
     one_headers = ["preset", "kernel", "kernel, no precompiled header", "empty file", "empty file, no header"]
-    return (
-        fill(
-            "compile_anatomy",
-            "section",
-            compiler=data["compiler"],
-            compile_threads=data["compile_threads"],
-            repeats=data["repeats"],
-            trials=table([*headers, "header builds"], trials),
-            one_run=table(one_headers, one_run),
-            findings="\n".join(findings),
-            **data["machine"],
-        )
-        + "\n"
+    return section(
+        "compile_anatomy",
+        compiler=data["compiler"],
+        compile_threads=data["compile_threads"],
+        repeats=data["repeats"],
+        trials=table([*headers, "header builds"], trials),
+        one_run=table(one_headers, one_run),
+        findings="\n".join(findings),
+        **data["machine"],
     )
 
 

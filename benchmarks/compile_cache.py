@@ -26,7 +26,7 @@ from typing import Any
 
 import optuna
 
-from benchmarks.report import fill, store, summary, table
+from benchmarks.report import fill, section, store, summary, table
 
 HERE = Path(__file__).resolve().parent
 
@@ -80,16 +80,12 @@ def render(data: dict[str, Any]) -> str:
             fill("compile_cache", "finding", model=model, warm=warm, cold=cold, ratio=warm / cold)
         )
     headers = ["preset", "cache", "compile", "warm-up excess", "set-up", "cache verdicts"]
-    return (
-        fill(
-            "compile_cache",
-            "section",
-            rounds=data["rounds"],
-            table=table(headers, rows),
-            findings="\n".join(findings),
-            **data["machine"],
-        )
-        + "\n"
+    return section(
+        "compile_cache",
+        rounds=data["rounds"],
+        table=table(headers, rows),
+        findings="\n".join(findings),
+        **data["machine"],
     )
 
 

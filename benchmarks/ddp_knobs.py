@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.report import fill, ratio_table, store
+from benchmarks.report import ratio_table, section, store
 
 HERE = Path(__file__).resolve().parent
 
@@ -52,15 +52,11 @@ ROUNDS = 3
 
 
 def render(data: dict[str, Any]) -> str:
-    return (
-        fill(
-            "ddp_knobs",
-            "section",
-            rounds=data["rounds"],
-            table=ratio_table(data["summary"], "default"),
-            **data["machine"],
-        )
-        + "\n"
+    return section(
+        "ddp_knobs",
+        rounds=data["rounds"],
+        table=ratio_table(data["summary"], "default"),
+        **data["machine"],
     )
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import report
-from benchmarks.harness import machine
-from benchmarks.report import fill, summary, table
+from benchmarks.harness import machine, run_search, worktree
+from benchmarks.report import section, summary, table
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -97,20 +96,11 @@ def _specs(folder: Path) -> dict[str, dict[str, Any]]:
 def _run(code: Path, spec: dict[str, Any], store: Path) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(code)}
     full = {**spec, "storage": f"sqlite:///{store}", "study": "cost"}
-    began = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, json.dumps(full)],
-        env=env,
-        cwd=store.parent,
-        capture_output=True,
-        text=True,
-        timeout=3600,
-        check=False,
+    done, process_s = run_search(
+        [sys.executable, "-c", CHILD, json.dumps(full)], 3600, env=env, cwd=store.parent
     )
-    if done.returncode != 0:
-        raise RuntimeError(f"search failed ({code}): {done.stderr[-2000:]}")
     figures = json.loads(done.stdout.strip().splitlines()[-1])
-    figures["process_s"] = time.perf_counter() - began
+    figures["process_s"] = process_s
     finalists = (figures.get("stages") or {}).get("finalists_s") or 0.0
     figures["finalists_share"] = (
         finalists / figures["search_wall_s"] if figures.get("search_wall_s") else None
@@ -124,28 +114,17 @@ def main() -> None:
     parser.add_argument("--only", choices=("make_run", "custom"), action="append")
     parser.add_argument("--repeats", type=int, default=1, help="before/after pairs per search")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="finalists-cost-") as tmp:
-        folder = Path(tmp)
-        before = folder / "before"
-        subprocess.run(["git", "worktree", "add", "--detach", str(before), args.before], cwd=ROOT, check=True)
-        try:
-            runs = []
-            specs = _specs(folder)
-            for name in args.only or list(specs):
-                for repeat in range(args.repeats):
-                    order = [("before", before), ("after", ROOT)]
-                    if repeat % 2:
-                        order.reverse()
-                    for label, code in order:
-                        store = folder / f"{name}-{label}-{repeat}.db"
-                        figures = _run(code, specs[name], store)
-                        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-                        runs.append(
-                            {"search": name, "code": label, "repeat": repeat, "date": when, **figures}
-                        )
-                        print(json.dumps(runs[-1]), flush=True)
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(before)], cwd=ROOT, check=False)
+    with tempfile.TemporaryDirectory(prefix="finalists-cost-") as tmp, worktree(args.before, tmp) as old:
+        assert old is not None  # --before is required
+        folder, runs, specs = Path(tmp), [], _specs(Path(tmp))
+        for name in args.only or list(specs):
+            for repeat in range(args.repeats):
+                order = [("before", old[1]), ("after", ROOT)]
+                for label, code in order[::-1] if repeat % 2 else order:
+                    figures = _run(code, specs[name], folder / f"{name}-{label}-{repeat}.db")
+                    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+                    runs.append({"search": name, "code": label, "repeat": repeat, "date": when, **figures})
+                    print(json.dumps(runs[-1]), flush=True)
     # a run of some searches (--only) keeps the stored runs of the others, with their own machine
     names = {run["search"] for run in runs}
     kept = json.loads(RESULTS.read_text())["runs"] if RESULTS.exists() else []
@@ -187,18 +166,14 @@ def render(data: dict[str, Any]) -> str:
         and (after := median(s, "after", _finalists_s)) is not None
     ]
     verb = "fell" if all(f < 1 for _, f in fell) else "came"
-    return (
-        fill(
-            "finalists_cost",
-            "section",
-            before=data["before"],
-            table=table(headers, rows, align),
-            goal="met" if all(s is not None and s <= GOAL_SHARE for s in shares) else "not met",
-            shares=" and ".join("-" if s is None else f"{100 * s:.0f}%" for s in shares),
-            fell=f"{verb} to " + " and ".join(f"{100 * f:.0f}% ({LABELS.get(s, s)})" for s, f in fell),
-            **data["machine"],
-        )
-        + "\n"
+    return section(
+        "finalists_cost",
+        before=data["before"],
+        table=table(headers, rows, align),
+        goal="met" if all(s is not None and s <= GOAL_SHARE for s in shares) else "not met",
+        shares=" and ".join("-" if s is None else f"{100 * s:.0f}%" for s in shares),
+        fell=f"{verb} to " + " and ".join(f"{100 * f:.0f}% ({LABELS.get(s, s)})" for s, f in fell),
+        **data["machine"],
     )
 
 

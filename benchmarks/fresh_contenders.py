@@ -28,7 +28,7 @@ from typing import Any
 
 from autotune.measure.stats import paired_speedup
 from benchmarks.harness import machine
-from benchmarks.report import fill, interval, k, separation, store, table
+from benchmarks.report import fill, interval, k, section, separation, store, table
 
 HERE = Path(__file__).resolve().parent
 
@@ -159,18 +159,14 @@ def render(data: dict[str, Any]) -> str:
         "pick vs defaults",
         "pick vs auto_find",
     ]
-    return (
-        fill(
-            "fresh_contenders",
-            "section",
-            rounds=data["rounds"],
-            seconds=data["seconds"],
-            ladder_date=data["ladder_machine"]["date"],
-            ladder_cpu=data["ladder_machine"]["cpu"],
-            table=table(headers, rows),
-            **data["machine"],
-        )
-        + "\n"
+    return section(
+        "fresh_contenders",
+        rounds=data["rounds"],
+        seconds=data["seconds"],
+        ladder_date=data["ladder_machine"]["date"],
+        ladder_cpu=data["ladder_machine"]["cpu"],
+        table=table(headers, rows),
+        **data["machine"],
     )
 
 

@@ -1,4 +1,5 @@
-"""The GPU part of the benchmarks: item 2 on a CUDA device with GPU-sized presets.
+"""The GPU part of the benchmarks: the end-to-end comparison (the defaults, `auto_find_batch_size`
+and the pick) on a CUDA device with GPU-sized presets.
 
     python -m benchmarks.gpu                       # gpt2-124m (seq 1024) and llama-1b, space_gpu.yaml
     python -m benchmarks.gpu --model gpt2-124m --trials 12 --space default
@@ -24,9 +25,8 @@ from autotune.measure.flops import flops_per_token, mfu, model_shape
 from autotune.progress import describe_params
 from autotune.space import precision_of
 from autotune.workloads.workload import resolve_workload
-from benchmarks import quality
-from benchmarks.harness import machine
-from benchmarks.report import fill, store, table
+from benchmarks.harness import machine, search_and_compare
+from benchmarks.report import fill, section, store, table
 
 HERE = Path(__file__).resolve().parent
 
@@ -179,18 +179,14 @@ def render(results: dict[str, Any]) -> str:
         )
     knobs = "".join(_knobs(results[key]) for key in ("gpu_knobs", "lora") if results.get(key))
     m = results["machine"]
-    return (
-        fill(
-            "gpu",
-            "section",
-            gpu=m.get("gpu"),
-            trials=results["trials"],
-            rounds=results["rounds"],
-            presets="\n\n".join(presets),
-            knobs=knobs,
-            **{key: m[key] for key in ("date", "torch", "transformers", "commit")},
-        )
-        + "\n"
+    return section(
+        "gpu",
+        gpu=m.get("gpu"),
+        trials=results["trials"],
+        rounds=results["rounds"],
+        presets="\n\n".join(presets),
+        knobs=knobs,
+        **{key: m[key] for key in ("date", "torch", "transformers", "commit")},
     )
 
 
@@ -212,7 +208,7 @@ def main() -> None:
     results: dict[str, Any] = {"machine": info, "trials": args.trials, "rounds": args.rounds, "presets": {}}
     for model in args.model or ["gpt2-124m", "llama-1b"]:
         print(f"[gpu] {model}: searching ({args.trials} trials) and comparing", flush=True)
-        run = quality.run(model, args.trials, args.rounds, space=args.space)
+        run = search_and_compare(model, args.trials, args.rounds, space=args.space)
         add_mfu(run, info.get("gpu") or "")
         results["presets"][model] = run
     if args.knobs_model != "none":

@@ -1,11 +1,11 @@
 """End to end with the batch ladder: autotune's pick against the Transformers defaults and
-``auto_find_batch_size`` when the space's batches may go past 32 (item 2 of the benchmarks, over
-``benchmarks/space_ladder.yaml``: the benchmark grid whose batch list ends with ``fits``).
+``auto_find_batch_size`` when the space's batches may go past 32 (the benchmarks' end-to-end
+comparison, over ``benchmarks/space_ladder.yaml``: a space whose batch list ends with ``fits``).
 
     python -m benchmarks.ladder_quality [--model tiny-bert ...]   # 5-10 minutes per preset
 
 Each preset: a real 10-trial search, then the defaults, ``auto_find_batch_size`` (from a batch of
-64) and the search's pick measured in 3 interleaved rounds (`quality.run`). Results go to
+64) and the search's pick measured in 3 interleaved rounds (`harness.search_and_compare`). Results go to
 ``benchmarks/results/ladder_quality.json``, and RESULTS.md is rewritten.
 """
 
@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from benchmarks.report import fill, store, summary, table
+from benchmarks.report import fill, section, store, summary, table
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "ladder_quality.json"
@@ -25,8 +25,7 @@ SPACE = HERE / "space_ladder.yaml"
 
 
 def main() -> None:
-    from benchmarks.harness import machine
-    from benchmarks.quality import compare, run
+    from benchmarks.harness import compare, machine, search_and_compare
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", action="append", default=None)
@@ -47,7 +46,7 @@ def main() -> None:
             pick = dict(result["contenders"]["autotune"]["params"])
             result["auto_find_halvings"], result["contenders"] = compare(model, str(SPACE), pick, 3)
         else:
-            result = run(model, trials=10, rounds=3, space=str(SPACE))
+            result = search_and_compare(model, trials=10, rounds=3, space=str(SPACE))
         presets.append(result)
         print(
             json.dumps({k: v for k, v in result.items() if k != "trial_times"}, default=str)[:2000],
@@ -167,17 +166,13 @@ def render(data: dict[str, Any]) -> str:
         "their windows (median)",
     ]
     compile_headers += ["other trials' windows (median)", "without the trials' compiles"]
-    return (
-        fill(
-            "ladder_quality",
-            "section",
-            searched_at=fill("ladder_quality", "searched_at", **searched) if searched else "",
-            table=table(headers, rows),
-            breakdown=table(phase_headers, breakdown),
-            compiles=table(compile_headers, _compiles(data["presets"])),
-            **data["machine"],
-        )
-        + "\n"
+    return section(
+        "ladder_quality",
+        searched_at=fill("ladder_quality", "searched_at", **searched) if searched else "",
+        table=table(headers, rows),
+        breakdown=table(phase_headers, breakdown),
+        compiles=table(compile_headers, _compiles(data["presets"])),
+        **data["machine"],
     )
 
 

@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.report import fill, store, table
+from benchmarks.report import fill, section, store, table
 
 HERE = Path(__file__).resolve().parent
 
@@ -76,11 +74,9 @@ def run(name: str, flags: list[str], trials: int, seed: int, folder: Path) -> di
         "--seq-len", str(SEQ_LEN), "--trials", str(trials), "--seed", str(seed), "--storage", storage,
         "--no-baseline", "--finalists", "0", "--screen-ratio", "0", "--max-steps", "12", *flags,
     ]  # fmt: skip
-    started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
-    wall = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"{name}: autotune search failed ({done.returncode}): {done.stderr[-2000:]}")
+    from benchmarks.harness import run_search
+
+    _, wall = run_search(command, RUN_TIMEOUT_S)
     return {"arm": name, "flags": flags, "wall_s": wall, "trials": trial_rows(storage)}
 
 
@@ -113,22 +109,14 @@ def render(data: dict[str, Any]) -> str:
         "trainable / total parameters",
     ]
     align = ["left", *["right"] * 5, "left"]
-    m = data["machine"]
-    return (
-        fill(
-            "lora",
-            "section",
-            model=data["model"],
-            seq_len=data["seq_len"],
-            trials=data["trials"],
-            cpu=m["cpu"],
-            cores=m["cores"],
-            torch=m["torch"],
-            date=m["date"],
-            table=table(headers, rows, align),
-            notes="\n".join(notes(data["runs"])),
-        )
-        + "\n"
+    return section(
+        "lora",
+        model=data["model"],
+        seq_len=data["seq_len"],
+        trials=data["trials"],
+        **data["machine"],
+        table=table(headers, rows, align),
+        notes="\n".join(notes(data["runs"])),
     )
 
 

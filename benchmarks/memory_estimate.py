@@ -16,16 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import optuna
 
-from benchmarks.report import fill, measured_on, store, table
+from benchmarks.report import fill, measured_on, section, store, table
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "memory_estimate.json"
@@ -83,11 +81,9 @@ def run(preset: str, trials: int, seed: int, folder: Path) -> dict[str, Any]:
         "--seq-len", str(SEQ_LEN), "--trials", str(trials), "--seed", str(seed), "--storage", storage,
         "--no-baseline", "--finalists", "0", "--screen-ratio", "0",
     ]  # fmt: skip
-    started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
-    wall = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"{preset}: autotune search failed ({done.returncode}): {done.stderr[-2000:]}")
+    from benchmarks.harness import run_search
+
+    _, wall = run_search(command, RUN_TIMEOUT_S)
     return {"preset": preset, "seed": seed, "wall_s": wall, "trials": trial_rows(storage)}
 
 
@@ -201,17 +197,13 @@ def render(data: dict[str, Any]) -> str:
     ]
     group_headers = ["preset", "trials", "n", "from peaks: mean error, absolute (range)"]
     group_headers += ["probe alone: mean error, absolute (range)", "child processes"]
-    return (
-        fill(
-            "memory_estimate",
-            "section",
-            measured_on=measured_on(data),
-            trials=data["trials"],
-            seq_len=data["seq_len"],
-            table=table(headers, rows),
-            groups=fill("memory_estimate", "groups", table=table(group_headers, groups)) if groups else "",
-        )
-        + "\n"
+    return section(
+        "memory_estimate",
+        measured_on=measured_on(data),
+        trials=data["trials"],
+        seq_len=data["seq_len"],
+        table=table(headers, rows),
+        groups=fill("memory_estimate", "groups", table=table(group_headers, groups)) if groups else "",
     )
 
 

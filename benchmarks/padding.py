@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.report import fill, ratio_table, store
+from benchmarks.report import ratio_table, section, store
 
 HERE = Path(__file__).resolve().parent
 
@@ -90,16 +90,12 @@ def render(data: dict[str, Any]) -> str:
         }
         for name, row in data["summary"].items()
     }
-    return (
-        fill(
-            "padding",
-            "section",
-            rounds=data["rounds"],
-            table=ratio_table(rows, "padded (defaults)", extra=("padding",)),
-            **data["corpus"],
-            **data["machine"],
-        )
-        + "\n"
+    return section(
+        "padding",
+        rounds=data["rounds"],
+        table=ratio_table(rows, "padded (defaults)", extra=("padding",)),
+        **data["corpus"],
+        **data["machine"],
     )
 
 

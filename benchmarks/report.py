@@ -46,6 +46,11 @@ def fill(name: str, block: str, /, **fields: Any) -> str:
     return _blocks(name)[block].format(**fields)
 
 
+def section(name: str, /, **fields: Any) -> str:
+    """The ``section`` block of ``templates/NAME.md`` filled (`fill`), its last line ended."""
+    return fill(name, "section", **fields) + "\n"
+
+
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], align: Sequence[str] | None = None) -> str:
     """A markdown table; cells are shown as given (no number parsing)."""
     cells = [["" if c is None else str(c) for c in row] for row in rows]

@@ -30,22 +30,18 @@ search, "today's". Its pick is re-measured with the others. Results go to
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import optuna
 
 from autotune.progress import describe_params
-from benchmarks.report import fill, interval, k, measured_on, separation, store, table
+from benchmarks.report import fill, interval, k, measured_on, section, separation, store, table
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -118,13 +114,9 @@ def one_search(
     if code is not None:  # run from its worktree: a forkserver puts its working folder first on sys.path;
         # this package (a regular one) still wins over the worktree's `benchmarks` folder of that era
         env, cwd = {**os.environ, "PYTHONPATH": os.pathsep.join([str(code[1]), str(ROOT)])}, code[1]
-    began = time.monotonic()
-    done = subprocess.run(
-        command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False, env=env, cwd=cwd
-    )
-    wall_s = time.monotonic() - began
-    if done.returncode != 0:
-        raise RuntimeError(f"search failed ({done.returncode}): {done.stderr[-2000:]}")
+    from benchmarks.harness import run_search
+
+    _, wall_s = run_search(command, RUN_TIMEOUT_S, env=env, cwd=cwd)
     study = optuna.load_study(study_name="s", storage=storage)
     winner = study.user_attrs.get("winner") or {}
     params = study.trials[winner["number"]].params if "number" in winner else None
@@ -222,29 +214,12 @@ def remeasure(
     return out
 
 
-@contextlib.contextmanager
-def _worktree(rev: str | None, temp: str) -> Iterator[tuple[str, Path] | None]:
-    """A git worktree of commit `rev` in `temp` (its short commit and folder), removed afterwards."""
-    if rev is None:
-        yield None
-        return
-    folder = Path(temp) / "before"
-    commit = subprocess.run(
-        ["git", "-C", str(HERE), "rev-parse", "--short", rev], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    subprocess.run(["git", "-C", str(HERE), "worktree", "add", "--detach", str(folder), commit], check=True)
-    try:
-        yield commit, folder
-    finally:
-        subprocess.run(["git", "-C", str(HERE), "worktree", "remove", "--force", str(folder)], check=False)
-
-
 def main() -> None:
     if sys.argv[1:2] == ["--one"]:
         ratio = None if sys.argv[4] == "none" else float(sys.argv[4])
         search_slowed(sys.argv[2], sys.argv[3], ratio, json.loads(sys.argv[5]), sys.argv[6] == "True")
         return
-    from benchmarks.harness import machine
+    from benchmarks.harness import machine, worktree
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", choices=("tiny", "heldout"), default="tiny")
@@ -266,7 +241,7 @@ def main() -> None:
     simulate = machine()["native_bf16"] if args.simulate is None else args.simulate
     runs: list[dict[str, Any]] = []
     extra: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="bench-screening-") as temp, _worktree(args.before, temp) as code:
+    with tempfile.TemporaryDirectory(prefix="bench-screening-") as temp, worktree(args.before, temp) as code:
         search_args, space, shown_args = ARGS, SPACE, list(ARGS)
         if heldout:
             model, parameters = write_heldout_model(Path(temp) / "qwen2-2.8m")
@@ -417,21 +392,17 @@ def render(data: dict[str, Any]) -> str:
     rows = _rows(runs, lambda run: k(run.get("winner_median_tokens_per_s")))
     outside = statistics.median(r["wall_s"] - _stage(r, "search_s") for r in _arm(runs, "on"))
     search_off, search_on = _median_of(runs, "off", "search_s"), _median_of(runs, "on", "search_s")
-    return (
-        fill(
-            "screening",
-            "section",
-            table=table([*HEADERS, "winner", "winner tok/s (re-measured)"], rows),
-            verdict=_verdict(runs),
-            search_on=search_on,
-            search_off=search_off,
-            search_ratio=search_on / search_off,
-            outside=outside,
-            outside_share=outside / common["off"],
-            left=max(0.0, common["off"] / 3 - outside),
-            **common,
-        )
-        + "\n"
+    return section(
+        "screening",
+        table=table([*HEADERS, "winner", "winner tok/s (re-measured)"], rows),
+        verdict=_verdict(runs),
+        search_on=search_on,
+        search_off=search_off,
+        search_ratio=search_on / search_off,
+        outside=outside,
+        outside_share=outside / common["off"],
+        left=max(0.0, common["off"] / 3 - outside),
+        **common,
     )
 
 

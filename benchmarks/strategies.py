@@ -39,10 +39,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import json
 import os
-import platform
 import re
 import shutil
 import signal
@@ -54,7 +52,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).resolve().parent / "results" / "strategies.json"
 _HANG_ENV = "STRATEGIES_DUMP_STACKS_AFTER_S"
 _FORCE_KEY = "_force_distributed_type"  # not a TrainingArguments kwarg: a workaround applied in the worker
 NPROC = 2
@@ -470,63 +467,32 @@ def run_strategy(name: str, timeout: float) -> dict[str, Any]:
     return row
 
 
-def _machine() -> dict[str, Any]:
-    info: dict[str, Any] = {"platform": platform.platform(), "python": platform.python_version()}
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-        fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
-        fields = {k.strip(): v.strip() for k, v in fields.items()}
-        flags = fields.get("Flags", "").split()
-        info["cpu_model"] = fields.get("Model name")
-        info["cpus"] = fields.get("CPU(s)")
-        info["bf16_flags"] = {f: f in flags for f in ("avx512f", "avx512_bf16", "amx_bf16", "amx_tile")}
-    except (OSError, subprocess.SubprocessError) as exc:
-        info["lscpu_error"] = str(exc)
-    info["nproc"] = os.cpu_count()
-    return info
-
-
 def _versions() -> dict[str, Any]:
     import accelerate
-    import torch
-    import transformers
 
-    v: dict[str, Any] = {
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "accelerate": accelerate.__version__,
-    }
     try:
         import deepspeed
 
-        v["deepspeed"] = deepspeed.__version__
+        found = deepspeed.__version__
     except Exception as exc:
-        v["deepspeed"] = f"not importable: {type(exc).__name__}: {exc}"[:200]
-    return v
-
-
-def _mib(n: int) -> str:
-    return f"{n / 2**20:.0f}"
+        found = f"not importable: {type(exc).__name__}: {exc}"[:200]
+    return {"accelerate": accelerate.__version__, "deepspeed": found}
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
-    out = [
-        "| strategy | status | tokens/s | median step s | per-rank held MiB (p/g/opt) | per-rank RSS MiB |",
-        "|---|---|---|---|---|---|",
-    ]
+    from benchmarks.report import table
+
+    out = []
+    kinds = ("param_bytes", "grad_bytes", "optim_state_bytes")
     for r in rows:
-        if r["status"] == "ran":
-            held = "; ".join(
-                f"{_mib(x['param_bytes'])}/{_mib(x['grad_bytes'])}/{_mib(x['optim_state_bytes'])}"
-                for x in r["ranks"]
-            )
-            rss = "; ".join(f"{x['ru_maxrss_mib']:.0f}" for x in r["ranks"])
-            tps, med = f"{r['tokens_per_s']:.0f}", f"{r['median_step_s']:.3f}"
-            out.append(f"| {r['strategy']} | ran | {tps} | {med} | {held} | {rss} |")
-        else:
-            reason = r["reason"][:160].replace("|", "\\|")
-            out.append(f"| {r['strategy']} | failed: {reason} | | | | |")
-    return "\n".join(out)
+        if r["status"] != "ran":
+            out.append([r["strategy"], f"failed: {r['reason'][:160]}"])
+            continue
+        held = "; ".join("/".join(f"{x[k] / 2**20:.0f}" for k in kinds) for x in r["ranks"])
+        rss = "; ".join(f"{x['ru_maxrss_mib']:.0f}" for x in r["ranks"])
+        out.append([r["strategy"], "ran", f"{r['tokens_per_s']:.0f}", f"{r['median_step_s']:.3f}", held, rss])
+    held = "per-rank held MiB (p/g/opt)"
+    return table(["strategy", "status", "tokens/s", "median step s", held, "per-rank RSS MiB"], out)
 
 
 def main() -> None:
@@ -535,11 +501,13 @@ def main() -> None:
     ap.add_argument("--out", help=argparse.SUPPRESS)
     ap.add_argument("--only", nargs="*", help="strategies to run (default: all)")
     ap.add_argument("--timeout", type=float, default=300.0, help="hard limit per strategy, seconds")
-    ap.add_argument("--results", default=str(RESULTS))
     a = ap.parse_args()
     if a.worker:
         worker(a.worker, Path(a.out))
         return
+    from benchmarks.harness import machine  # not on the ranks: torchrun runs this file as a script
+    from benchmarks.report import store
+
     names = a.only or list(STRATEGIES)
     rows = []
     for name in names:
@@ -548,8 +516,7 @@ def main() -> None:
         print(f"[strategies] {name}: {row['status']} {row.get('reason', '')} ({row['wall_s']}s)", flush=True)
         rows.append(row)
     doc = {
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": _machine(),
+        "machine": machine(),
         "versions": _versions(),
         "workload": {
             "model": "GPT2LMHeadModel (random init)",
@@ -566,11 +533,8 @@ def main() -> None:
         },
         "results": rows,
     }
-    out = Path(a.results)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=1) + "\n")
     print(_table(rows))
-    print(f"\nwrote {out}")
+    store("strategies", doc, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,21 +1,21 @@
-"""The search-cost breakdown of the benchmarks (benchmarks/quality.py `PhaseClock`)."""
+"""The search-cost breakdown of the benchmarks (benchmarks/harness.py `PhaseClock`)."""
 
 from __future__ import annotations
 
 import pytest
 
 from autotune.records import trial_record
-from benchmarks import quality
+from benchmarks import harness
 
 
 def test_phases_add_up_to_the_search_wall_time(monkeypatch: pytest.MonkeyPatch) -> None:
     now = [0.0]
-    monkeypatch.setattr(quality.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(harness.time, "perf_counter", lambda: now[0])
 
     def at(t: float) -> None:
         now[0] = t
 
-    clock = quality.PhaseClock()  # t = 0
+    clock = harness.PhaseClock()  # t = 0
     at(1.0)
     clock.on_search_start({})
     clock.on_note("measuring the baseline: bs=8")

@@ -162,7 +162,7 @@ def test_gpu_section_from_its_results() -> None:
         "presets": {"gpt2-124m": run},
     }
     text = section(gpu, data | {"gpu_knobs": knobs})
-    assert text.startswith("## GPU: item 2 on NVIDIA H100\n")
+    assert text.startswith("## GPU: end to end on NVIDIA H100\n")
     assert "| autotune | 120,000 | 1.50x | 31.0% | 20.0 GiB | `bs=16` |" in text
     assert "### GPU-only knobs: llama-1b, batch 8, one window each" in text
     assert "| fp8 | - | - | - | needs an H100 |" in text and "| bf16 | 9,000 | - | - | |" in text
