@@ -17,10 +17,10 @@ STARTUP_TRIALS = 3
 def search_sampler(seed: int, startup_trials: int = STARTUP_TRIALS) -> optuna.samplers.BaseSampler:
     """A TPE sampler that starts exploiting after `startup_trials` random trials.
 
-    Why these settings, measured on the replayed grids (``benchmarks/replay.py``: every
-    configuration of ``benchmarks/space.yaml`` measured, strategies replayed against the table with
-    its real noise; mean regret after 10 trials over seeds 0-29, both workloads, with and without
-    the memory cap):
+    Why these settings, measured on replayed grids (a benchmark retired with issue 34, in the
+    history before commit bc97060: every configuration of a space measured, strategies replayed
+    against the table with its real noise; mean regret after 10 trials over seeds 0-29, two
+    workloads, with and without the memory cap):
 
     - ``n_startup_trials``: optuna's default of 10 makes the first 10 trials random search, so
       after 10 trials the search can be no better than random (with the default, autotune's regret
