@@ -100,7 +100,7 @@ def remeasure_finalists(measure: Measure, plan: Plan, study: optuna.Study, repor
     whose spread and offset widen every paired interval (`autotune.measure.stats.paired_speedup`).
     A round's windows are as short as placing the contestants needs (`round_window`), and a trial
     decided slower than the leader leaves the rounds at once (`_decided_out`)."""
-    finalists = choose_finalists(study, plan.config.finalists, plan.config.measure.promote_ratio)
+    finalists = choose_finalists(study, plan.config.finalists)
     record = read_study(study)
     baseline = record.baseline
     contestants: dict[int, tuple[dict[str, Any], bool]] = {f.number: (f.params, False) for f in finalists}
@@ -249,13 +249,12 @@ def round_order(contestants: Sequence[int], round_number: int) -> list[int]:
     return [contestants[i] for i in row]
 
 
-def choose_finalists(study: optuna.Study, count: int, line: float = 0.0) -> list[TrialRecord]:
-    """The best `count` feasible trials by their search score (reused duplicates left out), less
-    those the search measured clearly under `line` times the best score (the promotion line,
-    `MeasureSettings.promote_ratio`: the upper end of their 95% interval is under it, as for a
-    window that ends there); when the first of them changes the training math, the best one that
-    keeps it joins them, wherever it measured (the answer hands back a math change only when it
-    measurably beats that one, `MATH_GAIN`)."""
+def choose_finalists(study: optuna.Study, count: int) -> list[TrialRecord]:
+    """The best `count` feasible trials by their search score (reused duplicates left out); when
+    the first of them changes the training math, the best one that keeps it joins them (the
+    answer hands back a math change only when it measurably beats that one, `MATH_GAIN`). A
+    trial the search measured far behind is still a finalist: one window's bad luck (a neighbour's
+    load, a cold cache) is what the rounds exist to undo."""
     if count <= 0:
         return []
     record = read_study(study)
@@ -263,23 +262,12 @@ def choose_finalists(study: optuna.Study, count: int, line: float = 0.0) -> list
     candidates = [
         t for t in ranked_trials(study) if t.feasible and not t.reused and not same_as_baseline(record, t)
     ]
-    tokens = record.train_tokens
-    chosen = [t for t in candidates[:count] if not _clearly_under(t, candidates[0], line, tokens)]
+    chosen = candidates[:count]
     if chosen and all(record_changes(record, t) for t in chosen):
-        keeping = next((t for t in candidates if not record_changes(record, t)), None)
+        keeping = next((t for t in candidates[count:] if not record_changes(record, t)), None)
         if keeping is not None:
             chosen.append(keeping)
     return chosen
-
-
-def _clearly_under(trial: TrialRecord, best: TrialRecord, line: float, tokens: float | None) -> bool:
-    """Whether the search measured `trial` clearly under `line` times `best`'s score: the upper end
-    of its 95% interval (its window's relative half-width) is. No rounds could make it the answer
-    unless the search's measurements of the two erred by more than that margin, in opposite ways."""
-    mine, theirs = score(trial, tokens), score(best, tokens)
-    if line <= 0 or mine is None or not theirs:
-        return False
-    return mine * (1 + (trial.rel_ci_halfwidth or 0.0)) < line * theirs
 
 
 def _undecided(by_round: dict[int, dict[int, float]], max_rounds: int) -> tuple[list[int], str] | None:

@@ -18,7 +18,6 @@ from autotune.driver.finalists import (
     FIRST_ROUND_CI,
     ROUND_CI_CAP,
     ROUND_EAGER_WARMUP_STEPS,
-    choose_finalists,
     remeasure_finalists,
     round_order,
     round_window,
@@ -366,25 +365,6 @@ def test_the_fastest_math_keeping_trial_stays_while_the_leader_changes_the_math(
     remeasure_finalists(script, _plan(finalists=3, rounds=3), study, Reporter())
     assert script.calls.count(2) == 2
     assert script.calls.count(1) == script.calls.count(0) == 3
-
-
-def test_a_trial_the_search_measured_clearly_under_the_promotion_line_is_no_finalist() -> None:
-    # Trial 2 measured 0.7x the best (its interval's upper end under 0.8x): no rounds could make it
-    # the answer, and it is not re-measured. Trial 1 at 0.75x, but with a 10% half-width, may be.
-    study = _study({0: 200.0, 1: 150.0, 2: 140.0}, half_widths={1: 0.10, 2: 0.10})
-    chosen = [t.number for t in choose_finalists(study, 3, line=0.8)]
-    assert chosen == [0, 1]  # 150 x 1.1 = 165 >= 160; 140 x 1.1 = 154 < 160
-    assert [t.number for t in choose_finalists(study, 3, line=0.0)] == [0, 1, 2]  # no line: the top 3
-    script = _Script({0: [200.0] * 3, 1: [150.0] * 3, BASELINE: [100.0] * 3})
-    remeasure_finalists(script, _plan(finalists=3, rounds=2), study, Reporter())
-    assert 2 not in script.calls and sorted(set(script.calls)) == sorted([0, 1, BASELINE, BASELINE_AGAIN])
-
-
-def test_the_fastest_math_keeping_trial_is_a_finalist_wherever_the_search_measured_it() -> None:
-    # The math-keeping trials measured clearly under the bf16 leader; the fastest of them is still
-    # re-measured: a math change is handed back only when it measurably beats it.
-    study = _math_study({0: ("bf16", 200.0), 1: ("fp32", 100.0), 2: ("fp32", 90.0)})
-    assert [t.number for t in choose_finalists(study, 3, line=0.8)] == [0, 1]
 
 
 def test_an_undecided_answer_gets_up_to_six_rounds_after_the_two_asked_for() -> None:
