@@ -33,7 +33,8 @@ def _in_fresh_process(code: str, home: Path, **env: str) -> dict:
     token loader and config are per process, and turning token mode on changes this one's."""
     environ = {k: v for k, v in os.environ.items() if k not in AUTH_VARS}
     environ.update(HOME=str(home), PYTHONPATH=os.getcwd(), **env)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environ, timeout=90)
+    command = [sys.executable, "-c", code]
+    done = subprocess.run(command, capture_output=True, text=True, env=environ, timeout=90)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -88,7 +89,8 @@ def test_token_mode_is_turned_on_when_a_token_is_found(tmp_path: Path) -> None:
 
 def test_an_unreadable_token_path_is_one_line(tmp_path: Path) -> None:
     code = (
-        "import json\nfrom autotune.ray_auth import enable_token_mode\nfrom autotune.errors import RayTokenError\n"
+        "import json\nfrom autotune.ray_auth import enable_token_mode\n"
+        "from autotune.errors import RayTokenError\n"
         "try:\n    enable_token_mode()\nexcept RayTokenError as exc:\n    print(json.dumps(str(exc)))"
     )
     missing = tmp_path / "missing"
@@ -100,9 +102,9 @@ def test_an_unreadable_token_path_is_one_line(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("source", "mode", "expected"),
     [
-        (None, None, "requires a token, and none was found (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token)"),
+        (None, None, f"requires a token, and none was found ({ray_auth.WHERE_LOOKED})"),
         ("/home/u/.ray/auth_token", "token", "refused the token from /home/u/.ray/auth_token"),
-        (None, "disabled", "requires a token, and RAY_AUTH_MODE=disabled keeps this process from sending one"),
+        (None, "disabled", "requires a token, and RAY_AUTH_MODE=disabled keeps this process from sending"),
     ],
 )
 def test_a_refused_token_is_one_line_naming_it_and_the_fix(

@@ -138,8 +138,8 @@ def test_dead_worker_notices_stay_off_the_terminal(capsys: pytest.CaptureFixture
 
     notice = "A worker died or was killed while executing a task by an unexpected system error."
     with ray_search.no_dead_worker_notices():
-        ray_worker.print_to_stdstream({"lines": [notice], "pid": "raylet", "is_err": False}, False)
-        ray_worker.print_to_stdstream({"lines": ["No node can hold 4 GPUs"], "pid": "raylet", "is_err": False}, False)
+        for line in (notice, "No node can hold 4 GPUs"):
+            ray_worker.print_to_stdstream({"lines": [line], "pid": "raylet", "is_err": False}, False)
     out = capsys.readouterr().out
     assert "A worker died" not in out and "No node can hold 4 GPUs" in out
     assert ray_worker.print_to_stdstream.__name__ == "print_to_stdstream"  # put back
