@@ -12,7 +12,7 @@ import socket
 from typing import Any
 
 from autotune.errors import UsageError
-from autotune.ray_auth import check_token, enable_token_mode
+from autotune.ray_auth import check_token
 
 ADDRESS_HINT = "check ray_address (HOST:PORT of the head, or ray://HOST:10001)"
 
@@ -34,17 +34,15 @@ def check_before_creating(config: Any) -> None:
 def check_ray_head(address: str) -> None:
     """Fail in one line when the Ray head at `address` cannot be joined: nothing listens there
     (`probe_address`), or it refuses this process's token (`autotune.ray_auth.check_token`, which
-    first turns on Ray's token mode when a token is found).
+    turns on Ray's token mode when the head requires a token and one is found).
 
     Raises:
         UsageError: the address is not reachable.
         RayTokenError: the head requires a token this process does not send.
     """
     probe_address(address)
-    if "://" in address or ":" not in address:  # ``auto``, ``ray://``: Ray checks the head itself
-        enable_token_mode()
-        return
-    check_token(address)
+    if "://" not in address and ":" in address:  # ``auto``, ``ray://``: left to Ray
+        check_token(address)
 
 
 def probe_address(address: str, timeout_s: float = 5.0) -> None:

@@ -7,12 +7,15 @@ that mode on by themselves when a token is found; ``ray.init(address=HOST:PORT)`
 search calls, does not, and a client without the token then retries for half a minute, printing
 Ray's ``InvalidAuthToken`` warnings. So before joining:
 
-- `enable_token_mode` turns token mode on when ``RAY_AUTH_MODE`` is unset and Ray's token loader
-  finds a token (``RAY_AUTH_TOKEN``, else the file ``RAY_AUTH_TOKEN_PATH`` names, else
-  ``~/.ray/auth_token``), through Ray's own function for it;
-- `check_token` asks the head for its cluster id in a short-lived subprocess (silent, bounded):
-  a head that refuses this process's token, or its lack of one, fails in one line
-  (`RayTokenError`, exit 1) that names where the token was looked for and how to fix it.
+- `check_token` asks the head for its cluster id in a short-lived subprocess (silent, bounded);
+- when the head refuses a process that sends no token and ``RAY_AUTH_MODE`` is unset,
+  `enable_token_mode` turns token mode on if Ray's token loader finds a token
+  (``RAY_AUTH_TOKEN``, else the file ``RAY_AUTH_TOKEN_PATH`` names, else ``~/.ray/auth_token``),
+  through Ray's own function for it, and the head is asked again. Only then: a driver in token
+  mode makes the cluster's workers expect a token too, which breaks a head without token
+  authentication (its actors die at start);
+- a head that still refuses fails in one line (`RayTokenError`, exit 1) that names where the
+  token was looked for and how to fix it.
 
 Ray is imported only inside these functions: `autotune.preflight` calls them before the study
 is created.
@@ -103,18 +106,21 @@ def enable_token_mode() -> str | None:
 
 def check_token(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
     """Fail in one line when the Ray head at `address` (``HOST:PORT``) refuses this process: no
-    token while it requires one, or a token that is not its own. Turns token mode on first
-    (`enable_token_mode`). A head that does not answer within `timeout_s`, or answers something
-    else, is left to ``ray.init``.
+    token while it requires one, or a token that is not its own. A head that refuses a process
+    without a token gets one (`enable_token_mode`, when ``RAY_AUTH_MODE`` is unset and a token is
+    found). A head that does not answer within `timeout_s`, or answers something else, is left to
+    ``ray.init``.
 
     Raises:
         RayTokenError: naming where the token was looked for (or the mode that kept it from being
             sent), and the fix.
     """
-    source = enable_token_mode()
+    mode = os.environ.get(MODE_ENV)
     if _probe(address, timeout_s) != "refused":
         return
-    mode = os.environ.get(MODE_ENV)
+    source = enable_token_mode() if mode is None else token_source(os.environ, Path.home())
+    if source is not None and mode is None and _probe(address, timeout_s) != "refused":
+        return
     where = f"the Ray cluster at {address}"
     if mode is not None and mode.lower() != "token":
         raise RayTokenError(

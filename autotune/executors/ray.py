@@ -46,7 +46,6 @@ from autotune.executors.ray_actor import JOB_KEY, RayLaunchTrainer
 from autotune.plan.resolved import Plan
 from autotune.preflight import ADDRESS_HINT, probe_address
 from autotune.progress import Reporter
-from autotune.ray_auth import enable_token_mode
 from autotune.scratch import make_folder
 from autotune.study.outcomes import CRASHED, KILLED
 from autotune.study.store import FINISHED, summarize_trial
@@ -306,8 +305,7 @@ def ray_instance(address: str | None) -> Iterator[str | None]:
         yield None
         return
     if address:
-        probe_address(address)
-        enable_token_mode()  # checked against the head before the study was created (preflight)
+        probe_address(address)  # and its token, before the study was created (`check_ray_head`)
     temp_dir = None if address else make_folder("autotune-ray-")
     before = {pid for pid, _ in descendants(os.getpid())}
     reaper: subprocess.Popen[bytes] | None = None

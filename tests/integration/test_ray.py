@@ -84,6 +84,10 @@ def ray_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     seen: dict[str, Any] = {"results": [], "daemons": {}}
     home_results = Path.home() / "ray_results"
     results_before = sorted(os.listdir(home_results)) if home_results.exists() else None
+    # Ray's local instance turns token authentication on and writes ~/.ray/auth_token, which then
+    # turns it on for every `ray start --head` of this user: removed after, when the run wrote it.
+    token = Path.home() / ".ray" / "auth_token"
+    token_before = token.exists()
     original_remove = ray_search.remove_results
 
     def remove_and_record(path: str) -> None:
@@ -95,21 +99,27 @@ def ray_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         seen["results_dirs"] = [*seen.get("results_dirs", []), path]
         original_remove(path)
 
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(ray_search, "remove_results", remove_and_record)
-        result = autotune.search(
-            model="tiny-gpt2",
-            space=write_space(tmp, SPACE),
-            storage=f"sqlite:///{tmp / 'ray.db'}",
-            study="ray",
-            seq_len=16,
-            trials=2,
-            measure=FAST,
-            finalists=2,
-            finalist_rounds=1,
-            backend="ray",
-            callbacks=[DieOnce(tmp / "died")],
-        )
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(ray_search, "remove_results", remove_and_record)
+            result = autotune.search(
+                model="tiny-gpt2",
+                space=write_space(tmp, SPACE),
+                storage=f"sqlite:///{tmp / 'ray.db'}",
+                study="ray",
+                seq_len=16,
+                trials=2,
+                measure=FAST,
+                finalists=2,
+                finalist_rounds=1,
+                backend="ray",
+                callbacks=[DieOnce(tmp / "died")],
+            )
+    finally:
+        if not token_before and token.exists():
+            token.unlink()
+            with contextlib.suppress(OSError):
+                token.parent.rmdir()
     seen.update(result=result, storage=f"sqlite:///{tmp / 'ray.db'}", died=tmp / "died")
     seen["results_before"] = results_before
     return seen
@@ -282,8 +292,11 @@ def test_a_search_on_a_running_ray_head_and_its_resume(tmp_path: Path, ray_head:
     first = study.trials[-1]
     assert first.state == optuna.trial.TrialState.COMPLETE and first.user_attrs["ray_trial_id"]
 
-    # `autotune resume` takes the stored configuration, the cluster's address included.
+    # `autotune resume` takes the stored configuration, the cluster's address included. It runs
+    # where a token lies in ~/.ray (a local Ray wrote it) and RAY_AUTH_MODE is unset, so it sends
+    # the token: a head without token authentication takes it all the same.
     resume = [sys.executable, "-m", "autotune", "resume", "head", "--storage", storage, "--trials", "2"]
+    env = {**_without_auth(dict(os.environ)), "HOME": str(_client_home(tmp_path, "a-local-token"))}
     done = subprocess.run(resume, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     study = optuna.load_study(study_name="head", storage=storage)
@@ -391,7 +404,7 @@ def test_a_killed_search_takes_its_ray_daemons_with_it(tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path / 'killed.db'}"
     # A short temporary folder: Ray's socket paths under it must fit 107 bytes.
     temp = Path(tempfile.mkdtemp(prefix="at-", dir="/tmp"))
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": str(temp)}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": str(temp), "HOME": str(temp)}  # Ray's token
     args = [sys.executable, "-m", "autotune", "search", "--model", "tiny-gpt2", "--space", space]
     args += ["--trials", "2", "--storage", storage, "--study", "killed", "--seq-len", "16"]
     args += ["--backend", "ray", "--no-baseline", "--finalists", "0", "--warmup-steps", "1"]

@@ -100,33 +100,49 @@ def test_an_unreadable_token_path_is_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("source", "mode", "expected"),
+    ("found", "env", "expected"),
     [
-        (None, None, f"requires a token, and none was found ({ray_auth.WHERE_LOOKED})"),
-        ("/home/u/.ray/auth_token", "token", "refused the token from /home/u/.ray/auth_token"),
-        (None, "disabled", "requires a token, and RAY_AUTH_MODE=disabled keeps this process from sending"),
+        (None, {}, f"requires a token, and none was found ({ray_auth.WHERE_LOOKED})"),
+        ("/home/u/.ray/auth_token", {}, "refused the token from /home/u/.ray/auth_token"),
+        (None, {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "x"}, "refused the token from RAY_AUTH_TOKEN"),
+        (None, {"RAY_AUTH_MODE": "disabled"}, "requires a token, and RAY_AUTH_MODE=disabled keeps this"),
     ],
 )
 def test_a_refused_token_is_one_line_naming_it_and_the_fix(
-    monkeypatch: pytest.MonkeyPatch, source: str | None, mode: str | None, expected: str
+    monkeypatch: pytest.MonkeyPatch, found: str | None, env: dict[str, str], expected: str
 ) -> None:
-    monkeypatch.setattr(ray_auth, "enable_token_mode", lambda: source)
+    monkeypatch.setattr(ray_auth, "enable_token_mode", lambda: found)
     monkeypatch.setattr(ray_auth, "_probe", lambda address, timeout_s: "refused")
-    if mode is None:
-        monkeypatch.delenv(ray_auth.MODE_ENV, raising=False)
-    else:
-        monkeypatch.setenv(ray_auth.MODE_ENV, mode)
+    for name in AUTH_VARS:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
     with pytest.raises(RayTokenError) as info:
         ray_auth.check_token("10.0.0.5:6379")
     text = str(info.value)
     assert text.startswith(f"the Ray cluster at 10.0.0.5:6379 {expected}") and "\n" not in text
     assert info.value.exit_code == 1
-    fix = "unset RAY_AUTH_MODE" if mode == "disabled" else "copy the head's ~/.ray/auth_token to this machine"
+    disabled = env.get("RAY_AUTH_MODE") == "disabled"
+    fix = "unset RAY_AUTH_MODE" if disabled else "copy the head's ~/.ray/auth_token to this machine"
     assert fix in (info.value.hint or "")
 
 
-def test_a_head_that_accepts_or_does_not_answer_is_left_to_ray(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ray_auth, "enable_token_mode", lambda: None)
-    for answer in ("ok", "unknown"):
-        monkeypatch.setattr(ray_auth, "_probe", lambda address, timeout_s, answer=answer: answer)
+def test_token_mode_is_turned_on_only_for_a_head_that_requires_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A driver in token mode makes the cluster's workers expect a token: a head without token
+    authentication is joined as it is, whatever token lies around."""
+    for name in AUTH_VARS:
+        monkeypatch.delenv(name, raising=False)
+    enabled: list[bool] = []
+
+    def enable() -> str:
+        enabled.append(True)
+        monkeypatch.setenv("RAY_AUTH_MODE", "token")
+        return "~/.ray/auth_token"
+
+    monkeypatch.setattr(ray_auth, "enable_token_mode", enable)
+    answers = {"ok": ["ok"], "unknown": ["unknown"], "requires": ["refused", "ok"]}
+    for head, replies in answers.items():
+        queue = list(replies)
+        monkeypatch.setattr(ray_auth, "_probe", lambda address, timeout_s, queue=queue: queue.pop(0))
         ray_auth.check_token("10.0.0.5:6379")
+        assert enabled == ([True] if head == "requires" else []), head
