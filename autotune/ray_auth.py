@@ -11,9 +11,8 @@ Ray's ``InvalidAuthToken`` warnings. So before joining:
 - when the head refuses a process that sends no token and ``RAY_AUTH_MODE`` is unset,
   `enable_token_mode` turns token mode on if Ray's token loader finds a token
   (``RAY_AUTH_TOKEN``, else the file ``RAY_AUTH_TOKEN_PATH`` names, else ``~/.ray/auth_token``),
-  through Ray's own function for it, and the head is asked again. Only then: a driver in token
-  mode makes the cluster's workers expect a token too, which breaks a head without token
-  authentication (its actors die at start);
+  through Ray's own function for it, and the head is asked again. Only then: a search in token
+  mode on a head without token authentication lost every actor at start (Ray 2.60);
 - a head that still refuses fails in one line (`RayTokenError`, exit 1) that names where the
   token was looked for and how to fix it.
 
