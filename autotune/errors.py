@@ -50,3 +50,8 @@ class WorkloadError(UsageError):
 
 class StoreError(AutotuneError):
     """The study store cannot be opened or holds something unexpected."""
+
+
+class RayTokenError(AutotuneError):
+    """A Ray cluster refuses this process: it requires a token that was not found, was not sent
+    (``RAY_AUTH_MODE``), or is not its own (exit code 1)."""

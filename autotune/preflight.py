@@ -1,7 +1,8 @@
 """Checks of a run's configuration that need the machine, made before anything is created: no
 study in the store, no header printed, no folder made, when the Ray address cannot be reached or
-the compile-cache folder cannot be one. Each fails in one line (`UsageError`, exit 2). Light: no
-torch, no Ray.
+the compile-cache folder cannot be one. Each fails in one line (`UsageError`, exit 2), as does a
+Ray head that refuses this process's token (`RayTokenError`, exit 1). Light: no torch; Ray only
+when a cluster is to be joined.
 """
 
 from __future__ import annotations
@@ -11,21 +12,37 @@ import socket
 from typing import Any
 
 from autotune.errors import UsageError
+from autotune.ray_auth import check_token
 
 ADDRESS_HINT = "check ray_address (HOST:PORT of the head, or ray://HOST:10001)"
 
 
 def check_before_creating(config: Any) -> None:
     """Check what `config` (a `RunConfig`) names on this machine: the Ray cluster to join
-    (`probe_address`) and the compile-cache folder (`check_folder`).
+    (`check_ray_head`) and the compile-cache folder (`check_folder`).
 
     Raises:
         UsageError: either cannot serve the run.
+        RayTokenError: the Ray head refuses this process's token (or its lack of one).
     """
     if config.backend == "ray" and config.ray_address:
-        probe_address(config.ray_address)
+        check_ray_head(config.ray_address)
     if config.compile_cache:
         check_folder(config.compile_cache, "compile_cache")
+
+
+def check_ray_head(address: str) -> None:
+    """Fail in one line when the Ray head at `address` cannot be joined: nothing listens there
+    (`probe_address`), or it refuses this process's token (`autotune.ray_auth.check_token`, which
+    turns on Ray's token mode when the head requires a token and one is found).
+
+    Raises:
+        UsageError: the address is not reachable.
+        RayTokenError: the head requires a token this process does not send.
+    """
+    probe_address(address)
+    if "://" not in address and ":" in address:  # ``auto``, ``ray://``: left to Ray
+        check_token(address)
 
 
 def probe_address(address: str, timeout_s: float = 5.0) -> None:

@@ -162,6 +162,9 @@ class Failure:
     message: str | None = _key("message")
     traceback: str | None = _key("traceback")
     unavailable_knob: str | None = _key("unavailable_knob")
+    # What Ray said of a Ray trial that died (its error file, "Failure # 1 (occurred at ...)"),
+    # kept apart from the one-line message.
+    ray_error: str | None = _key("ray_error")
 
 
 @dataclass(frozen=True)

@@ -262,7 +262,7 @@ class Supervisor:
             self.failed_starts = 0
             return
         for trial in trials:
-            outcome = TrialOutcome.process_ended(result.reason, result.message)
+            outcome = TrialOutcome.process_ended(result.reason, result.message, ray_error=result.ray_error)
             if fail_running_trial(self.study, trial._trial_id, outcome):
                 self.reporter.on_trial_end(
                     trial_record(trial.number, trial.params, "FAIL", outcome.user_attrs(None))

@@ -22,6 +22,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -46,7 +47,7 @@ from autotune.plan.resolved import Plan
 from autotune.preflight import ADDRESS_HINT, probe_address
 from autotune.progress import Reporter
 from autotune.scratch import make_folder
-from autotune.study.outcomes import CRASHED, KILLED, OOM
+from autotune.study.outcomes import CRASHED, KILLED
 from autotune.study.store import FINISHED, summarize_trial
 from autotune.trial.job import Job, JobFailed, JobResult, TrialDone
 from autotune.urls import sqlite_file
@@ -81,6 +82,7 @@ class RayExecutor(Executor):
         self.queue: list[Job] = []
         self._stack = contextlib.ExitStack()
         self._stack.enter_context(_ray_env())
+        self._stack.enter_context(no_dead_worker_notices())
         address = plan.config.ray_address
         # A local instance's folder, which its reaper removes even if this process is killed:
         # the rounds' results folders go in it.
@@ -192,7 +194,7 @@ class _TrialEvents(ray.tune.Callback):
     def result_of(self, job: Job) -> JobResult:
         key = job.job_id or ""
         if key in self.errors:
-            return JobFailed(*_reason(self.errors[key]))
+            return failure_of(self.errors[key])
         reported = self.reported.get(key)
         if reported is None or "trial" not in reported:
             return JobFailed(CRASHED, "its Ray trial ended before the trial did")
@@ -217,24 +219,56 @@ class _Silent(ray.tune.ProgressReporter):
 
 
 def _error_text(trial: Any) -> str:
+    """Ray's text of a Ray trial that died: its pickled error, else its error file."""
     text = ""
     with contextlib.suppress(Exception):
         text = str(trial.get_pickled_error() or "")
     if not text and trial.error_file:
         with contextlib.suppress(OSError), open(trial.error_file, errors="replace") as handle:
             text = handle.read()
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if not lines:
-        return "the Ray trial failed without an error message"
-    # A Python error in the actor carries its traceback: its last line says what happened.
-    return (lines[-1] if "Traceback" in text else lines[0])[:300]
+    return text.strip()
 
 
-def _reason(error: str) -> tuple[str, str]:
+# Ray's words for an actor whose process ended without a Python error (its connection closed):
+# Ray cannot tell a signal from an exit code there, and says so ("killed by the OOM killer ...").
+_PROCESS_DIED = ("worker process has died", "actor died unexpectedly")
+# Ray's memory monitor (its process-died text names "the OOM killer" only as a possible cause).
+_MEMORY = ("low on memory", "ray.exceptions.outofmemoryerror")
+_TRACEBACK_LINE = re.compile(r'^\s*File ".+", line \d+', re.MULTILINE)  # Ray drops "Traceback"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours the actor's name
+
+
+def failure_of(error: str) -> JobFailed:
+    """How a Ray trial that died ended, from Ray's text of it (kept whole in ``ray_error``).
+
+    - Ray's memory monitor killed it: ``killed``;
+    - a Python error in the actor: ``crashed``, with the error's last line;
+    - its process ended under it (SIGKILL, most often the kernel's out-of-memory killer, or any
+      death Python did not see): ``killed``, with its pid (Ray does not say which signal);
+    - anything else: ``crashed``, with Ray's first line that is not its "Failure # N" header.
+    """
+    raw = error or None
+    error = _ANSI.sub("", error)
+    lines = [line.strip() for line in error.splitlines() if line.strip()]
     lowered = error.lower()
-    if "sigkill" in lowered or "out of memory" in lowered or OOM in lowered.split():
-        return KILLED, f"its Ray actor was killed: {error}"
-    return CRASHED, f"its Ray trial failed: {error}"
+    if not lines:
+        return JobFailed(CRASHED, "its Ray trial failed without an error message")
+    if any(words in lowered for words in _MEMORY):
+        return JobFailed(KILLED, "Ray's memory monitor killed its actor: the node ran low on memory", raw)
+    if "Traceback" in error or _TRACEBACK_LINE.search(error):
+        return JobFailed(CRASHED, f"its Ray trial failed: {lines[-1][:300]}", raw)
+    if any(words in lowered for words in _PROCESS_DIED):
+        pid = re.search(r"\bpid:\s*(\d+)", error)
+        which = f" (pid {pid.group(1)})" if pid else ""
+        return JobFailed(
+            KILLED,
+            f"its Ray actor's process{which} ended without a Python error: on Linux most often "
+            "SIGKILL from the kernel's out-of-memory killer (check `dmesg` on its node; Ray does "
+            "not say which signal)",
+            raw,
+        )
+    first = next((line for line in lines if not line.startswith("Failure #")), lines[0])
+    return JobFailed(CRASHED, f"its Ray trial failed: {first[:300]}", raw)
 
 
 def _absolute(storage_url: str) -> str:
@@ -271,7 +305,7 @@ def ray_instance(address: str | None) -> Iterator[str | None]:
         yield None
         return
     if address:
-        probe_address(address)
+        probe_address(address)  # and its token, before the study was created (`check_ray_head`)
     temp_dir = None if address else make_folder("autotune-ray-")
     before = {pid for pid, _ in descendants(os.getpid())}
     reaper: subprocess.Popen[bytes] | None = None
@@ -320,6 +354,33 @@ def _start_time_of(pid: int) -> str:
     with open(f"/proc/{pid}/stat") as handle:
         text = handle.read()
     return text[text.rfind(")") + 2 :].split()[19]
+
+
+# What Ray's driver prints to stdout, whatever ``log_to_driver``, when a worker dies: the study
+# records that trial (its reason, and Ray's own text in ``ray_error``).
+DEAD_WORKER_NOTICE = "A worker died or was killed"
+
+
+@contextlib.contextmanager
+def no_dead_worker_notices() -> Iterator[None]:
+    """Keep Ray's "(raylet) A worker died or was killed ..." lines off the terminal while the
+    search runs; Ray's other notices (a trial no node can hold, ...) still reach it. Ray's driver
+    prints them from a thread of its own through ``ray._private.worker.print_to_stdstream``,
+    which has no switch of its own."""
+    from ray._private import worker as ray_worker
+
+    original = ray_worker.print_to_stdstream
+
+    def printed(data: dict[str, Any], ignore_prefix: bool) -> None:
+        lines = [line for line in data.get("lines", []) if not str(line).startswith(DEAD_WORKER_NOTICE)]
+        if lines:
+            original({**data, "lines": lines}, ignore_prefix)
+
+    ray_worker.print_to_stdstream = printed
+    try:
+        yield
+    finally:
+        ray_worker.print_to_stdstream = original
 
 
 @contextlib.contextmanager

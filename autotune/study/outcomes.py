@@ -151,9 +151,15 @@ class TrialOutcome:
         return trial_attrs(self.stored(cap_bytes))
 
     @classmethod
-    def process_ended(cls, reason: str, message: str, trained: bool = True) -> TrialOutcome:
-        """A trial whose process ended under it (killed, crashed, hung, interrupted)."""
-        return cls("FAIL", reason, message, trained)
+    def process_ended(
+        cls, reason: str, message: str, trained: bool = True, ray_error: str | None = None
+    ) -> TrialOutcome:
+        """A trial whose process ended under it (killed, crashed, hung, interrupted); `ray_error`:
+        what Ray said of it, when a Ray actor ran it."""
+        record = measured_record({})
+        if ray_error is not None:
+            record = replace(record, failure=replace(record.failure, ray_error=ray_error))
+        return cls("FAIL", reason, message, trained, record)
 
 
 def record_outcome(trial: optuna.Trial, outcome: TrialOutcome, cap_bytes: int | None = None) -> TrialRecord:

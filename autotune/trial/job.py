@@ -98,10 +98,12 @@ class Measured:
 
 @dataclass(frozen=True)
 class JobFailed:
-    """A job that did not finish: the reason (see `autotune.study.outcomes`) and one line."""
+    """A job that did not finish: the reason (see `autotune.study.outcomes`) and one line; for a
+    Ray trial, Ray's own text of the failure as well."""
 
     reason: str
     message: str
+    ray_error: str | None = None
 
 
 JobResult = TrialDone | Measured | JobFailed
