@@ -50,3 +50,8 @@ class WorkloadError(UsageError):
 
 class StoreError(AutotuneError):
     """The study store cannot be opened or holds something unexpected."""
+
+
+class StoreFull(StoreError):
+    """A store write failed because the disk or the database is full: reported at once, never
+    retried (no wait cures it; someone has to free space)."""
