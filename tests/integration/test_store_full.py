@@ -143,6 +143,7 @@ def test_a_full_store_is_one_line_at_once_and_the_next_open_fails_its_trial(tmp_
     finally:
         search.end()
     output = search.output()
+    print(f"full store: the search exited {code} {took_s:.1f} s after the store filled")  # pytest -s
     assert code == 1, output
     # The trial's heartbeat (every second here) hit the full store: the trial stopped at its next
     # step, and its job's line ended the search. No retry: seconds, not the 300 s retry bound.
@@ -177,6 +178,7 @@ def test_sigterm_ends_the_search_within_its_bound_when_the_store_cannot_be_writt
     finally:
         search.end()
     output = search.output()
+    print(f"{fault} store, SIGTERM: exit {code} {took_s:.1f} s after the signal (bound {bound_s:.0f} s)")
     assert code == 143, output
     assert output.rstrip().endswith("terminated"), output
     assert took_s < bound_s + 5, f"{took_s:.1f} s\n{output}"  # process exit and interpreter teardown
