@@ -22,9 +22,10 @@ A write that fails because the disk or the database is full (`autotune.disk.is_d
 an outage: it raises `StoreFull` at once, naming the store and what is full, with no retry. A
 heartbeat that fails so is kept (`RetryingRDBStorage.full`) for the trial to raise at its next step.
 
-Once the process is interrupted (Ctrl-C, SIGTERM: `end_retries_within`), retries stop within
-`--store-retry-s` or `INTERRUPT_BOUND_S`, whichever is shorter: the clean-up after a signal never
-waits out a long outage.
+Once the process is interrupted (Ctrl-C, SIGTERM: `end_retries_within`, from the CLI's signal
+handler and from the search's clean-up), the command must end within `--store-retry-s` or
+`INTERRUPT_BOUND_S`, whichever is shorter: retries stop early enough for that (`EXIT_RESERVE_S`
+before), so the clean-up after a signal never waits out a long outage.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ FIRST_DELAY_S = 0.1
 MAX_DELAY_S = 5.0
 # After Ctrl-C or SIGTERM, store calls retry for at most this long (or --store-retry-s if shorter).
 INTERRUPT_BOUND_S = 30.0
+EXIT_RESERVE_S = 5.0  # of that bound (at most half), left to end the workers and exit after retries
 
 T = TypeVar("T")
 
@@ -107,14 +109,17 @@ def store_unreachable_s() -> float:
 _ending: dict[str, float] = {}  # "by": the monotonic time past which no call retries (interrupted)
 
 
-def end_retries_within(seconds: float | None = None) -> float:
-    """After an interrupt: store calls (this thread's and every other) stop retrying `seconds` from
-    now (None: the shorter of `store_retry_s` and `INTERRUPT_BOUND_S`), then raise as past their
-    bound. An earlier end stays. Returns the bound in seconds."""
-    bound = min(store_retry_s(), INTERRUPT_BOUND_S) if seconds is None else max(0.0, seconds)
-    by = time.monotonic() + bound
+def end_retries_within(bound_s: float | None = None) -> float:
+    """After an interrupt (Ctrl-C, SIGTERM): the command must be gone within `bound_s` seconds
+    from now (None: the shorter of `store_retry_s` and `INTERRUPT_BOUND_S`), so store calls (this
+    thread's and every other) stop retrying `EXIT_RESERVE_S` (at most half the bound) before it,
+    leaving that to end the workers and exit, then raise as past their bound. An earlier end stays.
+    Returns the seconds until retries end."""
+    bound = min(store_retry_s(), INTERRUPT_BOUND_S) if bound_s is None else max(0.0, bound_s)
+    retrying = bound - min(EXIT_RESERVE_S, bound / 2)
+    by = time.monotonic() + retrying
     _ending["by"] = min(by, _ending.get("by", by))
-    return bound
+    return retrying
 
 
 def restore_retries() -> None:
