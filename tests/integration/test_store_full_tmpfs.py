@@ -99,8 +99,10 @@ def test_a_search_whose_store_fills_its_filesystem_stops_at_once_in_one_line(tmp
         started = descendants(proc.pid)
         filled_at = time.monotonic()
         _fill(inside / "filler")
+        log_path = tmp_path / "search.log"
+        wait_for(lambda: "search-exit:" in log_path.read_text(), timeout_s=120, what="the search's end")
+        took_s = time.monotonic() - filled_at  # the search's own end, not the next open's after it
         code = proc.wait(timeout=120)
-        took_s = time.monotonic() - filled_at
     finally:
         if proc.poll() is None:  # by pid: the search below the shell first, then the shell
             for pid, _ in reversed(descendants(proc.pid)):
