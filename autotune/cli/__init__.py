@@ -112,10 +112,11 @@ def main(argv: list[str] | None = None) -> None:
         code = 143
     if code in (130, 143):
         print_error("terminated" if code == 143 else "interrupted")
-    # The interpreter's last garbage collection walks every object the run left (torch's and
-    # transformers' included): seconds on a loaded machine, after the command has said its last
-    # line. The process is ending: nothing there needs collecting, so none is walked.
-    gc.freeze()
+    if argv is None:  # this process's own command line (not a caller's, such as a test's): it ends
+        # The interpreter's last garbage collection walks every object the run left (torch's and
+        # transformers' included): seconds on a loaded machine, after the command's last line.
+        # Nothing there needs collecting, so none is walked.
+        gc.freeze()
     sys.exit(code)
 
 
