@@ -55,3 +55,8 @@ class StoreError(AutotuneError):
 class RayTokenError(AutotuneError):
     """A Ray cluster refuses this process: it requires a token that was not found, was not sent
     (``RAY_AUTH_MODE``), or is not its own (exit code 1)."""
+
+
+class StoreFull(StoreError):
+    """A store write failed because the disk or the database is full: reported at once, never
+    retried (no wait cures it; someone has to free space)."""

@@ -30,12 +30,19 @@ STAMP = ".autotune-owner.json"
 def make_folder(prefix: str, parent: str | None = None) -> str:
     """A new folder ``<parent>/<prefix>XXXXXXXX`` (`tempfile.mkdtemp`; parent: the system's
     temporary folder), stamped with this process as its owner, after removing the folders of dead
-    owners in `parent` (`sweep`). The caller removes it when done."""
+    owners in `parent` (`sweep`). The caller removes it when done.
+
+    Raises:
+        OSError: the folder cannot be made or stamped (a full disk: nothing is left behind)."""
     if not prefix.startswith(PREFIX):
         raise ValueError(f"an autotune folder's prefix starts with {PREFIX!r}: {prefix!r}")
     sweep(parent)
     path = tempfile.mkdtemp(prefix=prefix, dir=parent)
-    stamp(path)
+    try:
+        stamp(path)
+    except OSError:  # a full disk: a folder without its stamp would never be swept
+        shutil.rmtree(path, ignore_errors=True)
+        raise
     return path
 
 

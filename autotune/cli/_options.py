@@ -59,7 +59,8 @@ StoreRetryOpt = Annotated[
     typer.Option(
         "--store-retry-s",
         help="Seconds a store call retries through an outage (connection lost, server restarting) "
-        "before the command stops. Default: 300 (AUTOTUNE_STORE_RETRY_S).",
+        "before the command stops; a full disk is never retried, and Ctrl-C or SIGTERM ends the "
+        "command within this or 30 s, whichever is shorter. Default: 300 (AUTOTUNE_STORE_RETRY_S).",
         show_default=False,
     ),
 ]

@@ -15,6 +15,7 @@ from autotune.driver.finalists import measure_baseline, remeasure_finalists
 from autotune.driver.stopping import stop_reason
 from autotune.driver.supervisor import MeasureFailed, Supervisor
 from autotune.driver.wholerun import check_whole_run
+from autotune.errors import StoreError
 from autotune.executors.base import Executor
 from autotune.executors.forkserver import ForkserverExecutor
 from autotune.executors.inprocess import InProcessExecutor
@@ -24,6 +25,7 @@ from autotune.plan.resolved import Plan
 from autotune.progress import Reporter
 from autotune.records import Baseline, read_study, write_study
 from autotune.study.owner import member_seed, this_process
+from autotune.study.retry import end_retries_within, restore_retries
 from autotune.study.store import fail_interrupted_trials, measured_count
 from autotune.urls import sqlite_file
 
@@ -71,6 +73,7 @@ def run_trials(
     met; a sampler that keeps proposing only those is stopped after a bound (`stop_reason`).
     """
     target = measured_count(study) + budget
+    ending: BaseException | None = None
     try:
         with executor or executor_for(plan, study, reporter, callbacks, debug) as running:
             supervisor = Supervisor(
@@ -100,9 +103,40 @@ def run_trials(
                 check_whole_run(supervisor.whole_run, plan, study, reporter)
             if is_rank_zero():
                 account.store(study)
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM: the clean-up waits out no long outage
+        ending = exc
+        end_retries_within()
+        raise
+    except BaseException as exc:
+        ending = exc
+        raise
     finally:
-        if is_rank_zero():  # the trials of jobs the executor ended on the way out (Ctrl-C, an error)
-            fail_interrupted_trials(study)
+        try:
+            if is_rank_zero():  # the trials of jobs the executor ended on the way out (Ctrl-C, an error)
+                _fail_interrupted_on_the_way_out(study, reporter, ending)
+        finally:
+            if isinstance(ending, KeyboardInterrupt):
+                restore_retries()
+
+
+def _fail_interrupted_on_the_way_out(
+    study: optuna.Study, reporter: Reporter, ending: BaseException | None
+) -> None:
+    """Fail the trials the executor ended (`fail_interrupted_trials`). A store that cannot take
+    the write (full, or unreachable past its bound) does not replace the error or the interrupt
+    that ended the search: the trials stay RUNNING, and the next autotune process on the study
+    marks them interrupted (their owner is dead). The store's line is said once: not again when
+    it is what ended the search."""
+    try:
+        fail_interrupted_trials(study)
+    except StoreError as exc:
+        if ending is None:
+            raise
+        if not isinstance(ending, StoreError):
+            reporter.on_note(
+                f"{exc.message}: the trial(s) running here stay RUNNING until the next autotune "
+                "process on this study marks them interrupted"
+            )
 
 
 def _baseline_stored(study: optuna.Study) -> bool:

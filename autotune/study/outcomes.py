@@ -41,6 +41,9 @@ SCREENED_OUT = "screened_out"  # stopped early: even its fastest step was far sl
 # measured and feasible, but a step of its whole-run check (the longest batch, an evaluation step,
 # a checkpoint save) went over the cap or ran out of memory (`autotune.driver.wholerun`)
 WHOLE_RUN_OVER_CAP = "whole_run_over_cap"
+# a disk filled up under it (its compile cache, its scratch folder): the machine's fault, not the
+# configuration's, so a later proposal of the same values runs again (`RUN_AGAIN`)
+DISK_FULL = "disk_full"
 # Trials whose process ended under them (decided by whoever saw it end).
 KILLED = "killed"  # a signal from outside (most often the kernel's OOM killer)
 CRASHED = "crashed"  # a non-zero exit or a fatal signal
@@ -66,6 +69,8 @@ NOT_TRAINED = (
     OVER_ESTIMATE,
     UNUSED_PARAMETERS_KNOWN,
 )
+# Reasons that say nothing about the configuration: a trial with the same values runs again.
+RUN_AGAIN = (INTERRUPTED, DISK_FULL)
 # Reasons that mean "this configuration cannot run here (with this model)".
 CANNOT_RUN = (UNAVAILABLE, UNUSED_PARAMETERS, UNUSED_PARAMETERS_KNOWN)
 # Reasons that mean "this configuration does not fit in memory".

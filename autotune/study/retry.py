@@ -17,6 +17,15 @@ applied twice:
   landed on an earlier attempt: success. Claiming a WAITING trial (state RUNNING) that finds it
   RUNNING and started since the first attempt (this host's clock, as optuna records it) is ours;
 - a study created (or deleted) on an earlier attempt is found by name (or found gone).
+
+A write that fails because the disk or the database is full (`autotune.disk.is_disk_full`) is not
+an outage: it raises `StoreFull` at once, naming the store and what is full, with no retry. A
+heartbeat that fails so is kept (`RetryingRDBStorage.full`) for the trial to raise at its next step.
+
+Once the process is interrupted (Ctrl-C, SIGTERM: `end_retries_within`, from the CLI's signal
+handler and from the search's clean-up), the command must end within `--store-retry-s` or
+`INTERRUPT_BOUND_S`, whichever is shorter: retries stop early enough for that (`EXIT_RESERVE_S`
+before), so the clean-up after a signal never waits out a long outage.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 import optuna
@@ -44,13 +54,17 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import make_url
 
-from autotune.errors import StoreError
+from autotune.disk import describe_free, is_disk_full
+from autotune.errors import StoreError, StoreFull
 
 STORE_RETRY_ENV = "AUTOTUNE_STORE_RETRY_S"
 DEFAULT_STORE_RETRY_S = 300.0
 CREATE_TOKEN_ATTR = "autotune:create_token"
 FIRST_DELAY_S = 0.1
 MAX_DELAY_S = 5.0
+# After Ctrl-C or SIGTERM, store calls retry for at most this long (or --store-retry-s if shorter).
+INTERRUPT_BOUND_S = 30.0
+EXIT_RESERVE_S = 5.0  # of that bound (at most half), left to end the workers and exit after retries
 
 T = TypeVar("T")
 
@@ -92,6 +106,28 @@ def store_unreachable_s() -> float:
     return _outages.seconds()
 
 
+_ending: dict[str, float] = {}  # "by": the monotonic time past which no call retries (interrupted)
+
+
+def end_retries_within(bound_s: float | None = None) -> float:
+    """After an interrupt (Ctrl-C, SIGTERM): the command must be gone within `bound_s` seconds
+    from now (None: the shorter of `store_retry_s` and `INTERRUPT_BOUND_S`), so store calls (this
+    thread's and every other) stop retrying `EXIT_RESERVE_S` (at most half the bound) before it,
+    leaving that to end the workers and exit, then raise as past their bound. An earlier end stays.
+    Returns the seconds until retries end."""
+    bound = min(store_retry_s(), INTERRUPT_BOUND_S) if bound_s is None else max(0.0, bound_s)
+    retrying = bound - min(EXIT_RESERVE_S, bound / 2)
+    by = time.monotonic() + retrying
+    _ending["by"] = min(by, _ending.get("by", by))
+    return retrying
+
+
+def restore_retries() -> None:
+    """Forget `end_retries_within`: the clean-up is over, and the caller (a Python program that
+    caught the interrupt) may go on with the store."""
+    _ending.clear()
+
+
 def store_retry_s() -> float:
     """How long store calls retry transient errors (``AUTOTUNE_STORE_RETRY_S``, default 300 s)."""
     return max(0.0, float(os.environ.get(STORE_RETRY_ENV, DEFAULT_STORE_RETRY_S)))
@@ -120,6 +156,8 @@ def is_transient(exc: BaseException) -> bool:
     a timeout, a session whose connection died mid-transaction; also optuna's
     `StorageInternalError` wrapping one. Not: bad data, a constraint, a
     missing table or database, wrong credentials, or anything that is not a database error."""
+    if is_disk_full(exc):
+        return False  # no wait frees a disk
     seen: BaseException | None = exc
     for _ in range(5):  # optuna wraps SQLAlchemy's error, which wraps the driver's
         if seen is None:
@@ -149,15 +187,18 @@ def retry_transient(
     store: str,
     password: str | None = None,
     *,
+    database: str | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> T:
     """``call(attempt)`` (attempt 0, 1, ...) until it returns, retrying transient errors with
     exponential backoff (0.1 s doubling to 5 s, jittered) while `retry_s` seconds have not passed.
+    `database`: the store's SQLite file, if it is one (a full disk's message states its free space).
 
     Raises:
+        StoreFull: `call` failed because the disk or the database is full (at once: no retry).
         StoreError: still failing after `retry_s` (its message names `store`, the time, and the last
-            error's first line with `password` scrubbed).
+            error's first line with `password` scrubbed), or past `end_retries_within`'s end.
         Exception: whatever `call` raised that is not transient, unchanged.
     """
     start = clock()
@@ -169,13 +210,16 @@ def retry_transient(
             try:
                 return call(attempt)
             except Exception as exc:
+                if not isinstance(exc, StoreError) and is_disk_full(exc):
+                    raise store_full(store, exc, password, database) from exc
                 if not is_transient(exc):
                     raise
                 if not failing:
                     failing = True
                     _outages.begin()
                 waited = clock() - start
-                if waited + delay > retry_s:
+                ending = _ending.get("by")
+                if waited + delay > retry_s or (ending is not None and time.monotonic() + delay > ending):
                     raise unreachable(store, waited, exc, password) from exc
                 sleep(delay * random.uniform(0.5, 1.0))
                 delay = min(2 * delay, MAX_DELAY_S)
@@ -191,6 +235,25 @@ def unreachable(store: str, waited_s: float, exc: BaseException, password: str |
     return StoreError(
         f"store {store} unreachable for {waited_s:.0f} s ({_first_line(exc, password)})",
         f"check that the database is up, or allow longer outages with --store-retry-s or {STORE_RETRY_ENV}",
+    )
+
+
+def store_full(
+    store: str, exc: BaseException, password: str | None, database: str | None = None
+) -> StoreFull:
+    """The one error of a store write that failed for want of room (`store`: the URL as shown;
+    `database`: a SQLite file, whose filesystem's free space the message states)."""
+    # Without SQLAlchemy's "(sqlite3.OperationalError) " in front of the driver's words.
+    said = re.sub(r"^\([\w.]+\) ", "", _first_line(exc, password))
+    where = ""
+    if database:
+        folder = Path(database).expanduser().absolute().parent
+        free = describe_free(folder)
+        where = f"; {folder}: {free}" if free else ""
+    return StoreFull(
+        f"store {store} cannot be written, its disk or database is full ({said}{where}); not retried",
+        "free space there (a server store: its data disk or table quota), then continue with "
+        "`autotune resume STUDY`: a trial it could not record is marked interrupted then",
     )
 
 
@@ -238,6 +301,7 @@ class RetryingRDBStorage(RDBStorage):
         self.retry_s = retry_s
         self.shown = shown
         self.new_trial_user_attrs: dict[str, Any] = {}
+        self.full: StoreFull | None = None  # the last heartbeat that failed for want of room
         super().__init__(url, **kwargs)
 
     @staticmethod
@@ -257,9 +321,29 @@ class RetryingRDBStorage(RDBStorage):
             return call(0)
         _calls.active = True
         try:
-            return retry_transient(call, self.retry_s, self.shown, make_url(self.url).password)
+            url = make_url(self.url)
+            database = url.database if url.get_backend_name() == "sqlite" else None
+            if database in ("", ":memory:"):
+                database = None
+            return retry_transient(call, self.retry_s, self.shown, url.password, database=database)
         finally:
             _calls.active = False
+
+    def record_heartbeat(self, trial_id: int) -> None:
+        """optuna's heartbeat, from its thread: a write that fails because the store is full is
+        kept in `full` (the trial raises it at its next step: `raise_if_full`) instead of ending
+        the thread with a traceback; the next beat tries again."""
+        try:
+            self._retry(lambda attempt: RDBStorage.record_heartbeat(self, trial_id))
+        except StoreFull as exc:
+            self.full = exc
+        else:
+            self.full = None
+
+    def raise_if_full(self) -> None:
+        """Raise the `StoreFull` of the last heartbeat, if it failed so."""
+        if self.full is not None:
+            raise self.full
 
     def create_new_study(self, directions: Sequence[StudyDirection], study_name: str | None = None) -> int:
         def attempt(number: int) -> int:
@@ -396,7 +480,6 @@ RETRIED_AS_IS = (
     "_get_trials",
     "get_best_trial",
     "_get_best_trial_id",
-    "record_heartbeat",
     "_get_stale_trial_ids",
 )
 for _name in RETRIED_AS_IS:

@@ -8,6 +8,7 @@ from dataclasses import replace
 import torch
 from optuna.trial import FrozenTrial
 
+from autotune.disk import is_disk_full
 from autotune.errors import AutotuneError, StoreError
 from autotune.measure.callback import ScreenedOut, TrialTimeout
 from autotune.measure.estimate import SAFETY_MARGIN
@@ -110,6 +111,8 @@ def failure_reason(exc: BaseException) -> str:
         return exc.reason
     if isinstance(exc, StoreError):
         return outcomes.STORE_LOST
+    if is_disk_full(exc):  # before the compile error a full compile cache also is
+        return outcomes.DISK_FULL
     if isinstance(exc, torch.OutOfMemoryError | MemoryError) or "out of memory" in text.lower():
         return outcomes.OOM
     if "DefaultCPUAllocator: can't allocate memory" in text:

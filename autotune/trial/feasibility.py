@@ -18,10 +18,10 @@ from autotune.measure.estimate import clearly_over
 from autotune.study.outcomes import (
     DUPLICATE,
     DUPLICATE_RUNNING,
-    INTERRUPTED,
     OOM_PREDICTED,
     OUT_OF_MEMORY,
     OVER_ESTIMATE,
+    RUN_AGAIN,
     UNUSED_PARAMETERS,
     UNUSED_PARAMETERS_KNOWN,
 )
@@ -46,9 +46,10 @@ def as_past(trial: FrozenTrial) -> PastTrial:
 
 
 def find_duplicate(params: Mapping[str, Any], past: Iterable[PastTrial]) -> PastTrial | None:
-    """A finished trial with exactly these parameters that itself ran (not a reuse), if any."""
+    """A finished trial with exactly these parameters that itself ran (not a reuse) and whose end
+    says something about them (not `RUN_AGAIN`: interrupted, a full disk), if any."""
     for trial in past:
-        if dict(trial.params) == dict(params) and trial.reason not in (DUPLICATE, INTERRUPTED):
+        if dict(trial.params) == dict(params) and trial.reason not in (DUPLICATE, *RUN_AGAIN):
             return trial
     return None
 

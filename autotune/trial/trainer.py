@@ -28,6 +28,7 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_callback import PrinterCallback
 from transformers.trainer_utils import HPSearchBackend, default_compute_objective
 
+from autotune.disk import disk_full_line
 from autotune.measure.callback import ScreenedOut, ThroughputCallback
 from autotune.measure.deadline import step_deadlines
 from autotune.measure.estimate import MemoryEstimate
@@ -51,11 +52,12 @@ from autotune.space import SearchSpace, precision_of
 from autotune.space.defaults import training_arguments
 from autotune.space.knobs import Value, data_choices, fp8_trial, trial_kwargs
 from autotune.study.objective import run_tokens, score
-from autotune.study.outcomes import TrialOutcome, fail_running_trial, record_outcome
+from autotune.study.outcomes import DISK_FULL, TrialOutcome, fail_running_trial, record_outcome
 from autotune.study.owner import this_process
+from autotune.study.retry import RetryingRDBStorage
 from autotune.study.semantics import loss_compared, study_changes
 from autotune.trial import apply, memory, wholerun
-from autotune.trial.compile_cache import CompileMeter
+from autotune.trial.compile_cache import CompileMeter, study_compile_cache
 from autotune.trial.errors import (
     AGREED_ENDS,
     NonFiniteLoss,
@@ -278,6 +280,9 @@ class AutotuneTrainer(Trainer):
         return None
 
     def training_step(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        storage = RetryingRDBStorage.of(self.plan.storage)
+        if storage is not None:
+            storage.raise_if_full()  # the trial's heartbeat found the store full: say so now
         loss = super().training_step(*args, **kwargs)
         self.measurement.add_loss(loss)  # the trial's loss curve, step by step
         return loss
@@ -446,9 +451,17 @@ class AutotuneTrainer(Trainer):
         record = failure_record(exc, self.measurement.setup_s, text)
         if not skipped:
             self._release()
-        # A pre-check's or screening's own sentence; an error's type and first line.
+        reason = failure_reason(exc)
+        # A pre-check's or screening's own sentence; a full disk's folder; an error's type and first line.
         message = str(exc) if skipped or isinstance(exc, ScreenedOut) else one_line(exc)
-        self._finish(trial, TrialOutcome("PRUNED", failure_reason(exc), message, not skipped, record))
+        if reason == DISK_FULL:
+            message = self._disk_full_line(exc)
+        self._finish(trial, TrialOutcome("PRUNED", reason, message, not skipped, record))
+
+    def _disk_full_line(self, exc: BaseException) -> str:
+        """Where a trial ran out of disk: its compile cache, its scratch folder, or elsewhere."""
+        places = {"compile cache": study_compile_cache(self.plan), "scratch folder": self.args.output_dir}
+        return disk_full_line(exc, places)
 
     def _release(self) -> None:
         # Stock Trainer skips release_memory when a trial raises: do it here, or memory creeps.

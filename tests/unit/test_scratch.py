@@ -91,3 +91,19 @@ def test_a_search_killed_with_sigkill_leaves_folders_the_next_one_removes(tmp_pa
     assert logs[0].exists() and owner_of(str(logs[0])) is not None, sorted(p.name for p in tmp_path.iterdir())
     make_folder("autotune-logs-", str(tmp_path))
     assert not logs[0].exists()
+
+
+def test_a_folder_that_cannot_be_stamped_on_a_full_disk_is_not_left_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from autotune import scratch
+
+    def full(path: str) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.path.join(path, STAMP))
+
+    monkeypatch.setattr(scratch, "stamp", full)
+    with pytest.raises(OSError, match="No space left on device"):
+        make_folder("autotune-worker-", str(tmp_path))
+    assert list(tmp_path.iterdir()) == []  # an unstamped folder would never be swept
