@@ -1,0 +1,111 @@
+"""tools/docs_examples.py: each example block of the manual is replaced by what its commands print,
+trimmed the same way every time; other blocks and the text around them are left alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tools import docs_examples as de
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PAGE = """# A page
+
+Some text.
+
+<!-- example: fake -->
+```text
+$ old command
+old output
+```
+<!-- /example -->
+
+Between.
+
+<!-- example: other -->
+```text
+untouched
+```
+<!-- /example -->
+"""
+
+
+def test_a_block_is_replaced_and_the_rest_of_the_page_left_as_it_is() -> None:
+    new = de.replace_blocks(PAGE, {"fake": "```text\n$ echo hi\nhi\n```\n"})
+    assert new == PAGE.replace("$ old command\nold output\n", "$ echo hi\nhi\n")
+    assert de.replace_blocks(PAGE, {}) == PAGE
+    assert de.names_in(PAGE) == ["fake", "other"]
+
+
+def test_an_unclosed_block_is_an_error() -> None:
+    broken = PAGE.replace("untouched\n```\n<!-- /example -->", "untouched\n```\n")
+    with pytest.raises(ValueError, match="'other' is not closed"):
+        de.replace_blocks(broken, {"fake": "x\n"})
+
+
+def test_examples_run_in_order_in_one_folder_and_a_shared_command_runs_once(tmp_path: Path) -> None:
+    count = "echo ran >> count.txt; echo 'from '$PWD'/x'; printf 'padded   \\n'"
+    examples = (
+        de.Example("fake", (de.Command("echo hi", "echo hi"), de.Command("shared", count))),
+        de.Example("short", (de.Command("shared", count, de.keep(("from",))),)),
+        de.Example("code", (de.Command("", "cat count.txt"),), lang="python"),
+    )
+    blocks = de.run_examples(examples, tmp_path)
+    assert blocks["fake"] == "```text\n$ echo hi\nhi\n$ shared\nfrom ./x\npadded\n```\n"
+    assert blocks["short"] == "```text\n$ shared\nfrom ./x\n```\n"
+    assert blocks["code"] == "```python\nran\n```\n"  # the shared command ran once
+    new = de.replace_blocks(PAGE, blocks)
+    assert "<!-- example: fake -->\n```text\n$ echo hi\nhi\n$ shared" in new
+
+
+def test_a_failing_command_stops_the_run(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="exited 3: oops"):
+        de.run_examples((de.Example("bad", (de.Command("bad", "echo oops; exit 3"),)),), tmp_path)
+
+
+def test_main_rewrites_the_pages_holding_the_chosen_examples(tmp_path: Path, monkeypatch, capsys) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(PAGE, encoding="utf-8")
+    fake = de.Example("fake", (de.Command("echo new", "echo new"),))
+    monkeypatch.setattr(de, "EXAMPLES", (fake,))
+    monkeypatch.setattr(de, "BY_NAME", {"fake": fake})
+    monkeypatch.setattr(de, "pages", lambda root=tmp_path: [page])
+    monkeypatch.setattr(de, "ROOT", tmp_path)
+    assert de.main(["--only", "fake"]) == 0
+    assert page.read_text(encoding="utf-8") == PAGE.replace("$ old command\nold output", "$ echo new\nnew")
+
+
+def _search_output(trials: int) -> str:
+    lines = ["autotune study s in sqlite:///autotune.db", "baseline: 28.1k tok/s, peak 469 MiB"]
+    lines += [f"trial {i:3d}  bs=8  {20 + i}.0k tok/s  ok" for i in range(trials)]
+    lines += ["trial  99  bs=8  same parameters as trial 1: its result is reused"]
+    lines += ["  re-measure round 1: trial 7  30.1k tok/s", "best measured: trial 7"]
+    lines += ["answer: trial 7 beats the defaults: 1.25x", "use: trial 7", "expected: 31,505 tokens/s"]
+    lines += ["loss vs the baseline at equal tokens: +0.0%", "search time: 43.3 s"]
+    lines += ["changes the training math, compared with the baseline:", "  precision: fp32 -> bf16"]
+    lines += ["  effective batch per device: 8 -> 32", "{", '  "training_args": {}', "}"]
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("trials", [8, 30])
+def test_the_short_search_fits_the_readme(trials: int) -> None:
+    short = de.search_short(_search_output(trials)).splitlines()
+    assert len(short) + 1 <= 25  # with its command line
+    assert short[0].startswith("baseline:") and short[1].startswith("trial   0")
+    assert not any("reused" in line or "re-measure" in line for line in short)
+    assert short[1 + min(trials, 12) :] == [
+        "...",
+        "answer: trial 7 beats the defaults: 1.25x",
+        "use: trial 7",
+        "expected: 31,505 tokens/s",
+        "changes the training math, compared with the baseline:",
+        "  precision: fp32 -> bf16",
+        "  effective batch per device: 8 -> 32",
+    ]
+
+
+def test_every_block_of_the_manual_is_an_example_the_script_takes() -> None:
+    found = {name for page in de.pages(ROOT) for name in de.names_in(page.read_text(encoding="utf-8"))}
+    assert found == set(de.BY_NAME)
