@@ -109,3 +109,29 @@ def test_the_short_search_fits_the_readme(trials: int) -> None:
 def test_every_block_of_the_manual_is_an_example_the_script_takes() -> None:
     found = {name for page in de.pages(ROOT) for name in de.names_in(page.read_text(encoding="utf-8"))}
     assert found == set(de.BY_NAME)
+
+
+def _block(page: Path, name: str) -> list[str]:
+    """An example block's lines, less its fences."""
+    text = page.read_text(encoding="utf-8")
+    body = text.split(f"<!-- example: {name} -->\n", 1)[1].split("<!-- /example -->", 1)[0]
+    return body.strip().splitlines()[1:-1]
+
+
+def test_the_readme_search_is_the_manual_search_shortened() -> None:
+    """Both blocks come from one run of `make run`'s search: neither was edited by hand."""
+    full = _block(ROOT / "docs" / "getting-started.md", "search")
+    short = _block(ROOT / "README.md", "search-short")
+    assert full[0] == short[0] == f"$ {de.MAKE_RUN}"
+    assert short[1:] == de.search_short("\n".join(full[1:])).splitlines()
+
+
+def test_the_code_shown_is_the_example_file_it_runs() -> None:
+    shown = _block(ROOT / "docs" / "studies.md", "use-export-code")
+    assert shown == (ROOT / "examples" / "use_export.py").read_text(encoding="utf-8").strip().splitlines()
+
+
+def test_the_search_example_is_make_runs_search() -> None:
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    run_args = next(line for line in makefile.splitlines() if line.startswith("RUN_ARGS ?="))
+    assert de.MAKE_RUN == "autotune search " + run_args.split("?=", 1)[1].strip()
