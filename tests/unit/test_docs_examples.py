@@ -134,4 +134,4 @@ def test_the_code_shown_is_the_example_file_it_runs() -> None:
 def test_the_search_example_is_make_runs_search() -> None:
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     run_args = next(line for line in makefile.splitlines() if line.startswith("RUN_ARGS ?="))
-    assert de.MAKE_RUN == "autotune search " + run_args.split("?=", 1)[1].strip()
+    assert f"autotune search {run_args.split('?=', 1)[1].strip()}" == de.MAKE_RUN
