@@ -145,12 +145,13 @@ def elide_rows(head: int, tail: int) -> Trim:
     return trim
 
 
-def search_short(output: str) -> str:
-    """A search in at most 25 lines with its command (README): the baseline, the measured trials
-    (at most 12), then the answer and what it changes in the training math."""
+def _summary(output: str, *, header: tuple[str, ...] = (), trials: int | None = None) -> list[str]:
+    """A search's story in a few lines: the `header` lines named, the baseline, the measured trials
+    (the first `trials` of them), then the answer and what it changes in the training math."""
     lines = output.splitlines()
+    head = [line for line in lines if header and line.startswith(header)]
     baseline = [line for line in lines if line.startswith("baseline:")][:1]
-    trials = [line for line in lines if line.startswith("trial ") and "its result is reused" not in line]
+    measured = [line for line in lines if line.startswith("trial ") and "its result is reused" not in line]
     start = next((i for i, line in enumerate(lines) if line.startswith("answer:")), len(lines))
     answer = [line for line in lines[start:] if line.startswith(("answer:", "use:", "expected:"))]
     changes: list[str] = []
@@ -160,7 +161,18 @@ def search_short(output: str) -> str:
             changes.append(line)
         elif changes:
             break
-    return "\n".join([*baseline, *trials[:12], "...", *answer, *changes])
+    return [*head, *baseline, *measured[:trials], "...", *answer, *changes]
+
+
+def search_short(output: str) -> str:
+    """A search in at most 25 lines with its command (README): the baseline, the measured trials
+    (at most 12), then the answer and what it changes in the training math."""
+    return "\n".join(_summary(output, trials=12))
+
+
+def search_summary(output: str) -> str:
+    """A search with its model and data lines, every measured trial and the answer."""
+    return "\n".join(_summary(output, header=("model ", "  dataset")))
 
 
 # --- the examples ----------------------------------------------------------------------------------
@@ -181,7 +193,6 @@ MODEL_AND_TEXT = (
     "from pathlib import Path; from tests.local_models import write_model, write_text; "
     'write_model(Path("my-model")); write_text(Path("corpus.txt"), 200)'
 )
-OWN_LINES = ("model ", "baseline:", "trial ", "answer:", "use:", "expected:", "changes the", "  ")
 MEMORY = (
     "autotune search --model tiny-gpt2 --space batch-ckpt.yaml --seq-len 128 --trials 6 --seed 1 "
     "--no-baseline --finalists 0 --storage sqlite:///memory.db"
@@ -256,7 +267,7 @@ EXAMPLES: tuple[Example, ...] = (
             Command(
                 OWN_DATA,
                 f"{OWN_DATA} --storage sqlite:///own.db",
-                keep(OWN_LINES),
+                search_summary,
             ),
         ),
     ),
@@ -320,7 +331,8 @@ def run_command(script: str, folder: Path, *, repo: Path = ROOT, exit_code: int 
     env = {**os.environ, "NO_COLOR": "1", "TERM": "dumb", "COLUMNS": "150"}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     done = subprocess.run(
-        ["bash", "-c", f"{script.replace('{repo}', str(repo))} 2>&1"],
+        # In braces: the script's own redirections (2>FILE) come before the one that merges the rest.
+        ["bash", "-c", f"{{ {script.replace('{repo}', str(repo))} ; }} 2>&1"],
         cwd=folder,
         env=env,
         capture_output=True,

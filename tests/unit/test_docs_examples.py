@@ -135,3 +135,24 @@ def test_the_search_example_is_make_runs_search() -> None:
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     run_args = next(line for line in makefile.splitlines() if line.startswith("RUN_ARGS ?="))
     assert f"autotune search {run_args.split('?=', 1)[1].strip()}" == de.MAKE_RUN
+
+
+def test_a_command_redirecting_its_own_stderr_keeps_it_out_of_the_block(tmp_path: Path) -> None:
+    script = "{ echo out; echo err >&2; } 2>err.txt"
+    blocks = de.run_examples((de.Example("redirect", (de.Command("x", script),)),), tmp_path)
+    assert blocks["redirect"] == "```text\n$ x\nout\n```\n"
+    assert (tmp_path / "err.txt").read_text() == "err\n"
+
+
+def test_the_search_summary_keeps_the_model_lines_every_trial_and_the_answer() -> None:
+    output = _search_output(30).replace(
+        "baseline:", "model ./m (causal-lm)\n  dataset: 71 samples\nbaseline:", 1
+    )
+    summary = de.search_summary(output).splitlines()
+    assert summary[:3] == [
+        "model ./m (causal-lm)",
+        "  dataset: 71 samples",
+        "baseline: 28.1k tok/s, peak 469 MiB",
+    ]
+    assert len([line for line in summary if line.startswith("trial ")]) == 30
+    assert summary[-1] == "  effective batch per device: 8 -> 32" and '  "training_args": {}' not in summary
