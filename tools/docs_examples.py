@@ -117,7 +117,9 @@ def json_key(key: str, *, comment: str) -> Trim:
     """The value of `key` in the JSON the command printed, on one line after a comment line."""
 
     def trim(output: str) -> str:
-        value = json.loads(output[output.index("{") :])[key]
+        lines = output.splitlines()
+        first = next(i for i, line in enumerate(lines) if line.startswith("{"))  # after any notes
+        value = json.loads("\n".join(lines[first:]))[key]
         return f"{comment}\n{json.dumps(value)}"
 
     return trim

@@ -156,3 +156,8 @@ def test_the_search_summary_keeps_the_model_lines_every_trial_and_the_answer() -
     ]
     assert len([line for line in summary if line.startswith("trial ")]) == 30
     assert summary[-1] == "  effective batch per device: 8 -> 32" and '  "training_args": {}' not in summary
+
+
+def test_json_key_reads_the_json_after_any_note_lines() -> None:
+    output = 'note: {not json}\n{\n  "peft": {"r": 8},\n  "other": 1\n}\n'
+    assert de.json_key("peft", comment="# its peft:")(output) == '# its peft:\n{"r": 8}'
