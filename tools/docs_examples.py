@@ -113,14 +113,18 @@ def until_line(prefix: str, *, then: str = "") -> Trim:
     return trim
 
 
-def json_key(key: str, *, comment: str) -> Trim:
-    """The value of `key` in the JSON the command printed, on one line after a comment line."""
+def json_key(key: str, *, comment: str, fields: tuple[str, ...] = ()) -> Trim:
+    """The value of `key` in the JSON the command printed, on one line after a comment line; with
+    `fields`, only those of it, then ``...``."""
 
     def trim(output: str) -> str:
         lines = output.splitlines()
         first = next(i for i, line in enumerate(lines) if line.startswith("{"))  # after any notes
         value = json.loads("\n".join(lines[first:]))[key]
-        return f"{comment}\n{json.dumps(value)}"
+        if not fields:
+            return f"{comment}\n{json.dumps(value)}"
+        shown = json.dumps({field: value[field] for field in fields if field in value})
+        return f"{comment}\n{shown[:-1]}, ...}}"
 
     return trim
 
@@ -226,7 +230,11 @@ EXAMPLES: tuple[Example, ...] = (
             Command(
                 "autotune export tiny-llama-quick-seq128 --storage sqlite:///lora.db --format json",
                 "autotune export tiny-llama-quick-seq128 --storage sqlite:///lora.db --format json",
-                json_key("peft", comment='# its "peft", as LoraConfig(**exported["peft"]) takes it:'),
+                json_key(
+                    "peft",
+                    comment='# its "peft" in part, as LoraConfig(**exported["peft"]) takes it:',
+                    fields=("peft_type", "task_type", "r", "lora_alpha", "lora_dropout", "target_modules"),
+                ),
             ),
         ),
     ),

@@ -161,3 +161,9 @@ def test_the_search_summary_keeps_the_model_lines_every_trial_and_the_answer() -
 def test_json_key_reads_the_json_after_any_note_lines() -> None:
     output = 'note: {not json}\n{\n  "peft": {"r": 8},\n  "other": 1\n}\n'
     assert de.json_key("peft", comment="# its peft:")(output) == '# its peft:\n{"r": 8}'
+
+
+def test_json_key_shows_the_fields_asked_for_then_an_ellipsis() -> None:
+    output = '{"peft": {"peft_type": "LORA", "r": 8, "revision": null}}'
+    trim = de.json_key("peft", comment="# in part:", fields=("peft_type", "r", "absent"))
+    assert trim(output) == '# in part:\n{"peft_type": "LORA", "r": 8, ...}'
