@@ -8,9 +8,9 @@ TORCH_VERSION ?= 2.13.0
 STAMP := $(VENV)/.installed
 
 RUN_ARGS ?= --model tiny-gpt2 --space quick --trials 8
-LINT_PATHS := autotune tests $(wildcard benchmarks/*.py)
+LINT_PATHS := autotune tests tools $(wildcard benchmarks/*.py)
 
-.PHONY: install run test test-unit lint format clean bench bench-md bench-aa bench-ab
+.PHONY: install run test test-unit lint format docs docs-examples clean bench bench-md bench-aa bench-ab
 
 install: $(STAMP)
 
@@ -38,6 +38,22 @@ lint: install
 format: install
 	$(BIN)/ruff check --fix $(LINT_PATHS)
 	$(BIN)/ruff format $(LINT_PATHS)
+
+# The manual (docs/, mkdocs.yml): the generated reference pages must be current, then the site is
+# built strictly (a broken link, a missing anchor or a page left out of the nav fails).
+DOCS_STAMP := $(VENV)/.docs-installed
+
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e ".[docs]"
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	$(BIN)/python -m autotune.cli.reference --check
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+# Re-take every example output of README.md and docs/ (runs the example searches: minutes).
+docs-examples: install
+	$(BIN)/python tools/docs_examples.py
 
 # Benchmarks (CPU, 30-45 minutes): the end-to-end comparison of benchmarks/RESULTS.md, a real
 # 10-trial search per preset over benchmarks/space_ladder.yaml, then its pick, `TrainingArguments()`
@@ -67,4 +83,4 @@ bench-ab: install
 	$(BIN)/python -m benchmarks.ab_check $(AB_ARGS)
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache .mypy_cache .ruff_cache autotune.db
+	rm -rf $(VENV) *.egg-info .pytest_cache .mypy_cache .ruff_cache autotune.db site

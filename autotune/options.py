@@ -4,7 +4,8 @@ Each option is a field of `RunConfig`, or of `MeasureSettings` (its ``measure``)
 `autotune.config.option`: name, type, default, help, group and flag. Everything else is derived
 here: the keywords `search()` and `tune()` take (`KEYWORDS`, `run_config`), the flags an error
 names on the command line (`command_line_text`) and the reference, docs/reference/options.md
-(`reference`; regenerate it with ``python -m autotune.options``). The typer flags of
+(`reference`; regenerate it, with the manual's other generated pages, by
+``python -m autotune.cli.reference``). The typer flags of
 ``autotune search`` are built from `OPTIONS` in `autotune.cli._options`.
 """
 
@@ -14,7 +15,6 @@ import dataclasses
 import functools
 import inspect
 import re
-import sys
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +24,8 @@ from autotune.config import GROUPS, MeasureSettings, RunConfig
 from autotune.errors import AutotuneError, UsageError
 
 REFERENCE = Path("docs") / "reference" / "options.md"
-REGENERATE = "python -m autotune.options"
+# The one command that writes every generated page of the manual (autotune/cli/reference.py).
+REGENERATE = "python -m autotune.cli.reference"
 
 
 @dataclass(frozen=True)
@@ -271,22 +272,3 @@ def reference() -> str:
             meaning = _cell(help_text(option, command_line=False))
             lines.append(f"| {name} | {flags} | {_type_name(option)} | {default} | {meaning} |")
     return "\n".join(lines) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Write the reference (``--check``: only say whether the committed one is current)."""
-    args = sys.argv[1:] if argv is None else argv
-    path = Path(__file__).resolve().parents[1] / REFERENCE
-    text = reference()
-    if "--check" in args:
-        current = path.exists() and path.read_text(encoding="utf-8") == text
-        print(f"{REFERENCE} is {'current' if current else f'stale: run `{REGENERATE}`'}")
-        return 0 if current else 1
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    print(f"wrote {REFERENCE}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

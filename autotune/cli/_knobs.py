@@ -1,9 +1,15 @@
-"""`autotune knobs`: the knob catalogue, and which values can run on this machine."""
+"""`autotune knobs`: the knob catalogue, and which values can run on this machine.
+
+``--format markdown`` prints the catalogue alone, as docs/reference/knobs.md holds it: what each
+knob is, where it lands, its values and where a value runs only on some machines; not what this
+machine supports (that is the table's).
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
+import typer
 from rich.markup import escape
 from rich.table import Table
 
@@ -18,8 +24,27 @@ def knobs_command(
             "model", "Also check what this model supports (attention, checkpointing).", show_default=False
         ),
     ] = None,
+    output_format: Annotated[
+        Literal["table", "markdown"],
+        typer.Option(
+            "--format",
+            "-f",
+            help="table: the catalogue with what runs on this machine; markdown: the catalogue alone, "
+            "as the manual's knob reference (docs/reference/knobs.md), the same on every machine.",
+        ),
+    ] = "table",
 ) -> None:
     """List every knob, where it lands, whether it changes the training math, and what runs here."""
+    if output_format == "markdown":
+        if model is not None:
+            from autotune.errors import UsageError
+
+            raise UsageError(
+                "--format markdown is the catalogue alone, the same on every machine: it checks no --model",
+                "drop --model, or use --format table",
+            )
+        typer.echo(knobs_markdown(), nl=False)
+        return
     from autotune.space.availability import (
         RUNS_ON,
         ModelSupport,
@@ -83,3 +108,72 @@ def _value_line(shown: str, reason: str | None) -> str:
     if reason is None:
         return f"[green]yes[/] {escape(shown)}"
     return f"[red]no[/]  {escape(shown)}: {escape(reason)}"
+
+
+# --- the catalogue as markdown (docs/reference/knobs.md) ------------------------------------------
+
+_LANDS = {"args": "`TrainingArguments`", "model": "model-load kwargs", "data": "the data collator"}
+
+
+def _landing(knob: Knob) -> str:
+    """Where a knob's values land, read from the mapping trials use: the fields its values set."""
+    from autotune.space.knobs import trial_kwargs
+
+    if knob.target == "data":
+        return _LANDS["data"]
+    fields: list[str] = []
+    for _, value in _values(knob):
+        args, model_kwargs = trial_kwargs({knob.name: value})  # type: ignore[dict-item]
+        for field in (*args, *model_kwargs):
+            if field not in fields:
+                fields.append(field)
+    return f"{_LANDS[knob.target]}: " + ", ".join(f"`{field}`" for field in fields)
+
+
+def _exists(knob: Knob) -> str:
+    """In which trials a knob exists (all, where nothing is said)."""
+    said = []
+    if knob.ranks_only:
+        said.append("trials of more than one rank")
+    if knob.requires is not None:
+        other, values = knob.requires
+        shown = ", ".join(str(v).lower() if isinstance(v, bool) else str(v) for v in values)
+        said.append(f"trials with `{other}` {shown}")
+    return "; ".join(said) or "every trial"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def knobs_markdown() -> str:
+    """The knob catalogue as markdown: one row per knob, then where each value that does not run
+    everywhere runs. The same on every machine (availability here is the table format's)."""
+    from autotune.space.availability import RUNS_ON
+    from autotune.space.knobs import CATALOGUE
+
+    lines = [
+        "# Knob reference",
+        "",
+        "<!-- Generated from autotune/space/knobs.py by `python -m autotune.cli.reference` "
+        "(or `autotune knobs --format markdown`): edit the catalogue there. -->",
+        "",
+        "Every knob a search space may list, from the catalogue in `autotune/space/knobs.py`.",
+        "`autotune knobs` shows which values run on the machine at hand, and why the others do not.",
+        "",
+        "| knob | what it does | lands in | values | changes the training math | exists in |",
+        "|---|---|---|---|---|---|",
+    ]
+    for knob in CATALOGUE.values():
+        # A literal value in code quotes; a description of values ("positive integers") as text.
+        values = ", ".join(shown if " " in shown else f"`{shown}`" for shown, _ in _values(knob))
+        lines.append(
+            f"| `{knob.name}` | {_md(knob.help)} | {_landing(knob)} | {values} "
+            f"| {'yes' if knob.changes_semantics else 'no'} | {_exists(knob)} |"
+        )
+    lines += ["", "## Values that run only on some machines", ""]
+    lines += ["| knob | value | runs on |", "|---|---|---|"]
+    for (name, value), where in RUNS_ON.items():
+        shown = str(value).lower() if isinstance(value, bool) else str(value)
+        lines.append(f"| `{name}` | `{shown}` | {_md(where)} |")
+    return "\n".join(lines) + "\n"

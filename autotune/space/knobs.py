@@ -66,7 +66,7 @@ class Knob:
         choices: the legal values of a ``"choice"`` knob.
         changes_semantics: whether the knob changes the training math (optimizer family, precision,
             effective batch size) rather than only its speed.
-        help: one line for `autotune knobs` and the README.
+        help: one line for `autotune knobs` and the knob reference (docs/reference/knobs.md).
         requires: ``(other knob, values)``: this knob only exists in trials where the other knob
             takes one of those values (a compile mode only with the inductor backend).
         ranks_only: the knob only exists in trials of more than one rank (DistributedDataParallel's

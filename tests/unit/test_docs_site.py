@@ -1,0 +1,112 @@
+"""README.md is a front page and the manual in docs/ holds together: the front page is short, keeps
+the two commands CI runs, states no figures of its own, and every link of it and of the manual
+reaches a file (and a heading) that exists; every page is in the site's navigation.
+
+`mkdocs build --strict` (``make docs``, in CI) checks the site itself; these checks need no mkdocs.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+FENCE = re.compile(r"^```.*?^```", re.DOTALL | re.MULTILINE)
+
+
+def _prose(path: Path) -> str:
+    """A page without its code blocks (their brackets are not links)."""
+    return FENCE.sub("", path.read_text(encoding="utf-8"))
+
+
+def _slug(heading: str) -> str:
+    """A heading's anchor as Python-Markdown's toc makes it (mkdocs' default)."""
+    text = re.sub(r"[^\w\s-]", "", heading.replace("`", "")).strip().lower()
+    return re.sub(r"[-\s]+", "-", text)
+
+
+def _anchors(path: Path) -> set[str]:
+    return {_slug(m.group(1)) for m in re.finditer(r"^#+ (.+)$", _prose(path), re.MULTILINE)}
+
+
+def _links(path: Path) -> list[tuple[Path, str]]:
+    """(target file, anchor) of each relative link of a page."""
+    found = []
+    for target in LINK.findall(_prose(path)):
+        if re.match(r"[a-z]+:", target):
+            continue
+        file, _, anchor = target.partition("#")
+        found.append(((path.parent / file).resolve() if file else path, anchor))
+    return found
+
+
+def test_the_readme_is_a_front_page_of_at_most_200_lines() -> None:
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 200
+    for heading in ("## Install", "## The two commands", "## A search and its answer", "## The manual"):
+        assert heading in text
+
+
+def test_the_readme_keeps_the_two_commands_ci_runs() -> None:
+    text = README.read_text(encoding="utf-8")
+    block = text.split("## The two commands", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = [line.split("#")[0].strip() for line in block.splitlines()]
+    assert commands == ["make run", "make test"]
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert "make test" in ci and "make docs" in ci
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert re.search(r"^test: install\n\t\$\(BIN\)/python -m pytest -q$", makefile, re.MULTILINE)
+    assert re.search(r"^run: install\n\t\$\(BIN\)/autotune search \$\(RUN_ARGS\)$", makefile, re.MULTILINE)
+
+
+def test_the_readme_states_no_test_counts_dates_or_machines() -> None:
+    prose = _prose(README)  # example outputs are re-taken by a script; the prose holds no figures
+    for pattern in (r"\b\d+ tests\b", r"\b20\d\d-\d\d-\d\d\b", r"EPYC|Xeon|H100|H200|A100", r"\bminutes\b"):
+        assert not re.search(pattern, prose), pattern
+    assert "benchmarks/RESULTS.md" in prose
+
+
+def test_the_readme_example_fits_in_25_lines() -> None:
+    text = README.read_text(encoding="utf-8")
+    block = text.split("<!-- example: search-short -->\n", 1)[1].split("<!-- /example -->", 1)[0]
+    assert len(block.strip().splitlines()) - 2 <= 25  # less its fences
+
+
+@pytest.mark.parametrize("page", [README, *sorted(DOCS.rglob("*.md"))], ids=lambda p: p.name)
+def test_every_link_reaches_a_file_and_a_heading(page: Path) -> None:
+    for target, anchor in _links(page):
+        assert target.exists(), f"{page.name} links to {target}, which does not exist"
+        if anchor and target.suffix == ".md":
+            assert anchor in _anchors(target), f"{page.name} links to #{anchor} of {target.name}"
+
+
+def _nav_pages(nav: list) -> set[str]:
+    pages: set[str] = set()
+    for item in nav:
+        values = item.values() if isinstance(item, dict) else [item]
+        for value in values:
+            pages |= _nav_pages(value) if isinstance(value, list) else {value}
+    return pages
+
+
+def test_every_page_of_the_manual_is_in_the_site_navigation() -> None:
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    assert config["theme"]["name"] == "material" and config["strict"] is True
+    pages = {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md")}
+    assert _nav_pages(config["nav"]) == pages
+    for required in ("getting-started.md", "your-model.md", "measurement.md", "knobs.md", "cli.md"):
+        assert required in pages
+    for required in ("studies.md", "distributed.md", "benchmarks.md", "DESIGN.md", "reference/knobs.md"):
+        assert required in pages
+
+
+def test_the_slugs_are_python_markdowns() -> None:
+    slug = _slug("How the ranks share the model (`data_parallel`)")
+    assert slug == "how-the-ranks-share-the-model-data_parallel"
+    assert _slug("Finalists: re-measured in rounds") == "finalists-re-measured-in-rounds"
