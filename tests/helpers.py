@@ -448,3 +448,38 @@ class Throttle(TrainerCallback):
         if helper is not None:
             helper.terminate()
             helper.wait(timeout=10)
+
+
+class FakeClock:
+    """A clock for code that takes ``clock=`` and ``sleep=``: time moves only when it sleeps, and
+    every sleep is recorded."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def trial_states(storage: str, name: str) -> list[Any]:
+    """The states of study `name`'s trials in `storage`, none while the study does not exist yet."""
+    import optuna
+
+    try:
+        return [t.state for t in optuna.load_study(study_name=name, storage=storage).trials]
+    except KeyError:
+        return []
+
+
+def default_interrupt_signals() -> None:
+    """Give a child process SIGINT and SIGTERM's default actions (a ``preexec_fn``): pytest's
+    handlers must not be what the search under test inherits."""
+    import signal
+
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, signal.SIG_DFL)

@@ -16,19 +16,7 @@ import pytest
 
 from autotune.executors.processes import descendants, wait_gone
 from autotune.executors.torchrun import MAX_SOCKET_PATH, events_socket
-from tests.helpers import wait_for, write_space
-
-
-def _states(storage: str, name: str) -> list[optuna.trial.TrialState]:
-    try:
-        return [t.state for t in optuna.load_study(study_name=name, storage=storage).trials]
-    except KeyError:
-        return []
-
-
-def _default_interrupt_signals() -> None:
-    for number in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(number, signal.SIG_DFL)
+from tests.helpers import default_interrupt_signals, trial_states, wait_for, write_space
 
 
 def _ignores(pid: int, number: signal.Signals) -> bool:
@@ -56,11 +44,13 @@ def _interrupt_mid_trial(tmp_path: Path, number: signal.Signals, *extra: str) ->
     # As a shell starts it: SIGINT and SIGTERM at their defaults, whatever this test process inherited
     # or an earlier test left (an ignored signal is inherited across exec, and autotune respects it).
     proc = subprocess.Popen(
-        args, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_default_interrupt_signals
+        args, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=default_interrupt_signals
     )
     try:
         wait_for(
-            lambda: optuna.trial.TrialState.RUNNING in _states(storage, "sig") or proc.poll() is not None,
+            lambda: (
+                optuna.trial.TrialState.RUNNING in trial_states(storage, "sig") or proc.poll() is not None
+            ),
             timeout_s=240,
             what="a running trial",
         )

@@ -20,21 +20,9 @@ import pytest
 
 from autotune.executors.processes import descendants, wait_gone
 from autotune.study.store import fail_interrupted_trials, load_existing_study
-from tests.helpers import wait_for, write_space
+from tests.helpers import default_interrupt_signals, trial_states, wait_for, write_space
 
 FAULT_HOOK = Path(__file__).resolve().parents[1] / "fixtures" / "store_fault"
-
-
-def _states(storage: str, name: str) -> list[optuna.trial.TrialState]:
-    try:
-        return [t.state for t in optuna.load_study(study_name=name, storage=storage).trials]
-    except KeyError:
-        return []
-
-
-def _default_interrupt_signals() -> None:
-    for number in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(number, signal.SIG_DFL)
 
 
 class _Search:
@@ -63,14 +51,14 @@ class _Search:
         args += ["--max-seconds", "60", "--target-ci", "0.000001", *extra]
         self.log = open(tmp_path / "search.log", "w+")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            args, env=env, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=_default_interrupt_signals
+            args, env=env, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=default_interrupt_signals
         )
         self.started: list[tuple[int, str]] = []
 
     def wait_for_a_running_trial(self) -> None:
         wait_for(
             lambda: (
-                optuna.trial.TrialState.RUNNING in _states(self.storage, "full")
+                optuna.trial.TrialState.RUNNING in trial_states(self.storage, "full")
                 or self.proc.poll() is not None
             ),
             timeout_s=240,

@@ -24,6 +24,7 @@ from autotune.study.outcomes import DISK_FULL, STORE_LOST
 from autotune.study.retry import end_retries_within, is_transient, restore_retries, retry_transient
 from autotune.study.store import open_storage
 from autotune.trial.feasibility import PastTrial, find_duplicate
+from tests.helpers import FakeClock
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -98,21 +99,8 @@ def test_a_compile_failure_that_hides_its_cause_is_still_a_full_disk() -> None:
     assert failure_reason(error) == DISK_FULL
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.sleeps: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-
-
 def test_a_full_store_raises_at_once_in_one_line_naming_it(tmp_path: Path) -> None:
-    clock = _Clock()
+    clock = FakeClock()
     attempts: list[int] = []
 
     def call(attempt: int) -> None:
@@ -175,7 +163,7 @@ def test_an_interrupt_bounds_the_retries_of_an_outage() -> None:
         assert time.monotonic() - started < 2.0  # not the 300 s of its bound
     finally:
         restore_retries()
-    clock = _Clock()
+    clock = FakeClock()
     calls: list[int] = []
 
     def twice(attempt: int) -> str:

@@ -24,7 +24,7 @@ from autotune.study import retry
 from autotune.study.retry import RetryingRDBStorage, is_transient, retry_transient
 from autotune.study.store import _engine_kwargs, open_storage
 from autotune.urls import engine_url
-from tests.helpers import terminate_connections
+from tests.helpers import FakeClock, terminate_connections
 
 
 def _operational(message: str) -> sqlalchemy.exc.OperationalError:
@@ -84,19 +84,6 @@ def test_errors_that_do_not_pass(error: BaseException) -> None:
     assert not is_transient(error)
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.sleeps: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-
-
 def _failing(times: int, error: Callable[[], BaseException]) -> tuple[Callable[[int], str], list[int]]:
     attempts: list[int] = []
 
@@ -111,7 +98,7 @@ def _failing(times: int, error: Callable[[], BaseException]) -> tuple[Callable[[
 
 def test_transient_errors_are_retried_with_growing_waits(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(retry.random, "uniform", lambda low, high: high)
-    clock = _Clock()
+    clock = FakeClock()
     call, attempts = _failing(8, lambda: _operational("server closed the connection"))
     assert retry_transient(call, 300, "store", clock=clock, sleep=clock.sleep) == "done"
     assert attempts == list(range(9))  # a call knows it is a retry
@@ -119,7 +106,7 @@ def test_transient_errors_are_retried_with_growing_waits(monkeypatch: pytest.Mon
 
 
 def test_other_errors_pass_through_at_once() -> None:
-    clock = _Clock()
+    clock = FakeClock()
     call, attempts = _failing(1, lambda: KeyError("no such trial"))
     with pytest.raises(KeyError, match="no such trial"):
         retry_transient(call, 300, "store", clock=clock, sleep=clock.sleep)
@@ -127,7 +114,7 @@ def test_other_errors_pass_through_at_once() -> None:
 
 
 def test_an_outage_longer_than_the_bound_is_one_store_error() -> None:
-    clock = _Clock()
+    clock = FakeClock()
     call, _ = _failing(10**6, lambda: _wrapped(_operational("connection to server failed: secret at host")))
     store = "postgresql://autotune:***@db:5432/autotune"
     with pytest.raises(
@@ -141,7 +128,7 @@ def test_an_outage_longer_than_the_bound_is_one_store_error() -> None:
 
 
 def test_no_retry_with_a_zero_bound() -> None:
-    clock = _Clock()
+    clock = FakeClock()
     call, attempts = _failing(1, lambda: _operational("gone away"))
     with pytest.raises(StoreError, match="unreachable for 0 s"):
         retry_transient(call, 0, "store", clock=clock, sleep=clock.sleep)
