@@ -31,6 +31,7 @@ ORDER: tuple[tuple[str, str | None], ...] = (
     ("aa_check", "aa_check"),
     ("ab_check", "ab_check"),
     ("answer", None),
+    ("loss_parity_pretrained", None),
     ("compile_anatomy", "compile_anatomy"),
     ("compile_cache", "compile_cache"),
     ("ddp_knobs", "ddp_knobs"),
