@@ -55,6 +55,7 @@ STORE_LOST = "store_lost"
 UNAVAILABLE = "unavailable"
 DUPLICATE = "duplicate"
 DUPLICATE_RUNNING = "duplicate_running"  # another worker is training the same parameters now
+OVER_BUDGET = "over_budget"  # trials started before it (by other workers) hold the whole budget
 OOM_PREDICTED = "oom_predicted"
 OVER_ESTIMATE = "over_estimate"
 # DDP without find_unused_parameters on a model that already failed that way (`UNUSED_PARAMETERS`)
@@ -65,6 +66,7 @@ NOT_TRAINED = (
     UNAVAILABLE,
     DUPLICATE,
     DUPLICATE_RUNNING,
+    OVER_BUDGET,
     OOM_PREDICTED,
     OVER_ESTIMATE,
     UNUSED_PARAMETERS_KNOWN,

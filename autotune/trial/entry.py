@@ -164,6 +164,7 @@ def one_trial(trainer: Any, plan: Plan, study: optuna.Study, job: Job) -> TrialD
     In a DDP trial only rank 0 asks the study (the Trainer broadcasts each trial's values); every
     decision to go on or stop is rank 0's, broadcast, so all ranks run the same trials."""
     collided = 0  # proposals that another worker was already training
+    trainer.trial_budget = job.budget
     for _ in range(MAX_SKIPS):
         done: TrialDone | None = None
         if is_rank_zero():

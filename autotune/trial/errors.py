@@ -64,6 +64,17 @@ class RunningTwin(NotTrained):
         self.number = number
 
 
+class OverBudget(NotTrained):
+    """Trials that started before this one (other workers') hold the study's whole budget: two
+    workers that both saw room for the last trial do not both train."""
+
+    reason = outcomes.OVER_BUDGET
+
+    def __init__(self, budget: int) -> None:
+        super().__init__(f"the trials started before it hold the study's budget of {budget}")
+        self.budget = budget
+
+
 class OverEstimate(NotTrained):
     """The configuration's memory estimate is clearly over the cap."""
 

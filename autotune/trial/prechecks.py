@@ -1,8 +1,9 @@
 """The pre-checks of a trial, before anything is built: a combination that cannot run here, the
 same parameters as a finished trial (its result is reused) or a running one, DDP without its search
 for unused parameters on a model that failed that way, a configuration that needs at least the
-memory of one that ran out of it, or an estimate clearly over the cap. Each ends
-the trial with a `NotTrained` exception that says why."""
+memory of one that ran out of it, an estimate clearly over the cap, or a budget that trials started
+before it hold already (another worker's). Each ends the trial with a `NotTrained` exception that
+says why."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from autotune.plan.resolved import Plan
 from autotune.space import precision_of
 from autotune.space.availability import combination_unavailable
 from autotune.study.outcomes import DUPLICATE, DUPLICATE_RUNNING, OOM_PREDICTED, UNUSED_PARAMETERS_KNOWN
-from autotune.study.store import FINISHED
+from autotune.study.store import FINISHED, was_trained
 from autotune.trial.errors import (
     NotTrained,
+    OverBudget,
     OverEstimate,
     PredictedOOM,
     Reused,
@@ -53,10 +55,12 @@ def precheck_trial(
     plan: Plan,
     base_args: Mapping[str, Any],
     estimate: Callable[[Sequence[optuna.trial.FrozenTrial]], MemoryEstimate | None],
+    budget: int | None = None,
 ) -> None:
     """Raise the `NotTrained` that ends `trial` before training, if any (see the module docstring).
     `estimate` makes the memory estimate from the study's finished trials (their measured peaks);
-    it is called only when the cheaper checks pass.
+    it is called only when the cheaper checks pass. `budget`: the study's total budget of measured
+    trials, where this trial's worker holds one (`Job.budget`).
 
     Raises:
         NotTrained: why the trial needs no training.
@@ -72,6 +76,16 @@ def precheck_trial(
     others = [t for t in trials if t.number != trial.number]
     finished = [t for t in others if t.state in FINISHED]
     running = [as_past(t) for t in others if t.state == optuna.trial.TrialState.RUNNING]
+    if budget is not None:
+        # Workers check the budget before they ask for a trial, so two can both see room for the
+        # last one; of trials created concurrently, the earlier number goes on. A running trial
+        # that turns out to need no training gives its place back to the next ask.
+        earlier = [t for t in others if t.state in FINISHED and was_trained(t)]
+        earlier += [
+            t for t in others if t.state == optuna.trial.TrialState.RUNNING and t.number < trial.number
+        ]
+        if len(earlier) >= budget:
+            raise OverBudget(budget)
     made: list[MemoryEstimate | None] = []
 
     def estimate_bytes() -> int | None:

@@ -97,6 +97,9 @@ class AutotuneTrainer(Trainer):
         debug: bool = False,
     ) -> None:
         self.plan = plan
+        # The study's budget of measured trials while a trial job runs (`Job.budget`): the pre-check
+        # yields to trials other workers started first once they hold it.
+        self.trial_budget: int | None = None
         self.workload = plan.workload
         self.base_args = dict(base_args)
         self.measurement = measurement
@@ -214,7 +217,9 @@ class AutotuneTrainer(Trainer):
             self._estimate = memory.estimate_in_study(self.estimator, study, finished, values)
             return self._estimate
 
-        agreed_precheck(lambda: precheck_trial(trial, values, self.plan, self.base_args, estimate))
+        agreed_precheck(
+            lambda: precheck_trial(trial, values, self.plan, self.base_args, estimate, self.trial_budget)
+        )
 
     def batch_ladder(self, candidates: Sequence[int]) -> tuple[list[int], dict[str, Any] | None]:
         """The leading `candidates` (larger batch sizes) that fit, and the probe that decided one
