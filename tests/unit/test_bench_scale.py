@@ -43,6 +43,10 @@ def test_a_failed_pool_check_is_shown_as_failed() -> None:
     broken["study"]["measured"] = results["trials"] + 1
     text = pool_load.render(broken)
     assert f"| **no**: {results['trials'] + 1} measured of {results['trials']}" in text
+    assert pool_load.OVER_BUDGET in text
+    exact = copy.deepcopy(results)
+    exact["checks"]["budget_exact"] = True
+    assert pool_load.OVER_BUDGET not in pool_load.render(exact)
 
 
 def _template(url: str) -> None:
