@@ -68,6 +68,10 @@ ROUND_CI_CAP = 0.10  # ... and the loosest any round's window takes
 # first kernels, allocations and optimizer state) and one more. The search measured it already;
 # only compilation needs its steps watched until they stop falling.
 ROUND_EAGER_WARMUP_STEPS = 2
+# A round's window may end after this many steps (at most the search's own minimum) once its
+# interval is as narrow as the round needs: a round places its contestants against each other, and
+# what decides is the spread across rounds, which the pooled noise of the rounds measures.
+ROUND_MIN_STEPS = 3
 # Rounds go on for an undecided answer up to this many (or twice `finalist_rounds`, if more).
 MAX_ROUNDS = 6
 
@@ -78,11 +82,13 @@ def round_window(settings: MeasureSettings, aa: AA | None) -> dict[str, Any]:
     position and the machine's drift as well as by their windows; a window's noise well under
     that spread (its 95% half-width at most half the A/A pairs' spread, `FIRST_ROUND_CI` before
     there is one, within `target_rel_ci` and `ROUND_CI_CAP`) adds little to it. A third of the
-    search's steps and seconds at most (at least its minimum window). A configuration that compiles
+    search's steps and seconds at most (at least its minimum window), and it may end after
+    `ROUND_MIN_STEPS` steps once as precise as that. A configuration that compiles
     nothing warms up for `ROUND_EAGER_WARMUP_STEPS`: the search has seen it settle."""
     spread = aa.spread if aa is not None and aa.rounds >= 2 else 2 * FIRST_ROUND_CI
     target = min(ROUND_CI_CAP, max(settings.target_rel_ci, spread / 2))
     return {
+        "min_steps": min(settings.min_steps, ROUND_MIN_STEPS),
         "max_steps": max(settings.min_steps, math.ceil(settings.max_steps / 3)),
         "max_seconds": settings.max_seconds / 3,
         "target_rel_ci": target,

@@ -18,6 +18,7 @@ from autotune.driver.finalists import (
     FIRST_ROUND_CI,
     ROUND_CI_CAP,
     ROUND_EAGER_WARMUP_STEPS,
+    ROUND_MIN_STEPS,
     remeasure_finalists,
     round_order,
     round_window,
@@ -312,6 +313,7 @@ def test_a_rounds_window_follows_the_aa_spread() -> None:
     settings = MeasureSettings()  # 30 steps, 60 s, 3%
     first = round_window(settings, None)
     assert first == {
+        "min_steps": ROUND_MIN_STEPS,
         "max_steps": 10,
         "max_seconds": 20.0,
         "target_rel_ci": FIRST_ROUND_CI,
