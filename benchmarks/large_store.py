@@ -332,7 +332,6 @@ def _took(timed: dict[str, Any]) -> str:
 
 def main() -> None:
     from benchmarks.harness import machine
-    from benchmarks.report import store
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=10_000)
@@ -342,7 +341,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     data = {"machine": machine(), **measure(args.trials, args.postgres, args.template)}
-    store("large_store", data)
+    report.store("large_store", data)
 
 
 if __name__ == "__main__":

@@ -232,14 +232,13 @@ def render(results: dict[str, Any]) -> str:
 
 def main() -> None:
     from benchmarks.harness import machine
-    from benchmarks.report import store
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--members", type=int, default=8)
     parser.add_argument("--trials", type=int, default=24)
     parser.add_argument("--bound-s", type=float, default=900.0, help="a member still running then: deadlock")
     args = parser.parse_args()
-    store("pool_load", {"machine": machine(), **measure(args.members, args.trials, args.bound_s)})
+    report.store("pool_load", {"machine": machine(), **measure(args.members, args.trials, args.bound_s)})
 
 
 if __name__ == "__main__":
