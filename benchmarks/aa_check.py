@@ -3,31 +3,16 @@
     python -m benchmarks.aa_check                     # 10 searches of 6 trials, 15-25 minutes on 2 cores
     python -m benchmarks.aa_check --searches 2 --trials 3 --check-quads 1 --max-steps 5   # a smoke run
 
-Every value of `benchmarks/space_aa.yaml` other than the defaults' is slower on a 2-core CPU (a
-tiny GPT-2 at sequence length 256: batch 8 as 8 x 1 or 2 x 4 under a global batch of 8,
-checkpointing off or on, 0 or 1 data-loader workers, fused AdamW or Adafactor), so no search over it
-should hand back anything but the defaults: every claimed speedup is one the instrument made up.
-The issue's bar is at most 1 claim in 10 searches. One search took 122 s here with the finalists of
-26e57e0 (53% of it), the space check about 2.5 minutes.
-
-The benchmark first confirms the space on the machine it runs on (the space check): the defaults
-and each configuration that changes one knob of them to another value of the space, measured with
-the search's own trial code (`harness.Bench`: warm-up, adaptive window) right beside the defaults,
-in ``--check-quads`` quads of A B B A (then B A A B), so that a change of the machine's load within
-seconds reaches both alike. A change is slower when its median quad (its better window of two over
-the defaults' better window) and its best window against the defaults' best are both under 1:
-other jobs on a shared machine only slow a window down, so the better window is the less disturbed
-one, and one disturbed window moves a mean far (the quads' geometric mean is shown too, with its
-interval).
-
-Then ``--searches`` searches, seeds 0, 1, ..., each with a fresh SQLite store in a temporary folder
-and the finalists as a search runs them by default. A search *claims a speedup* when its answer
-hands back a configuration other than the defaults (rule ``beats_defaults``, or any other rule with
-a non-default choice). Per search: the seed, the rule, the verdict, the stated speedup with its
-interval (the choice's, else the alternative's named beside the defaults), the answer's A/A figure
-where it gives one, the wall time and the finalists' share of it (the study's time breakdown), and
-how many trials' search windows measured faster than the search's own baseline. Writes
-``results/aa_check.json`` and its RESULTS.md section (`render`).
+Every value of `benchmarks/space_aa.yaml` other than the defaults' is slower on a 2-core CPU, so
+every speedup a search over it claims is one the instrument made up (the issue's bar: at most 1 in
+10 searches). The space check confirms that first on this machine: each one-knob change of the
+defaults is measured beside them (`harness.Bench`) in ``--check-quads`` quads of A B B A (then
+B A A B); it is slower when its median quad (better window over the defaults' better window) and
+its best window against the defaults' best are both under 1. Then ``--searches`` searches (seeds
+0, 1, ..., a fresh store each, the default finalists); one *claims a speedup* when its answer is
+not the defaults. Per search: seed, rule, verdict, stated speedup and interval, the answer's A/A
+figure, wall time, the finalists' share and the trials measured faster than the baseline.
+Results: ``results/aa_check.json`` and its section (`render`).
 """
 
 from __future__ import annotations

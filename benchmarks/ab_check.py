@@ -3,25 +3,13 @@
     python -m benchmarks.ab_check                      # tiny-gpt2, tiny-llama, tiny-bert: about 25 minutes
     python -m benchmarks.ab_check --presets tiny-gpt2 --seconds 5 --rounds 1 --trials 3 --max-steps 5  # smoke
 
-For each preset, a search as ``make run`` runs it (the quick space, 8 trials, seed 0, a fresh SQLite
-store in a temporary folder). Then the configuration the answer speaks of and the defaults are
-trained as a user trains them: each in a fresh process with a plain transformers `Trainer`
-(`user_run.py`; the defaults are `TrainingArguments()` with nothing set), for a steady window of
-``--seconds`` after its warm-up, ``--rounds`` rounds in rotated order (A B, B A, ...). The user's
-ratio is the geometric mean of the per-round ratios with its 95% t interval
-(`autotune.measure.stats.paired_speedup`).
-
-Which interval is checked, by what the answer says:
-
-- it hands back a configuration other than the defaults: that choice, and its stated speedup over
-  the baseline (``pick``);
-- it keeps the defaults and names the best measured configuration beside them: that alternative,
-  and its stated speedup over the baseline (``alternative``);
-- it names nothing: the defaults against themselves, stated 1.0x with no interval (``nothing``);
-  the check is then whether the user's interval holds 1.0.
-
-The check passes when the stated interval contains the user's ratio. Writes
-``results/ab_check.json`` and its RESULTS.md section (`render`).
+Per preset, a search as ``make run`` runs it (a fresh store); then the configuration its answer
+speaks of and `TrainingArguments()`'s defaults are trained as a user trains them (`user_run.py`: a
+fresh plain-Trainer process each, a window of ``--seconds``, ``--rounds`` rotated rounds). The
+user's ratio is the geometric mean of the rounds' ratios with its 95% interval (`paired_speedup`).
+The interval checked: the pick's (``pick``), else the alternative named beside the kept defaults
+(``alternative``), else the defaults against themselves, stated 1.0x (``nothing``). The check
+passes when it holds the user's ratio. Results: ``results/ab_check.json`` and its section.
 """
 
 from __future__ import annotations

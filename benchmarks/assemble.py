@@ -44,7 +44,6 @@ ORDER: tuple[tuple[str, str | None], ...] = (
     ("pool_load", "pool_load"),
     ("large_store", "large_store"),
     ("screening_noise", None),
-    ("strategies", None),
     ("gpu", "gpu"),
 )
 

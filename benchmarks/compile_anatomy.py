@@ -2,17 +2,12 @@
 
     python -m benchmarks.compile_anatomy [--model tiny-gpt2 --model tiny-llama] [--repeats 3]
 
-Per preset, two real trials on one fresh store (so one study compile cache, next to the store):
-``torch_compile: inductor`` at batch 8, then at batch 16, each a configuration the cache has not
-seen (a cold compile, as every new compiled configuration of a search is). The C++ compiler that
-inductor runs (``CXX``) is a logging wrapper around the real one, so every run is counted and
-timed: the kernels' compiles, and the build of torch's precompiled header (once per machine and
-set of flags, kept in inductor's global folder). Then the first kernel's own command line is timed
-again, ``--repeats`` times each: as inductor ran it, without the precompiled header, and with the
-kernel replaced by an empty file (with and without the header): what one compiler run costs
-before any kernel code.
-
-Results go to ``benchmarks/results/compile_anatomy.json`` and its RESULTS.md section (`render`).
+Per preset, two real trials on one fresh store: ``torch_compile: inductor`` at batch 8, then 16,
+each a cold compile. Inductor's C++ compiler (``CXX``) is a logging wrapper around the real one, so
+every run is counted and timed (the kernels, and torch's precompiled header). Then the first
+kernel's command line is timed again ``--repeats`` times: as inductor ran it, without the
+precompiled header, and on an empty file with and without it (what a run costs before any code).
+Results: ``results/compile_anatomy.json`` and its section (`render`).
 """
 
 from __future__ import annotations

@@ -2,18 +2,13 @@
 
     python -m benchmarks.compile_cache [--rounds 2]   # about 10 minutes on 2 CPU cores
 
-Per preset, one configuration (`torch_compile: inductor`, batch 8, the preset's sequence length)
-is measured by one real trial in a fresh worker, three times on one fresh store: study ``cold``
-(an empty cache folder next to the store), then studies ``warm-1`` and ``warm-2`` (other studies of
-the same store: the same cache, as the finalists, a resume or another worker see it). Each trial
-records what autotune itself records: ``compile_s`` (dynamo's own timer: tracing, AOTAutograd and
-inductor, cache loads included), ``compile_cache`` (hit / miss / partial from inductor's and
-AOTAutograd's counters), ``warmup_excess_s`` (warm-up beyond steady-state steps) and ``setup_s``.
-Rounds repeat the whole sequence on a new store. Torch's own default (inductor's caches in
-``/tmp/torchinductor_$USER``) is the same mechanism in a per-host temp folder: the warm rows are what
-it saves a fresh worker on one host while that folder survives; the study's folder makes it last
-with the store and reach every process of the study.
-Results go to ``benchmarks/results/compile_cache.json`` and its RESULTS.md section (`render`).
+Per preset, one configuration (`torch_compile: inductor`, batch 8) is measured by one real trial in
+a fresh worker, three times on one fresh store: study ``cold`` (an empty cache), then ``warm-1`` and
+``warm-2`` (other studies of the store: the same cache, as finalists, resumes and other workers see
+it). Each trial records what autotune records (``compile_s``, ``compile_cache``,
+``warmup_excess_s``, ``setup_s``); rounds repeat it on a new store. Torch's own default cache
+(``/tmp/torchinductor_$USER``) is the same mechanism, per host and only while that folder survives.
+Results: ``results/compile_cache.json`` and its section (`render`).
 """
 
 from __future__ import annotations

@@ -3,17 +3,11 @@
     python -m benchmarks.finalists_cost --before 7452b56            # both searches, both codes
     python -m benchmarks.finalists_cost --before 7452b56 --only make_run
 
-Two searches, each run with the code of commit `--before` (a git worktree) and with this
-checkout's, alternately (before, after, after, before with ``--repeats 2``), every one a fresh
-process with a fresh SQLite store:
-
-- ``make_run``: the README's main job, ``--model tiny-gpt2 --space quick --trials 8``.
-- ``custom``: a 12-trial search of a model that is not a preset (a small Llama built here from a
-  config, random weights) over five knobs of two values each (32 combinations), sequence length
-  256.
-
-For each: the wall time, the finalists' stage (seconds and share of the search's wall time), the
-answer's rule and verdict. Writes ``results/finalists_cost.json`` and its RESULTS.md section (`render`).
+Two searches, each with the code of commit `--before` (a git worktree) and with this checkout's,
+alternately, each a fresh process and store: ``make_run`` (``--model tiny-gpt2 --space quick
+--trials 8``) and ``custom`` (12 trials of a small Llama built from a config, 32 combinations of
+five knobs, sequence length 256). For each: the wall time, the finalists' seconds and share of it,
+the answer's rule and verdict. Results: ``results/finalists_cost.json`` and its section (`render`).
 """
 
 from __future__ import annotations

@@ -4,14 +4,11 @@ fresh process by a plain transformers `Trainer` (`user_run.py`), in interleaved 
     python -m benchmarks.fresh_contenders                 # the presets of results/ladder_quality.json
     python -m benchmarks.fresh_contenders --rounds 5 --seconds 30
 
-`ladder_quality.py` measures its contenders in one long-lived benchmark process with the search's own
-trainer; the search measures in fresh workers; the two disagreed on one machine. A user's run is
-neither: it is a fresh process running `Trainer.train()` for a long time. This benchmark takes the
-contenders `ladder_quality.py` stored (the defaults, `auto_find_batch_size`'s batch and the search's
-pick), runs each in its own fresh process per round (the order rotated each round) for a steady
-window of `--seconds` after its warm-up, and states the pick's speedup over each of the others as
-the geometric mean of the per-round ratios with a 95% t interval (`autotune.measure.stats`).
-Writes ``results/fresh_contenders.json``; RESULTS.md shows it beside the ladder table.
+`ladder_quality.py` measures its contenders in one long-lived process; a user's run is a fresh
+process running `Trainer.train()`. This takes the contenders it stored (the defaults,
+`auto_find_batch_size`'s batch, the pick), runs each in a fresh process per rotated round for a
+steady window of `--seconds`, and states the pick's speedup over each other as the geometric mean of
+the rounds' ratios with a 95% interval. Results: ``results/fresh_contenders.json`` and its section.
 """
 
 from __future__ import annotations

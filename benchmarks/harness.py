@@ -1,7 +1,8 @@
 """What the benchmarks share: measuring configurations outside a search with the code a search uses
 for its trials (`Bench`), a search timed phase by phase and its pick compared with the defaults and
 `auto_find_batch_size` (`search_and_compare`), configurations measured as enqueued trials
-(`enqueued_rounds`), and the machine a result was measured on (`machine`).
+(`enqueued_rounds`), an autotune command timed in a fresh process (`timed_command`), a scratch
+PostgreSQL database (`fresh_database`), and the machine a result was measured on (`machine`).
 
 `Bench` builds the same plan, `AutotuneTrainer` and `ThroughputCallback` as `autotune search`, so a
 benchmark's figures come from the measurement protocol the search itself runs (warm-up excluded,
@@ -12,12 +13,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import platform
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,6 +42,7 @@ from autotune.trial.errors import failure_reason
 from autotune.trial.memory import estimate_memory
 
 HERE = Path(__file__).resolve().parent
+SERVER = os.environ.get("AUTOTUNE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
 
 
 @dataclasses.dataclass
@@ -113,31 +118,27 @@ class Bench:
     def measure(self, params: Mapping[str, Value], verbatim: bool = False) -> Measurement:
         """Measure `params` once (`verbatim`: knob values outside the space, such as the baseline)."""
         start = time.perf_counter()
+        failed: dict[str, str] = {}
         with quiet_libraries():
             try:
                 attrs = self.trainer.measure_config(dict(params), number=0, verbatim=verbatim)
             except Exception as exc:
                 callback = self.trainer.measurement
-                return Measurement(
-                    params=dict(params),
-                    tokens_per_s=None,
-                    peak_memory_bytes=None,
-                    rss_start_bytes=None,
-                    wall_s=time.perf_counter() - start,
-                    warmup_s=sum(callback.warmup_times_s),
-                    window_s=sum(callback.window_times_s),
-                    reason=failure_reason(exc),
-                    message=f"{type(exc).__name__}: {exc}".splitlines()[0][:200],
-                )
+                attrs = {"warmup_s": sum(callback.warmup_times_s), "window_s": sum(callback.window_times_s)}
+                failed = {
+                    "reason": failure_reason(exc),
+                    "message": f"{type(exc).__name__}: {exc}".splitlines()[0][:200],
+                }
         return Measurement(
             params=dict(params),
-            tokens_per_s=attrs["tokens_per_s"],
+            tokens_per_s=attrs.get("tokens_per_s"),
             peak_memory_bytes=attrs.get("peak_memory_bytes"),
             rss_start_bytes=attrs.get("rss_start_bytes"),
             wall_s=time.perf_counter() - start,
             warmup_s=attrs["warmup_s"],
             window_s=attrs["window_s"],
             rel_ci_halfwidth=attrs.get("rel_ci_halfwidth"),
+            **failed,
         )
 
     def estimate_bytes(self, params: Mapping[str, Value]) -> int | None:
@@ -154,7 +155,6 @@ class Bench:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-        shutil.rmtree(self._scratch, ignore_errors=True)
 
 
 def run_search(
@@ -187,6 +187,58 @@ def worktree(rev: str | None, temp: str | Path, repo: Path = HERE) -> Iterator[t
         yield commit.stdout.strip(), folder
     finally:
         subprocess.run([*git, "worktree", "remove", "--force", str(folder)], check=False)
+
+
+def server_engine(**options: Any) -> Any:
+    """An engine on `SERVER`'s ``postgres`` database (not a study's)."""
+    import sqlalchemy
+
+    from autotune.urls import engine_url
+
+    return sqlalchemy.create_engine(engine_url(f"{SERVER}/postgres"), **options)
+
+
+def _admin(statement: str) -> None:
+    import sqlalchemy
+
+    engine = server_engine(isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as connection:
+            connection.execute(sqlalchemy.text(statement))
+    finally:
+        engine.dispose()
+
+
+@contextlib.contextmanager
+def fresh_database(prefix: str) -> Iterator[str]:
+    """A new database on `SERVER` (its name), dropped afterwards."""
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    _admin(f'CREATE DATABASE "{name}"')
+    try:
+        yield name
+    finally:
+        _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def timed_command(*args: str, timeout: float) -> tuple[float, subprocess.CompletedProcess[str]]:
+    """`autotune ARGS` in a fresh process: its wall seconds and what it printed. Past `timeout`
+    it is killed (exit -9, its time the timeout).
+
+    Raises:
+        RuntimeError: it exited non-zero (not killed); the end of its output named.
+    """
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "autotune", *args], capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        return timeout, subprocess.CompletedProcess(args, -9, "", f"still running after {timeout:.0f} s")
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"autotune {args[0]} exited {done.returncode}: {(done.stderr or done.stdout)[-2000:]}"
+        )
+    return time.perf_counter() - start, done
 
 
 def machine() -> dict[str, Any]:
@@ -277,19 +329,16 @@ def enqueued_rounds(
         print(f"round {index + 1}: {rows}", flush=True)
     summary: dict[str, Any] = {}
     for name in names:
-        rates = [r[name]["tokens_per_s"] for r in per_round if r.get(name, {}).get("tokens_per_s")]
-        pads = [
-            r[name]["padding_fraction"]
-            for r in per_round
-            if r.get(name, {}).get("padding_fraction") is not None
-        ]
-        peaks = [r[name]["peak_memory_bytes"] for r in per_round if r.get(name, {}).get("peak_memory_bytes")]
+        mine = [r[name] for r in per_round if name in r]
+        rates = [m["tokens_per_s"] for m in mine if m["tokens_per_s"]]
+        pads = [m["padding_fraction"] for m in mine if m["padding_fraction"] is not None]
+        peaks = [m["peak_memory_bytes"] for m in mine if m["peak_memory_bytes"]]
         summary[name] = {
             "tokens_per_s": rates,
             "median_tokens_per_s": statistics.median(rates) if rates else None,
             "padding_fraction": statistics.median(pads) if pads else None,
             "peak_memory_bytes": statistics.median(peaks) if peaks else None,
-            "reasons": sorted({str(r[name]["reason"]) for r in per_round if r.get(name, {}).get("reason")}),
+            "reasons": sorted({str(m["reason"]) for m in mine if m["reason"]}),
         }
     return {"per_round": per_round, "summary": summary}
 

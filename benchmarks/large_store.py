@@ -2,25 +2,15 @@
 
     python -m benchmarks.large_store [--trials 10000] [--postgres]   # about 10 minutes on 2 CPU cores
 
-First one real small search (`autotune search`, tiny-gpt2, 4 trials with short windows, its
-baseline and two finalists measured; `--template` reuses an earlier run's) makes a template study in a
-SQLite file. Then a study of `--trials` trials is written through optuna (its storage API for the
-study and the template's trials, its tables in batches for the rest), in a fresh SQLite file and,
-with ``--postgres``, in a fresh database of the PostgreSQL server
-(``AUTOTUNE_TEST_POSTGRES``, default ``postgresql://postgres@127.0.0.1:5432``; dropped afterwards):
-the template's study attributes and trials verbatim, then trials whose user attributes are those of
-the template's measured trials (the same keys and sizes, throughput scaled down by a random factor,
-so the template's answer stays the best) on distinct combinations of the 9,216 of the space, and
-past those, repeats recorded as reused trials (``duplicate_of``, not trained), as a search records
-a repeated proposal.
-
-Then each command runs once, as a user runs it, in a fresh process, timed from start to exit:
-`autotune show`, `autotune export`, `autotune report`, `autotune resume --trials N+1` (one more real
-trial; finalists and the whole-run check are switched off in the copied run configuration, so what
-is timed beside the trial is the store's), and one proposal: a fresh process loads the study and asks
-autotune's sampler (`search_sampler`: TPE, multivariate, constant liar) for one trial's values,
-as a trial job does before it trains. Results go to ``benchmarks/results/large_store.json`` and
-``benchmarks/RESULTS.md`` by the assembler (`render`).
+A real small search (tiny-gpt2, 4 trials, short windows, baseline and two finalists; `--template`
+reuses an earlier run's) makes a template study. A study of `--trials` trials is then written through
+optuna (SQLite and, with ``--postgres``, a fresh database of the server, dropped afterwards): the
+template's study attributes and trials, then trials with the template's measured trials' attributes
+(throughput scaled down, so its answer stays the best) on distinct combinations of the space, and
+past those, repeats recorded as reused (``duplicate_of``), as a search records a repeated proposal.
+Each command then runs once in a fresh process, timed from start to exit: `show`, `export`,
+`report`, `resume --trials N+1` (one more trial, finalists off) and one proposal of autotune's
+sampler (`propose`). Results: ``results/large_store.json`` and its section (`render`).
 """
 
 from __future__ import annotations
@@ -29,21 +19,19 @@ import argparse
 import itertools
 import json
 import math
-import os
 import random
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
+from contextlib import nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results" / "large_store.json"
-COMMAND = "python -m benchmarks.large_store"
-SERVER = os.environ.get("AUTOTUNE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
+from benchmarks import report
+
+RESULTS = report.RESULTS / "large_store.json"
 SPACE = """description: large store benchmark (9,216 combinations)
 knobs:
   per_device_train_batch_size: [1, 2, 3, 4, 6, 8, 12, 16]
@@ -56,58 +44,36 @@ knobs:
 """
 TEMPLATE = "template"
 STUDY = "large"
-LIMIT_S = 10.0  # a command slower than this on the large study is fixed or explained
-# Why a command is over LIMIT_S, from cProfile (`python -m cProfile -m autotune export ...`) on a
-# 5,000-trial store of this benchmark, on the loaded 2-core machine; rendered under the table.
-EXPLAINED = {
-    "export": "*export*: not fixed yet. Profiled on a 5,000-trial store of this benchmark (64 s under "
-    "cProfile): 36 s are optuna's `get_trials`, which loads every trial with all its user attributes "
-    "through SQLAlchemy's ORM (about 190,000 attribute rows), and 25 s are imports (transformers, for "
-    "the TrainingArguments defaults the export compares with). The cost grows with the trials and "
-    "their attributes; the fix is to read only what a command needs of the trials it shows.",
-    "show": "*show* and *report*: not profiled yet; they read every trial as *export* does, and the "
-    "rest of their time is their own work on every row (a table of every trial, the report's figures).",
-    "resume": "*resume*: not profiled yet; it opens the study and reads every trial to count the budget "
-    "and the combinations tried before it decides to train.",
-    "proposal": "*proposal*: loading is lazy; the ask reads every trial (as above) and TPE fits its "
-    "model on all of them.",
-}
+LIMIT_S = (
+    10.0  # a command slower than this on the large study is fixed or explained (templates/large_store.md)
+)
 # Short windows, two finalists re-measured twice: a template with every record a search writes.
-SHORT = ["--seq-len", "16", "--warmup-steps", "1", "--max-steps", "3", "--finalists", "2"]
-SHORT += ["--finalist-rounds", "2"]
-
-
-COMMAND_TIMEOUT_S = 900.0
-
-
-def _autotune(
-    *args: str, timeout: float = COMMAND_TIMEOUT_S
-) -> tuple[float, subprocess.CompletedProcess[str]]:
-    """Run an autotune command in a fresh process: its wall time and what it printed (a command
-    still running after `timeout` is killed: exit code -9, its time the timeout)."""
-    start = time.perf_counter()
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "autotune", *args], capture_output=True, text=True, timeout=timeout
-        )
-    except subprocess.TimeoutExpired:
-        return timeout, subprocess.CompletedProcess(args, -9, "", f"still running after {timeout:.0f} s")
-    return time.perf_counter() - start, done
-
-
-def _checked(name: str, done: subprocess.CompletedProcess[str]) -> None:
-    if done.returncode != 0:
-        raise RuntimeError(f"{name} exited {done.returncode}: {(done.stderr or done.stdout)[-2000:]}")
+SHORT = [
+    "--seq-len",
+    "16",
+    "--warmup-steps",
+    "1",
+    "--max-steps",
+    "3",
+    "--finalists",
+    "2",
+    "--finalist-rounds",
+    "2",
+]
+TIMEOUT_S = 900.0
 
 
 def make_template(folder: Path) -> tuple[str, float]:
     """A real small search on the benchmark's space: its store's URL and wall time."""
+    from benchmarks.harness import timed_command
+
     space = folder / "space.yaml"
     space.write_text(SPACE)
     url = f"sqlite:///{folder / 'template.db'}"
-    args = ["search", "--model", "tiny-gpt2", "--space", str(space), "--trials", "4", *SHORT]
-    wall_s, done = _autotune(*args, "--storage", url, "--study", TEMPLATE)
-    _checked("the template search", done)
+    args = ["--model", "tiny-gpt2", "--space", str(space), "--trials", "4", *SHORT, "--storage", url]
+    wall_s, done = timed_command("search", *args, "--study", TEMPLATE, timeout=TIMEOUT_S)
+    if done.returncode:
+        raise RuntimeError(f"the template search {done.stderr}")
     return url, wall_s
 
 
@@ -260,37 +226,34 @@ def propose(url: str) -> dict[str, float]:
 
 def time_commands(url: str, folder: Path, trials: int) -> dict[str, Any]:
     """Each command once on the large study: wall seconds (a fresh process each) and facts."""
+    from benchmarks.harness import timed_command
+
     out: dict[str, Any] = {}
-    storage = ["--storage", url]
-    html = folder / "report.html"
     commands = {
-        "show": ["show", STUDY, *storage],
-        "export": ["export", STUDY, *storage, "-o", str(folder / "answer.json")],
-        "report": ["report", STUDY, *storage, "-o", str(html)],
-        "resume": ["resume", STUDY, *storage, "--trials", str(trials + 1)],
+        "show": ["show", STUDY],
+        "export": ["export", STUDY, "-o", str(folder / "answer.json")],
+        "report": ["report", STUDY, "-o", str(folder / "report.html")],
+        "resume": ["resume", STUDY, "--trials", str(trials + 1)],
     }
     for name, args in commands.items():
-        wall_s, done = _autotune(*args)
-        if done.returncode != -9:
-            _checked(name, done)
+        wall_s, done = timed_command(*args, "--storage", url, timeout=TIMEOUT_S)
         out[name] = {"s": round(wall_s, 1), "timed_out": done.returncode == -9}
         if name == "resume" and done.returncode == 0:
             out[name] |= _last_trial(url, trials)
         print(json.dumps({name: out[name]}), flush=True)
     code = f"import json; from benchmarks.large_store import propose; print(json.dumps(propose({url!r})))"
     start = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S
-    )
-    _checked("the proposal", done)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT_S)
+    if done.returncode != 0:
+        raise RuntimeError(f"the proposal exited {done.returncode}: {(done.stderr or done.stdout)[-2000:]}")
     out["proposal"] = {"s": round(time.perf_counter() - start, 1), "timed_out": False}
     out["proposal"] |= {k: round(v, 1) for k, v in json.loads(done.stdout.strip().splitlines()[-1]).items()}
     return out
 
 
 def _last_trial(url: str, trials: int) -> dict[str, Any]:
-    """The trial the resume added, if any: its number, state and own time (start to end, as
-    stored). None added: the study's space was exhausted (every combination measured)."""
+    """The trial the resume added: its number, state and own time (start to end, as stored); a
+    None number where it added none (every combination of the space measured)."""
     import optuna
 
     from autotune.study.store import open_storage
@@ -306,81 +269,30 @@ def _last_trial(url: str, trials: int) -> dict[str, Any]:
         storage.engine.dispose()
 
 
-def _admin(statement: str) -> None:
-    import sqlalchemy
-
-    from autotune.urls import engine_url
-
-    engine = sqlalchemy.create_engine(engine_url(f"{SERVER}/postgres"), isolation_level="AUTOCOMMIT")
-    try:
-        with engine.connect() as connection:
-            connection.execute(sqlalchemy.text(statement))
-    finally:
-        engine.dispose()
-
-
-def one_store(kind: str, url: str, template_url: str, folder: Path, trials: int) -> dict[str, Any]:
-    written = fill(url, template_url, trials)
-    print(json.dumps({kind: written}), flush=True)
-    timed = time_commands(url, folder, trials)
-    print(json.dumps({kind: timed}), flush=True)
-    return {"written": written, "commands": timed}
-
-
 def measure(trials: int, postgres: bool, template: str | None = None) -> dict[str, Any]:
+    from benchmarks.harness import SERVER, fresh_database
+
     stores: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-large-store-") as temp:
-        folder = Path(temp)
-        template_s: float | None = None
-        if template is None:
-            template_url, template_s = make_template(folder)
-        else:
-            template_url = template
-        sqlite = folder / "sqlite"
-        sqlite.mkdir()
-        url = f"sqlite:///{sqlite / 'large.db'}"
-        stores["sqlite"] = one_store("sqlite", url, template_url, sqlite, trials)
-        if postgres:
-            database = f"autotune_large_store_{uuid.uuid4().hex[:8]}"
-            _admin(f'CREATE DATABASE "{database}"')
-            try:
-                pg = folder / "postgres"
-                pg.mkdir()
-                stores["postgresql"] = one_store(
-                    "postgresql", f"{SERVER}/{database}", template_url, pg, trials
-                )
-            finally:
-                _admin(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        template_url, template_s = (template, None) if template else make_template(Path(temp))
+        for kind in ["sqlite", "postgresql"] if postgres else ["sqlite"]:
+            folder = Path(temp) / kind
+            folder.mkdir()
+            with (
+                fresh_database("autotune_large_store") if kind == "postgresql" else nullcontext() as database
+            ):
+                url = f"{SERVER}/{database}" if database else f"sqlite:///{folder / 'large.db'}"
+                stores[kind] = {"written": fill(url, template_url, trials)}
+                print(json.dumps({kind: stores[kind]["written"]}), flush=True)
+                stores[kind]["commands"] = time_commands(url, folder, trials)
+                print(json.dumps({kind: stores[kind]["commands"]}), flush=True)
     made = None if template_s is None else round(template_s, 1)
     return {"trials": trials, "template_search_s": made, "limit_s": LIMIT_S, "stores": stores}
 
 
 def render(results: dict[str, Any]) -> str:
     """The RESULTS.md subsection of the Reliability section, from `results` (the JSON)."""
-    m = results["machine"]
-    stores = results["stores"]
-    first = next(iter(stores.values()))["written"]
-    lines = [
-        f"### Large store: a study of {results['trials']:,} trials\n",
-        f"*Measured {m['date']} on {m['cpu']}, {m['cores']} threads, shared with other agents' jobs "
-        f"while it ran; Python {m['python']}, torch {m['torch']}, optuna {m['optuna']}; autotune "
-        f"commit {m['commit']}.*\n",
-        f"Command: `{COMMAND}{' --postgres' if 'postgresql' in stores else ''}`. A real 4-trial search "
-        f"({_made(results['template_search_s'])}) is the template; {results['trials']:,} trials are then "
-        "written through optuna (its tables, in batches) with its trials' attributes "
-        f"({first['user_attrs_per_trial']} user attributes, "
-        f"{first['attr_json_bytes_per_trial'] / 1024:.1f} KiB of JSON per trial) on distinct combinations "
-        f"of the {first['space_size']:,} of the space{_reused(first.get('reused', 0))}. Each command runs "
-        "once in a "
-        "fresh process, timed from start to exit (Python and library imports included). *resume* is "
-        "`autotune resume --trials N+1` (finalists off); *proposal* loads the study and asks "
-        f"autotune's sampler for one trial's values. Anything over {results['limit_s']:.0f} s is fixed or "
-        "explained below.\n",
-        "| store | written in | show | export | report | resume (its trial's own time) "
-        "| proposal (load + ask) |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    slow: set[str] = set()
+    stores, rows, slow = results["stores"], [], set()
     for kind, store in stores.items():
         c = store["commands"]
         slow |= {name for name, timed in c.items() if timed["s"] > results["limit_s"]}
@@ -389,39 +301,37 @@ def render(results: dict[str, Any]) -> str:
         if resume.get("trial_number", 0) is None:
             own = " (no trial: every combination already measured)"
         split = f" ({proposal['load_s']:.1f} + {proposal['ask_s']:.1f} s)" if "load_s" in proposal else ""
-        lines.append(
-            f"| {kind} | {store['written']['write_s']:.0f} s | {_took(c['show'])} | {_took(c['export'])} | "
-            f"{_took(c['report'])} | {_took(resume)}{own} | {_took(proposal)}{split} |"
-        )
-    lines.append("")
-    explained = sorted({"show" if name == "report" else name for name in slow})
-    lines.extend(f"- {EXPLAINED[name]}" for name in explained if name in EXPLAINED)
-    if slow:
-        lines.append("")
-    return "\n".join(lines)
+        cells = [
+            kind,
+            f"{store['written']['write_s']:.0f} s",
+            *(_took(c[n]) for n in ("show", "export", "report")),
+        ]
+        rows.append(f"| {' | '.join(cells)} | {_took(resume)}{own} | {_took(proposal)}{split} |")
+    # report is explained with show
+    explained = [
+        f"- {report.fill('large_store', name)}"
+        for name in sorted({n.replace("report", "show") for n in slow})
+    ]
+    first, made = next(iter(stores.values()))["written"], results["template_search_s"]
+    return report.section(
+        "large_store",
+        **results,
+        written=first,
+        postgres=" --postgres" if "postgresql" in stores else "",
+        made=f"{made:.0f} s" if made is not None else report.fill("large_store", "reused_template"),
+        reused=report.fill("large_store", "reused", count=first["reused"]) if first.get("reused") else "",
+        kib=first["attr_json_bytes_per_trial"] / 1024,
+        rows="\n".join(rows),
+        explained="\n\n" + "\n".join(explained) if explained else "",
+    )
 
 
 def _took(timed: dict[str, Any]) -> str:
-    if timed.get("timed_out"):
-        return f"**over {timed['s']:.0f} s** (killed)"
-    return f"{timed['s']:.1f} s"
-
-
-def _reused(count: int) -> str:
-    if not count:
-        return ""
-    return f" ({count:,} more repeat one: recorded as reused, as a search records a repeated proposal)"
-
-
-def _made(seconds: float | None) -> str:
-    if seconds is None:
-        return "made by an earlier run of this benchmark, reused with `--template`"
-    return f"{seconds:.0f} s"
+    return f"**over {timed['s']:.0f} s** (killed)" if timed.get("timed_out") else f"{timed['s']:.1f} s"
 
 
 def main() -> None:
     from benchmarks.harness import machine
-    from benchmarks.report import store
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=10_000)
@@ -431,7 +341,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     data = {"machine": machine(), **measure(args.trials, args.postgres, args.template)}
-    store("large_store", data)
+    report.store("large_store", data)
 
 
 if __name__ == "__main__":

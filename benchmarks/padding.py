@@ -2,14 +2,12 @@
 
     python -m benchmarks.padding      # about 5 minutes on 2 CPU cores
 
-The text is real English: every paragraph of the license texts under ``/usr/share/common-licenses``
-and of the package descriptions (``METADATA``) installed in this environment, one paragraph per
-sample (``--packing examples``), as fine-tuning data of documents of different lengths is. A BPE
-tokenizer is trained on it (nothing is downloaded) and a small Llama-style model is built from a
-config with random weights. Each configuration is one real trial of ``autotune search`` in a worker
-process (batch 8, sequence length 256, fp32, sdpa, default measurement), three rounds in rotated
-order, each round its own study. Tokens/s counts real tokens only, so padding saved is speed gained.
-Results go to ``benchmarks/results/padding.json`` and its RESULTS.md section (`render`).
+The text is real English, one paragraph per sample (``--packing examples``): the license texts
+under ``/usr/share/common-licenses`` and the installed packages' ``METADATA``. A BPE tokenizer is
+trained on it and a small Llama-style model built from a config. Each configuration is one real
+trial of ``autotune search`` (batch 8, sequence length 256, fp32, sdpa), three rotated rounds, each
+its own study. Tokens/s counts real tokens only, so padding saved is speed gained. Results:
+``results/padding.json`` and its section (`render`).
 """
 
 from __future__ import annotations

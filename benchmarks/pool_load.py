@@ -2,40 +2,30 @@
 
     python -m benchmarks.pool_load [--members 8] [--trials 24]   # about 5 minutes on 2 CPU cores
 
-A study is created as `autotune search` creates it (run configuration, fingerprint, space; no
-trial yet) in a fresh database of the PostgreSQL server (``AUTOTUNE_TEST_POSTGRES``, default
-``postgresql://postgres@127.0.0.1:5432``; dropped afterwards). Then `--members` pool members
-(`autotune worker STUDY --storage URL`, one worker process each) are started at the same moment
-and measure its budget together. Trials are real but short (tiny-gpt2, sequence length 16, one
-warm-up step, a window of 2-3 steps, no screening, no baseline, no finalists), so the load is the
-members' store traffic more than their training. While they run, a separate connection polls
-``pg_stat_activity`` for the study database's connections and the ones waiting on a lock.
-
-Checked and recorded: the budget is exact (the study holds exactly ``--trials`` measured trials),
-no configuration is trained twice, nothing is left ``RUNNING``, and every member exits 0 within
-the bound (no deadlock). Results go to ``benchmarks/results/pool_load.json`` and
-``benchmarks/RESULTS.md`` by the assembler (`render`).
+A study created as `autotune search` creates it (no trial yet), in a fresh database of the server
+(``AUTOTUNE_TEST_POSTGRES``; dropped afterwards), is measured by `--members` pool members started at
+once, with short real trials (tiny-gpt2, sequence length 16, no screening, baseline or finalists),
+while ``pg_stat_activity`` is polled for the database's connections and lock waits. Checked: the
+budget is exact, no configuration trained twice, nothing left ``RUNNING``, every member exits 0
+within the bound (no deadlock). Results: ``results/pool_load.json`` and its section (`render`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results" / "pool_load.json"
-COMMAND = "python -m benchmarks.pool_load"
-SERVER = os.environ.get("AUTOTUNE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
+from benchmarks import report
+
+RESULTS = report.RESULTS / "pool_load.json"
 # 128 combinations, all fp32 (cheap on any CPU): the members' proposals rarely meet by chance.
 SPACE = """description: pool load benchmark
 knobs:
@@ -46,24 +36,18 @@ knobs:
   activation_checkpointing: [true, false]
 """
 POLL_S = 0.1
-# Why a run can end over its budget (read in the code, not fixed here): rendered when it did.
-OVER_BUDGET = (
-    "Over the budget: a trial job checks the budget (measured + running trials below it, "
-    "`autotune/trial/entry.py` `one_trial`) before it asks the study for a trial, and the trial is "
-    "created by that ask; two members that check between another's check and its trial's creation "
-    "both start one. Not fixed yet: the check and the creation need one transaction, or a trial "
-    "that finds itself past the budget once created must end untrained."
-)
+OVER_BUDGET = report.fill("pool_load", "over_budget")  # why a run can end over its budget
 
 
 class ConnectionPoller(threading.Thread):
-    """Counts the database's server connections (and those waiting on a lock) every `POLL_S`,
-    from a connection to the server's ``postgres`` database, so that it is not counted itself."""
+    """Counts the database's connections (and those waiting on a lock) every `POLL_S`, from the
+    server's ``postgres`` database, so that it is not counted itself."""
 
     def __init__(self, database: str) -> None:
+        from benchmarks.harness import server_engine
+
         super().__init__(daemon=True)
-        self.engine = _engine()
-        self.database = database
+        self.engine, self.database = server_engine(), database
         self.samples: list[tuple[int, int]] = []
         self.stopped = threading.Event()
 
@@ -95,30 +79,12 @@ class ConnectionPoller(threading.Thread):
         }
 
 
-def _engine(**options: Any) -> Any:
-    """An engine on the server's ``postgres`` database (not the study's)."""
-    import sqlalchemy
-
-    from autotune.urls import engine_url
-
-    return sqlalchemy.create_engine(engine_url(f"{SERVER}/postgres"), **options)
-
-
-def _admin(statement: str) -> None:
-    import sqlalchemy
-
-    engine = _engine(isolation_level="AUTOCOMMIT")
-    try:
-        with engine.connect() as connection:
-            connection.execute(sqlalchemy.text(statement))
-    finally:
-        engine.dispose()
-
-
 def _server_facts() -> dict[str, Any]:
     import sqlalchemy
 
-    engine = _engine()
+    from benchmarks.harness import server_engine
+
+    engine = server_engine()
     try:
         with engine.connect() as connection:
             version = connection.execute(sqlalchemy.text("SHOW server_version")).scalar_one()
@@ -139,17 +105,9 @@ def create_study(url: str, name: str, space: Path, trials: int) -> None:
         warmup_steps=1, max_warmup_steps=2, min_steps=2, max_steps=3, max_seconds=10.0, screen_ratio=0.0
     )
     config = RunConfig(
-        model="tiny-gpt2",
-        space=str(space),
-        trials=trials,
-        storage=url,
-        study=name,
-        seq_len=16,
-        measure=fast,
-        finalists=0,
-        measure_baseline=False,
-        whole_run_check=False,
-    )
+        model="tiny-gpt2", space=str(space), trials=trials, storage=url, study=name, seq_len=16, measure=fast,
+        finalists=0, measure_baseline=False, whole_run_check=False,
+    )  # fmt: skip
     plan = plan_search(config)
     open_study(plan, Reporter())
     plan.storage.engine.dispose()  # its connections would count as the members' otherwise
@@ -159,16 +117,15 @@ def run_members(url: str, name: str, members: int, bound_s: float, folder: Path)
     """Start `members` pool members at once; wait for all (killing what is left at `bound_s`)."""
     command = [sys.executable, "-m", "autotune", "worker", name, "--storage", url]
     logs = [folder / f"member-{i}.log" for i in range(members)]
-    procs = []
     start = time.monotonic()
+    procs = []
     for log in logs:
         with log.open("w") as out:
             procs.append(subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT))
     ended: list[dict[str, Any]] = []
     for proc, log in zip(procs, logs, strict=True):
-        left = max(1.0, bound_s - (time.monotonic() - start))
         try:
-            code: int | None = proc.wait(timeout=left)
+            code: int | None = proc.wait(timeout=max(1.0, bound_s - (time.monotonic() - start)))
         except subprocess.TimeoutExpired:
             code = None
         ended.append({"pid": proc.pid, "exit": code, "s": round(time.monotonic() - start, 1), "log": log})
@@ -195,8 +152,6 @@ def study_facts(url: str, name: str, members: list[dict[str, Any]]) -> dict[str,
         trials = study.get_trials()
         trained = [t for t in trials if was_trained(t)]
         params = Counter(json.dumps(t.params, sort_keys=True) for t in trained)
-        by_pid = Counter((t.user_attrs.get("worker") or {}).get("pid") for t in trained)
-        supervisors = {m["pid"] for m in members}
         reasons = Counter(_why_untrained(summarize_trial(t)) for t in trials if not was_trained(t))
         return {
             "trials_stored": len(trials),
@@ -205,8 +160,10 @@ def study_facts(url: str, name: str, members: list[dict[str, Any]]) -> dict[str,
             "running_left": sum(1 for t in trials if t.state == optuna.trial.TrialState.RUNNING),
             "states": dict(Counter(t.state.name for t in trials)),
             "untrained_reasons": dict(reasons),
-            "trained_by_worker_processes": len(by_pid),
-            "supervisor_pids": len(supervisors),
+            "trained_by_worker_processes": len(
+                {(t.user_attrs.get("worker") or {}).get("pid") for t in trained}
+            ),
+            "supervisor_pids": len({m["pid"] for m in members}),
         }
     finally:
         storage.engine.dispose()
@@ -220,26 +177,24 @@ def _why_untrained(record: Any) -> str:
 
 
 def measure(members: int, trials: int, bound_s: float) -> dict[str, Any]:
-    database = f"autotune_pool_load_{uuid.uuid4().hex[:8]}"
-    _admin(f'CREATE DATABASE "{database}"')
-    url = f"{SERVER}/{database}"
-    poller = ConnectionPoller(database)
-    try:
-        with tempfile.TemporaryDirectory(prefix="bench-pool-load-") as temp:
-            folder = Path(temp)
-            space = folder / "space.yaml"
-            space.write_text(SPACE)
-            create_study(url, "pool", space, trials)
-            poller.start()
+    from benchmarks.harness import SERVER, fresh_database
+
+    with (
+        fresh_database("autotune_pool_load") as database,
+        tempfile.TemporaryDirectory(prefix="bench-pool-") as temp,
+    ):
+        url, space = f"{SERVER}/{database}", Path(temp) / "space.yaml"
+        space.write_text(SPACE)
+        create_study(url, "pool", space, trials)
+        poller = ConnectionPoller(database)
+        poller.start()
+        try:
             start = time.monotonic()
-            ended = run_members(url, "pool", members, bound_s, folder)
+            ended = run_members(url, "pool", members, bound_s, Path(temp))
             wall_s = time.monotonic() - start
+        finally:
             connections = poller.stop()
-            study = study_facts(url, "pool", ended)
-    finally:
-        if poller.is_alive():
-            poller.stop()
-        _admin(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        study = study_facts(url, "pool", ended)
     checks = {
         "budget_exact": study["measured"] == trials,
         "none_trained_twice": study["trained_twice"] == 0,
@@ -260,65 +215,30 @@ def measure(members: int, trials: int, bound_s: float) -> dict[str, Any]:
     }
 
 
-def _yes(ok: bool) -> str:
-    return "yes" if ok else "**no**"
-
-
 def render(results: dict[str, Any]) -> str:
     """The RESULTS.md subsection of the Reliability section, from `results` (the JSON)."""
-    m = results["machine"]
-    study, conn, checks = results["study"], results["connections"], results["checks"]
-    slowest = max(member["s"] for member in results["member_ends"])
     exits = Counter(str(member["exit"]) for member in results["member_ends"])
-    exit_text = ", ".join(f"{n} exited {code}" for code, n in sorted(exits.items()))
-    lines = [
-        "### Pool load: eight members on one PostgreSQL study\n",
-        f"*Measured {m['date']} on {m['cpu']}, {m['cores']} threads, shared with other agents' jobs "
-        f"while it ran; PostgreSQL {results['server']['postgres']} (max_connections "
-        f"{results['server']['max_connections']}); Python {m['python']}, torch {m['torch']}, optuna "
-        f"{m['optuna']}; autotune commit {m['commit']}.*\n",
-        f"Command: `{COMMAND} --members {results['members']} --trials {results['trials']}`. One study "
-        f"(budget {results['trials']}, {results['space_size']} combinations) created as `autotune search` "
-        f"creates it; {results['members']} `autotune worker`s started at the same moment measure it "
-        "together, with short real trials (tiny-gpt2, sequence length 16, a 2-3 step window), so the "
-        f"load is mostly the store's. `pg_stat_activity` polled every {conn['poll_s']} s "
-        f"({conn['samples']} samples).\n",
-        "| check | result |",
-        "|---|---|",
-        f"| budget exact: measured trials = budget | {_yes(checks['budget_exact'])}: "
-        f"{study['measured']} measured of {results['trials']} ({study['trials_stored']} trials stored; "
-        f"not trained: {_reasons(study['untrained_reasons'])}) |",
-        f"| no configuration trained twice | {_yes(checks['none_trained_twice'])}: "
-        f"{study['trained_twice']} repeats |",
-        f"| nothing left `RUNNING` | {_yes(checks['nothing_running'])}: {study['running_left']} |",
-        f"| no deadlock: every member ends within {results['bound_s']:.0f} s | "
-        f"{_yes(checks['all_exited_0_in_bound'])}: {exit_text}; the last after {slowest:.0f} s |",
-        f"| server connections to the study's database | peak {conn['peak_connections']}, mean "
-        f"{conn['mean_connections']} |",
-        f"| connections waiting on a lock | peak {conn['peak_lock_waits']} (in "
-        f"{conn['samples_with_lock_waits']} of {conn['samples']} samples) |",
-        "",
-    ]
-    if not checks["budget_exact"]:
-        lines += [OVER_BUDGET, ""]
-    return "\n".join(lines)
-
-
-def _reasons(reasons: dict[str, int]) -> str:
-    return ", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items())) or "none"
+    reasons = results["study"]["untrained_reasons"]
+    return report.section(
+        "pool_load",
+        **results,
+        ok={key: "yes" if ok else "**no**" for key, ok in results["checks"].items()},
+        untrained=", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items())) or "none",
+        exits=", ".join(f"{n} exited {code}" for code, n in sorted(exits.items())),
+        slowest=max(member["s"] for member in results["member_ends"]),
+        over="" if results["checks"]["budget_exact"] else f"\n\n{OVER_BUDGET}",
+    )
 
 
 def main() -> None:
     from benchmarks.harness import machine
-    from benchmarks.report import store
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--members", type=int, default=8)
     parser.add_argument("--trials", type=int, default=24)
     parser.add_argument("--bound-s", type=float, default=900.0, help="a member still running then: deadlock")
     args = parser.parse_args()
-    data = {"machine": machine(), **measure(args.members, args.trials, args.bound_s)}
-    store("pool_load", data)
+    report.store("pool_load", {"machine": machine(), **measure(args.members, args.trials, args.bound_s)})
 
 
 if __name__ == "__main__":

@@ -4,27 +4,16 @@
     python -m benchmarks.screening --scenario heldout [--repeats 1]   # the issue's own search
     python -m benchmarks.screening --scenario heldout --before 7819f67   # ... and today's code too
 
-The space crosses fp32 with bf16: on a CPU without native bf16 (AVX2 only) bf16 autocast runs
-several times slower than fp32, so half the space is configurations that cannot win, as in the
-issue's held-out test. On a CPU with native bf16 the benchmark makes bf16 steps ten times slower
-itself (`slow_bf16.SlowBf16`, ``--simulate``: on by default there), so both kinds of machine measure
-the same kind of space. The same 12-trial search (same seed, baseline and finalists included) runs
-with screening off (``--screen-ratio 0``) and on (the default 0.5), interleaved, each in a fresh
-store. Recorded per run: wall time, the winner's configuration and its re-measured tokens/s, how
-many trials were screened out and the study's time breakdown.
-
-Scenarios: ``tiny`` (tiny-gpt2, seq 64, 16 configurations, windows of at most 10 s: a small search
-whose fixed costs weigh) and ``heldout``, the search of the issue's held-out test as its user ran
-it: a 2.8M-parameter Qwen2-style model from a local folder (random weights), seq 256, 32
-configurations, ``--trials 12`` and the default windows. For ``heldout`` each run's pick and the
-`TrainingArguments()` defaults are then re-measured as a user does (`fresh_contenders.user_run`:
-fresh plain-Trainer processes, rotated rounds; bf16 slowed there too when simulated), so the
-answer's claim is checked where the issue found it did not reproduce. ``--before REV`` runs the
-same search a third time with the code of commit REV (a git worktree on ``PYTHONPATH``; 7819f67 is
-main when the issue was written, before screening existed): the issue's goal compares with that
-search, "today's". Its pick is re-measured with the others. Results go to
-``benchmarks/results/screening.json`` (``screening_heldout.json``) with the machine
-(`harness.machine`: CPU, native bf16 or not, versions, commit).
+The space crosses fp32 with bf16, which runs several times slower on a CPU without native bf16
+(where the CPU has it, `slow_bf16.SlowBf16` slows bf16 steps tenfold, ``--simulate``). The same
+12-trial search runs with screening off (``--screen-ratio 0``) and on (0.5), interleaved, each in a
+fresh store; recorded per run: wall time, the winner and its re-measured tokens/s, the trials
+screened out, the study's time breakdown. Scenarios: ``tiny`` (tiny-gpt2, seq 64, 16
+configurations, windows of at most 10 s) and ``heldout``, the issue's held-out search (a 2.8M
+Qwen2-style model from a local folder, seq 256, 32 configurations), whose picks and the defaults are
+re-measured as a user does (`fresh_contenders.user_run`); ``--before REV`` runs it a third time with
+commit REV's code (a git worktree; 7819f67 is before screening existed). Results:
+``results/screening.json`` (``screening_heldout.json``) and their sections.
 """
 
 from __future__ import annotations

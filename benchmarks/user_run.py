@@ -5,14 +5,11 @@
 Optional: ``"seq_len"`` (default the model's), ``"slow_bf16"`` (a factor: bf16 steps slowed as
 `slow_bf16.SlowBf16` does, for the screening benchmark's simulated CPU without native bf16).
 
-No autotune code is in the training loop: the knob values become `TrainingArguments` kwargs and
-model-load kwargs as the export writes them (`trial_kwargs`), the model is the preset's (random
-weights) and the data its synthetic samples. The run trains until it has measured `seconds` of
-steady state after its warm-up: the first `warmup_steps` optimizer steps and then at least
-`warmup_seconds` (a compiled run compiles in its first steps, as the user's does). The last line of
-stdout is JSON: tokens/s over the steady window (wall time, data loading included), its steps, the
-warm-up's length and the process's whole wall time. `fresh_contenders.py` runs this once per
-contender per round.
+No autotune code is in the training loop: the knob values become `TrainingArguments` and
+model-load kwargs as the export writes them (`trial_kwargs`), on the preset's model and synthetic
+data. It trains until it has measured `seconds` of steady state after its warm-up (`warmup_steps`
+steps, then at least `warmup_seconds`). The last line of stdout is JSON: tokens/s over the steady
+window (wall time, data loading included), its steps, the warm-up's length, the whole wall time.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """What the benchmarks share (benchmarks/harness.py, benchmarks/report.py): a search's process run
-to its end, a worktree of an older commit, a section's block."""
+to its end, an autotune command timed, a scratch PostgreSQL database, a worktree of an older commit,
+a section's block."""
 
 from __future__ import annotations
 
@@ -22,6 +23,39 @@ def test_run_search_names_the_status_and_the_output_of_a_failed_search() -> None
     command = [sys.executable, "-c", "import sys; print('out'); sys.exit('no store')"]
     with pytest.raises(RuntimeError, match=r"(?s)search failed \(1\): out.*no store"):
         harness.run_search(command, timeout=60)
+
+
+def test_timed_command_times_a_command_names_a_failure_and_kills_a_stuck_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "executable", "/bin/true")  # `/bin/true -m autotune show x`
+    wall_s, done = harness.timed_command("show", "x", timeout=60)
+    assert done.returncode == 0 and 0 < wall_s < 60
+    monkeypatch.setattr(sys, "executable", "/bin/false")
+    with pytest.raises(RuntimeError, match=r"autotune show exited 1"):
+        harness.timed_command("show", "x", timeout=60)
+    stuck = tmp_path / "stuck"
+    stuck.write_text("#!/bin/sh\nexec sleep 30\n")
+    stuck.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(stuck))
+    wall_s, done = harness.timed_command("show", "x", timeout=0.5)
+    assert (wall_s, done.returncode) == (0.5, -9)
+
+
+def test_fresh_database_is_created_and_then_dropped(postgres_url: str) -> None:
+    import sqlalchemy
+
+    def databases() -> set[str]:
+        engine = harness.server_engine()
+        try:
+            with engine.connect() as connection:
+                return set(connection.execute(sqlalchemy.text("SELECT datname FROM pg_database")).scalars())
+        finally:
+            engine.dispose()
+
+    with harness.fresh_database("autotune_test_bench") as name:
+        assert name.startswith("autotune_test_bench_") and name in databases()
+    assert name not in databases()
 
 
 def test_worktree_checks_out_the_commit_and_removes_it(tmp_path: Path) -> None:
