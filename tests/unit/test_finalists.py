@@ -29,10 +29,9 @@ from autotune.records import AA, KEEP_DEFAULTS, read_study
 from autotune.study.store import read_trials
 
 
-def _study(rates: dict[int, float], half_widths: dict[int, float] | None = None) -> optuna.Study:
+def _study(rates: dict[int, float]) -> optuna.Study:
     """A study whose trials (data-loader workers as their numbers' tags: a knob that leaves the
-    training math alone) measured `rates` (number -> tok/s), each window to its half-width in
-    `half_widths` (relative; none given: exact)."""
+    training math alone) measured `rates` (number -> tok/s)."""
     study = optuna.create_study(direction="maximize")
     for number, rate in rates.items():
         study.add_trial(
@@ -40,12 +39,7 @@ def _study(rates: dict[int, float], half_widths: dict[int, float] | None = None)
                 params={"dataloader_num_workers": number + 1},
                 distributions={"dataloader_num_workers": optuna.distributions.IntDistribution(1, 64)},
                 value=rate,
-                user_attrs={
-                    "tokens_per_s": rate,
-                    "feasible": True,
-                    "peak_memory_bytes": 1,
-                    "rel_ci_halfwidth": (half_widths or {}).get(number, 0.0),
-                },
+                user_attrs={"tokens_per_s": rate, "feasible": True, "peak_memory_bytes": 1},
             )
         )
     study.set_user_attr(
@@ -126,9 +120,8 @@ def test_extra_rounds_race_only_the_leader_against_the_baseline() -> None:
 
 
 def test_a_decided_answer_ends_after_the_rounds() -> None:
-    # (the search measured the two close: both are finalists)
     script = _Script({0: [200.0, 202.0, 199.0], 1: [150.0] * 3, BASELINE: [100.0, 101.0, 99.0]})
-    study = _study({0: 200.0, 1: 190.0})
+    study = _study({0: 200.0, 1: 150.0})
     remeasure_finalists(script, _plan(finalists=2, rounds=3), study, Reporter())
     # trial 1, decided slower than trial 0 after two rounds, is not measured in the third
     assert script.calls.count(1) == 2 and len(script.calls) == 4 * 2 + 3
@@ -168,7 +161,7 @@ def test_a_leader_no_faster_than_the_baseline_is_not_raced_against_it() -> None:
     # The leader measures at the baseline's speed, round by round around it: its speedup is
     # undecided and stays so; the answer keeps the defaults after the rounds asked for.
     script = _Script({0: [103.0, 97.0, 102.0], 1: [60.0] * 3, BASELINE: [100.0, 100.0, 100.0]})
-    study = _study({0: 100.0, 1: 90.0})
+    study = _study({0: 100.0, 1: 60.0})
     remeasure_finalists(script, _plan(finalists=2, rounds=3), study, Reporter())
     assert len(script.calls) == 4 * 2 + 3  # trial 1 is out after two rounds
     winner = study.user_attrs["winner"]
@@ -361,8 +354,7 @@ def _math_study(rates: dict[int, tuple[str, float]]) -> optuna.Study:
 def test_the_fastest_math_keeping_trial_stays_while_the_leader_changes_the_math() -> None:
     # Trial 0 (bf16) leads both fp32 trials by 2x: both are decided slower after two rounds. Trial 1,
     # the fastest that keeps the math, stays: the answer compares the math change with it.
-    # (the search measured the three close: all are finalists)
-    study = _math_study({0: ("bf16", 200.0), 1: ("fp32", 180.0), 2: ("fp32", 175.0)})
+    study = _math_study({0: ("bf16", 200.0), 1: ("fp32", 100.0), 2: ("fp32", 90.0)})
     script = _Script({0: [200.0] * 3, 1: [100.0] * 3, 2: [90.0] * 3, BASELINE: [95.0] * 3})
     remeasure_finalists(script, _plan(finalists=3, rounds=3), study, Reporter())
     assert script.calls.count(2) == 2
