@@ -185,8 +185,9 @@ def _capability() -> tuple[int, int]:
 
 
 class ModuleProbe(TrainerCallback):
-    """After each trial's first optimizer step (the model prepared and trained): the class names of
-    its modules."""
+    """After each trial's first optimizer step (the model prepared and trained): the names of its
+    modules as they print themselves (`_get_name`: the class name, or the name a patch gave it;
+    Liger patches an instance's modules in place, binding its forward and its name)."""
 
     def __init__(self) -> None:
         self.trials: list[set[str]] = []
@@ -196,7 +197,7 @@ class ModuleProbe(TrainerCallback):
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         if not self.trials[-1]:
-            self.trials[-1].update(type(module).__name__ for module in kw["model"].modules())
+            self.trials[-1].update(module._get_name() for module in kw["model"].modules())
 
 
 @pytest.mark.skipif(
