@@ -70,6 +70,7 @@ from autotune.trial.errors import (
 from autotune.trial.judge import Verdict, judge, non_finite_loss
 from autotune.trial.measured import cold_compile, screen_reference, with_mfu, with_rank_peaks
 from autotune.trial.padding import padding_free_comparison
+from autotune.trial.patches import undone_kernel_patches
 from autotune.trial.prechecks import agreed_precheck, precheck_trial
 
 
@@ -300,7 +301,10 @@ class AutotuneTrainer(Trainer):
         compiling.start()  # after the reset, which zeroes dynamo's timers
         try:
             # Screening may stop a step at its deadline (a hopeless step is not finished).
-            with step_deadlines() as self.measurement.deadline:
+            with (
+                step_deadlines() as self.measurement.deadline,
+                undone_kernel_patches([type(self.model).__module__]),  # for a next trial in process
+            ):
                 output = super().train(trial=trial)
         finally:
             self.measurement.deadline = None
