@@ -35,8 +35,10 @@ def model_flops_per_token(model: str) -> float:
     import torch
 
     workload = resolve_workload(model)
-    with torch.device("meta"):
-        n_params = sum(p.numel() for p in workload.build_model({}).parameters())
+    with torch.device(
+        "meta"
+    ):  # the class itself: `build_model` goes through from_pretrained, which refuses meta
+        n_params = sum(p.numel() for p in workload.model_class()(workload.config).parameters())
     layers, hidden = model_shape(workload.config)
     return flops_per_token(n_params, layers, hidden, workload.seq_len)
 

@@ -166,3 +166,10 @@ def test_gpu_section_from_its_results() -> None:
     assert "| autotune | 120,000 | 1.50x | 31.0% | 20.0 GiB | `bs=16` |" in text
     assert "### GPU-only knobs: llama-1b, batch 8, one window each" in text
     assert "| fp8 | - | - | - | needs an H100 |" in text and "| bf16 | 9,000 | - | - | |" in text
+
+
+def test_gpu_mfu_counts_the_presets_parameters_without_weights() -> None:
+    """`python -m benchmarks.gpu` counts parameters on the meta device; building through
+    from_pretrained there raised (transformers 5), after the first preset's whole search."""
+    per_token = gpu.model_flops_per_token("tiny-llama")
+    assert per_token > 6 * 300_000  # 6 x its parameters at least (attention adds to it)
