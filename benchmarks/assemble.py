@@ -38,6 +38,7 @@ ORDER: tuple[tuple[str, str | None], ...] = (
     ("finalists_cost", "finalists_cost"),
     ("finalists_cost_notes", None),
     ("gpu_first_run", None),
+    ("gpu_second_run", None),
     ("lora", "lora"),
     ("padding", "padding"),
     ("reliability", None),

@@ -82,6 +82,7 @@ def gpu_knobs(
     import tempfile
 
     import autotune
+    from autotune.config import MeasureSettings
     from autotune.space.availability import detect_hardware, model_support, value_unavailable
 
     hardware = detect_hardware()
@@ -115,6 +116,8 @@ def gpu_knobs(
             storage=f"sqlite:///{scratch}/knobs.db",
             finalists=0,
             measure_baseline=False,
+            # every row measured: screening had stopped eager fp8 at its second step (an H200)
+            measure=MeasureSettings(screen_ratio=0.0),
             enqueue=enqueue,
             peft=peft,
         )
