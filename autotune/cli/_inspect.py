@@ -50,6 +50,10 @@ def studies_command(storage: StorageOpt = None) -> None:
     console.print(table)
 
 
+# `show`'s rows by default: a study of thousands of trials printed whole took most of a minute.
+SHOW_ROWS = 50
+
+
 def show_command(
     study: Annotated[str, typer.Argument(help="Study name (see `autotune studies`).")],
     storage: StorageOpt = None,
@@ -57,7 +61,9 @@ def show_command(
     failed: Annotated[
         bool, typer.Option("--failed", help="Only trials that failed, were skipped or infeasible.")
     ] = False,
-    limit: Annotated[int | None, typer.Option("--limit", help="Show at most this many rows.")] = None,
+    limit: Annotated[
+        int, typer.Option("--limit", min=0, help="Show at most this many rows, best first; 0 shows all.")
+    ] = SHOW_ROWS,
 ) -> None:
     """Show a study's trials, best first (knob values, tokens/s, samples/s, peak memory, state,
     reason), then its answer as the search gave it and where the search's time went."""
@@ -94,6 +100,9 @@ def show_command(
     for trial in trials[:limit] if limit else trials:
         if trial.message and trial.state != "COMPLETE":
             console.print(f"  #{trial.number} {trial.reason}: {trial.message}", highlight=False, markup=False)
+    if limit and len(trials) > limit:
+        hidden = len(trials) - limit
+        console.print(f"  {hidden} more trials not shown (--limit 0 shows them all)", highlight=False)
     if everything:
         result = SearchResult(loaded, config, everything, best_trial(loaded), 0, study_answer(loaded))
         print_answer(console, result, time_line=False, config_json=False)

@@ -56,6 +56,7 @@ from sqlalchemy.engine import make_url
 
 from autotune.disk import describe_free, is_disk_full
 from autotune.errors import StoreError, StoreFull
+from autotune.study import bulk
 
 STORE_RETRY_ENV = "AUTOTUNE_STORE_RETRY_S"
 DEFAULT_STORE_RETRY_S = 300.0
@@ -477,10 +478,11 @@ RETRIED_AS_IS = (
     "get_trial_id_from_study_id_trial_number",
     "get_trial",
     "get_all_trials",
-    "_get_trials",
     "get_best_trial",
     "_get_best_trial_id",
     "_get_stale_trial_ids",
 )
 for _name in RETRIED_AS_IS:
     setattr(RetryingRDBStorage, _name, _retried(getattr(RDBStorage, _name)))
+# Every trial read goes through `_get_trials` (`_CachedStorage` calls it): read in bulk, no ORM.
+RetryingRDBStorage._get_trials = _retried(bulk.get_trials)  # type: ignore[method-assign]

@@ -318,8 +318,11 @@ def ranked_trials(study: optuna.Study) -> list[TrialRecord]:
     duplicates left out of the ranking), then the rest by number."""
     summaries = read_trials(study)
     tokens = read_study(study).train_tokens
-    scored = sorted((s for s in summaries if _rankable(s)), key=lambda s: -(score(s, tokens) or 0.0))
-    rest = sorted((s for s in summaries if s not in scored), key=lambda s: s.number)
+    rankable = [_rankable(s) for s in summaries]  # one pass: a membership test per record was quadratic
+    scored = sorted(
+        (s for s, ok in zip(summaries, rankable, strict=True) if ok), key=lambda s: -(score(s, tokens) or 0.0)
+    )
+    rest = sorted((s for s, ok in zip(summaries, rankable, strict=True) if not ok), key=lambda s: s.number)
     return scored + rest
 
 
