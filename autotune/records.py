@@ -18,6 +18,7 @@ Pure: no optuna, no torch.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Mapping
@@ -39,9 +40,15 @@ def _keyed(name: str, factory: Any) -> Any:
 R = TypeVar("R")
 
 
+@functools.cache
+def _keys(cls: type) -> tuple[tuple[str, str], ...]:
+    """(field name, stored key) of the fields of `cls` that have a key."""
+    return tuple((f.name, f.metadata["key"]) for f in fields(cls) if "key" in f.metadata)
+
+
 def _values(cls: type, attrs: Mapping[str, Any]) -> dict[str, Any]:
     """The fields of `cls` that flat `attrs` hold, each read from its ``key``."""
-    return {f.name: attrs[f.metadata["key"]] for f in fields(cls) if f.metadata.get("key") in attrs}
+    return {name: attrs[key] for name, key in _keys(cls) if key in attrs}
 
 
 def _read(cls: type[R], attrs: Mapping[str, Any]) -> R:

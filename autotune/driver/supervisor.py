@@ -200,9 +200,11 @@ class Supervisor:
                 last_look = now
                 step = from_rank_zero(self._decide(target, stopping, should_stop) if is_rank_zero() else None)
                 kind, detail = step
-                if kind == "stop":
+                if kind in ("stop", "stop_now"):
                     stopping = detail
                     self.reporter.on_note(detail)
+                    if kind == "stop_now":
+                        return  # nothing to wait for (the next look would say done, seconds later)
                 elif kind == "done":
                     return
                 elif kind == "start":
@@ -217,13 +219,14 @@ class Supervisor:
     def _decide(
         self, target: int, stopping: str | None, should_stop: Callable[[], str | None]
     ) -> tuple[str, Any]:
-        """Rank 0's next step: ``("stop", why)``, ``("done", None)``, ``("start", jobs)``."""
+        """Rank 0's next step: ``("stop", why)`` (``"stop_now"`` with nothing running),
+        ``("done", None)``, ``("wait", None)``, ``("start", jobs)``."""
         self._recover()
         measured = measured_count(self.study)
         if stopping is None and measured < target:
             why = should_stop()
             if why:
-                return "stop", why
+                return ("stop" if self.executor.running() else "stop_now"), why
         if not self.executor.running() and (measured >= target or stopping):
             return "done", None
         if stopping is not None:

@@ -96,3 +96,24 @@ def test_other_failures_before_a_trial_are_notes_until_they_repeat(tmp_path: Pat
     assert sum("ended before it measured a trial (error)" in note for note in notes.notes) == 3
     with pytest.raises(MeasureFailed, match="boom"):
         supervisor.measure({"per_device_train_batch_size": 8}, number=-1)
+
+
+class _CountsWaits(_EndsWith):
+    def __init__(self, result: JobResult) -> None:
+        super().__init__(result)
+        self.waits = 0
+
+    def wait(self, timeout_s: float) -> list[Ended]:
+        self.waits += 1
+        return super().wait(timeout_s)
+
+
+def test_a_stop_with_nothing_running_ends_the_search_without_waiting(tmp_path: Path) -> None:
+    """Every combination tried (or any stop) with no job running: the search ends at once. It used
+    to wait for its next look (2 s): `resume` of a finished study of 10,000 trials spent it idle."""
+    supervisor, _, notes = _supervisor(tmp_path, JobFailed(ERROR, "unused"))
+    executor = _CountsWaits(JobFailed(ERROR, "unused"))
+    supervisor.executor = executor
+    supervisor.run_search(3, lambda: "stopped: all 4 combinations of the space were tried")
+    assert executor.waits == 0 and executor.started == 0
+    assert notes.notes == ["stopped: all 4 combinations of the space were tried"]
