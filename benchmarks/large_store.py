@@ -200,6 +200,15 @@ def _insert_trials(
             ):
                 if batch:
                     connection.execute(sqlalchemy.insert(model.__table__), batch)
+        if connection.dialect.name == "postgresql":
+            # The ids were given, not drawn: move the sequence past them, or the next trial a
+            # command creates collides with one of them (as the first PostgreSQL run found).
+            connection.execute(
+                sqlalchemy.text(
+                    "SELECT setval(pg_get_serial_sequence('trials', 'trial_id'), "
+                    "(SELECT max(trial_id) FROM trials))"
+                )
+            )
 
 
 def propose(url: str) -> dict[str, float]:

@@ -15,8 +15,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
 import tempfile
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.errors import UsageError
@@ -181,6 +187,53 @@ def training_args_defaults() -> dict[str, Any]:
 
 @functools.cache
 def _field_defaults() -> dict[str, Any]:
+    """The defaults, from the installed transformers' own file of them when it was read before:
+    importing `transformers.training_args` takes about 4 s on 2 cores (it imports peft, which
+    imports several model types), most of `show`, `export` and `report` on a store of any size."""
+    stamp = _training_args_stamp()
+    saved = _defaults_file(stamp) if stamp else None
+    if saved is not None:
+        with contextlib.suppress(OSError, ValueError):
+            cached = json.loads(saved.read_text(encoding="utf-8"))
+            if isinstance(cached, dict) and cached.get("stamp") == stamp:
+                return dict(cached["defaults"])
+    defaults = _read_field_defaults()
+    if saved is not None:
+        with contextlib.suppress(OSError, TypeError, ValueError):
+            text = json.dumps({"stamp": stamp, "defaults": defaults})
+            if json.loads(text)["defaults"] == defaults:  # only what JSON gives back unchanged
+                saved.parent.mkdir(parents=True, exist_ok=True)
+                partial = saved.with_suffix(f".{os.getpid()}.tmp")
+                partial.write_text(text, encoding="utf-8")
+                os.replace(partial, saved)
+    return defaults
+
+
+def _training_args_stamp() -> str | None:
+    """The installed transformers' version and its ``training_args.py`` (path, size, mtime),
+    found without importing it; None where it cannot be told."""
+    try:
+        version = importlib.metadata.version("transformers")
+        spec = importlib.util.find_spec("transformers")
+    except (importlib.metadata.PackageNotFoundError, ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    source = Path(next(iter(spec.submodule_search_locations))) / "training_args.py"
+    try:
+        stat = source.stat()
+    except OSError:
+        return None
+    return f"{version}:{source}:{stat.st_size}:{stat.st_mtime_ns}"
+
+
+def _defaults_file(stamp: str) -> Path:
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    digest = hashlib.sha256(stamp.encode()).hexdigest()[:16]
+    return base / "autotune" / "training-args-defaults" / f"{digest}.json"
+
+
+def _read_field_defaults() -> dict[str, Any]:
     from transformers import TrainingArguments
 
     defaults: dict[str, Any] = {}

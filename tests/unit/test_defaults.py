@@ -6,6 +6,10 @@ default (as 5.x did with ``optim``) fails here instead of skewing every stated s
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -196,3 +200,43 @@ def test_tf32_is_read_as_a_trial_sets_it_through_either_api() -> None:
     finally:
         backends.fp32_precision, matmul.fp32_precision = saved
     assert seen == [False, True, False, True]
+
+
+def test_the_defaults_are_kept_per_installed_transformers_and_read_back_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from autotune.space import defaults as module
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    module._field_defaults.cache_clear()
+    read = module._read_field_defaults()
+    assert training_args_defaults() == read
+    (saved,) = (tmp_path / "autotune" / "training-args-defaults").glob("*.json")
+    module._field_defaults.cache_clear()
+    monkeypatch.setattr(module, "_read_field_defaults", lambda: pytest.fail("read again, not from the file"))
+    assert training_args_defaults() == read  # every field, from the file
+    # Another transformers (another stamp) does not take this file's defaults.
+    other = json.loads(saved.read_text())
+    saved.write_text(json.dumps({**other, "stamp": "another", "defaults": {**read, "optim": "sgd"}}))
+    module._field_defaults.cache_clear()
+    monkeypatch.setattr(module, "_read_field_defaults", lambda: read)
+    assert training_args_defaults() == read
+    assert json.loads(saved.read_text())["stamp"] == other["stamp"]  # written anew
+    saved.write_text("{not json")
+    module._field_defaults.cache_clear()
+    assert training_args_defaults() == read
+    module._field_defaults.cache_clear()
+
+
+def test_reading_the_kept_defaults_imports_no_training_arguments(tmp_path: Path) -> None:
+    code = (
+        "import sys; from autotune.space.defaults import training_args_defaults; "
+        "training_args_defaults(); print('transformers.training_args' in sys.modules)"
+    )
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    first, second = (
+        subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        for _ in range(2)
+    )
+    assert first.stdout.strip() == "True", first.stderr[-2000:]  # read once, through transformers
+    assert second.stdout.strip() == "False", second.stderr[-2000:]
