@@ -27,7 +27,7 @@ from autotune.measure.ranks import from_rank_zero, is_rank_zero
 from autotune.plan.resolved import Plan
 from autotune.progress import Reporter
 from autotune.records import trial_record
-from autotune.study.outcomes import STORE_LOST, TrialOutcome, fail_running_trial
+from autotune.study.outcomes import DISK_FULL, STORE_LOST, TrialOutcome, fail_running_trial
 from autotune.study.owner import OWNER_ATTR, this_process
 from autotune.study.store import fail_interrupted_trials, measured_count, running_trials, trials_of_job
 from autotune.trial.job import Job, JobFailed, Measured, TrialDone
@@ -273,6 +273,11 @@ class Supervisor:
         if trials:
             self.failed_starts = 0
             return
+        if result.reason == DISK_FULL:  # no trial to record it on, and the next worker would fail alike
+            raise WorkerFailed(
+                f"a worker could not start: {result.message}",
+                "free space there, or set TMPDIR to a folder on a disk with room",
+            )
         self.failed_starts += 1
         self.reporter.on_note(
             f"a worker ended before it measured a trial ({result.reason}): {result.message}"

@@ -25,6 +25,7 @@ from typing import Any
 
 import optuna
 
+from autotune.disk import disk_full_line
 from autotune.logs import quiet_libraries
 from autotune.measure.memory import frozen_heap
 from autotune.measure.ranks import from_rank_zero, is_rank_zero
@@ -33,7 +34,7 @@ from autotune.plan.resolved import Plan
 from autotune.progress import Reporter
 from autotune.records import read_trial, trial_facts
 from autotune.scratch import temporary_folder
-from autotune.study.outcomes import DUPLICATE_RUNNING
+from autotune.study.outcomes import DISK_FULL, DUPLICATE_RUNNING
 from autotune.study.retry import RetryingRDBStorage
 from autotune.study.sampler import search_sampler
 from autotune.study.store import distinct_params, measured_count, running_trials, was_trained
@@ -90,7 +91,7 @@ def serve_job(
             setup()
         result = run_job(job, reporter)
     except BaseException as exc:
-        failed = JobFailed(failure_reason(exc), one_line(exc))
+        failed = job_failure(exc)
         if on_failure is not None:
             failed = on_failure(failed)
         if send is not None:
@@ -101,6 +102,13 @@ def serve_job(
         os._exit(1)
     if send is not None:
         send(result)
+
+
+def job_failure(exc: BaseException) -> JobFailed:
+    """What a job that raised sends: its reason and one line; a full disk (its scratch folder
+    could not be made, say) names the place and the space left there."""
+    reason = failure_reason(exc)
+    return JobFailed(reason, disk_full_line(exc, {}) if reason == DISK_FULL else one_line(exc))
 
 
 def run_job(job: Job, reporter: Reporter, scratch_in: str | None = None) -> JobResult:

@@ -15,7 +15,7 @@ from autotune.driver.supervisor import MeasureFailed, Supervisor, WorkerFailed
 from autotune.errors import StoreError
 from autotune.executors.base import Ended, Executor
 from autotune.progress import Reporter
-from autotune.study.outcomes import ERROR, STORE_LOST
+from autotune.study.outcomes import DISK_FULL, ERROR, STORE_LOST
 from autotune.study.retry import unreachable
 from autotune.trial.errors import failure_reason, one_line
 from autotune.trial.job import Job, JobFailed, JobResult
@@ -117,3 +117,23 @@ def test_a_stop_with_nothing_running_ends_the_search_without_waiting(tmp_path: P
     supervisor.run_search(3, lambda: "stopped: all 4 combinations of the space were tried")
     assert executor.waits == 0 and executor.started == 0
     assert notes.notes == ["stopped: all 4 combinations of the space were tried"]
+
+
+def test_a_worker_that_found_the_disk_full_before_its_trial_ends_the_search_with_one_line(
+    tmp_path: Path,
+) -> None:
+    """No trial to record it on (its scratch folder could not be made), and every next worker would
+    fail alike: the search ends at the first, naming the place, not after three."""
+    import errno
+
+    from autotune.trial.entry import job_failure
+
+    scratch = tmp_path / "autotune-worker-x"
+    failed = job_failure(OSError(errno.ENOSPC, "No space left on device", str(scratch)))
+    assert failed.reason == DISK_FULL
+    assert failed.message.startswith(f"disk full at {scratch} (")
+    supervisor, executor, _ = _supervisor(tmp_path, failed)
+    with pytest.raises(WorkerFailed) as raised:
+        supervisor.run_search(3, lambda: None)
+    assert str(raised.value).startswith(f"a worker could not start: disk full at {scratch}")
+    assert executor.started == 1
