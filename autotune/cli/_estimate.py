@@ -31,6 +31,7 @@ def estimate_command(
     from autotune.logs import quiet_libraries
     from autotune.measure.estimate import clearly_over
     from autotune.measure.estimator import MemoryEstimator
+    from autotune.measure.memory import frozen_heap
     from autotune.plan.build import plan_search
     from autotune.progress import format_bytes, short_name
     from autotune.view import console
@@ -44,7 +45,9 @@ def estimate_command(
     estimator = MemoryEstimator(plan.workload, plan.hardware.device, plan.base_args)
     names = [k for k in MEMORY_KNOBS if k in plan.space.knobs]
     rows = []
-    with quiet_libraries():
+    # The probes free memory with a garbage collection each (about 0.2 s over the libraries'
+    # objects here): those are moved out of its reach, as in a trial's worker.
+    with quiet_libraries(), frozen_heap():
         for combo in itertools.product(*(plan.space.knobs[k] for k in names)):
             values = {**plan.space.fixed, **dict(zip(names, combo, strict=True))}
             rows.append((combo, estimator.estimate(values)))
