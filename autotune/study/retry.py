@@ -57,6 +57,7 @@ from sqlalchemy.engine import make_url
 from autotune.disk import describe_free, is_disk_full
 from autotune.errors import StoreError, StoreFull
 from autotune.study import bulk
+from autotune.urls import sqlite_file
 
 STORE_RETRY_ENV = "AUTOTUNE_STORE_RETRY_S"
 DEFAULT_STORE_RETRY_S = 300.0
@@ -303,6 +304,10 @@ class RetryingRDBStorage(RDBStorage):
         self.shown = shown
         self.new_trial_user_attrs: dict[str, Any] = {}
         self.full: StoreFull | None = None  # the last heartbeat that failed for want of room
+        # What every call's error messages need of the URL, read once.
+        self._password = make_url(url).password
+        database = sqlite_file(url)
+        self._database = None if database is None else str(database)
         super().__init__(url, **kwargs)
 
     @staticmethod
@@ -322,11 +327,7 @@ class RetryingRDBStorage(RDBStorage):
             return call(0)
         _calls.active = True
         try:
-            url = make_url(self.url)
-            database = url.database if url.get_backend_name() == "sqlite" else None
-            if database in ("", ":memory:"):
-                database = None
-            return retry_transient(call, self.retry_s, self.shown, url.password, database=database)
+            return retry_transient(call, self.retry_s, self.shown, self._password, database=self._database)
         finally:
             _calls.active = False
 
