@@ -306,7 +306,12 @@ def running_trials(study: optuna.Study) -> list[FrozenTrial]:
 def measured_count(study: optuna.Study) -> int:
     """Trials that count against the study's total budget: finished trials that tried to train,
     whatever their outcome. Trials that were skipped, reused or predicted cost nothing."""
-    return sum(map(_counts, _summaries(study.get_trials(deepcopy=False, states=FINISHED))))
+    return trained_count(study.get_trials(deepcopy=False, states=FINISHED))
+
+
+def trained_count(finished: list[FrozenTrial]) -> int:
+    """How many of `finished` (finished trials) count against the budget (`was_trained`)."""
+    return sum(map(_counts, _summaries(finished)))
 
 
 def summarize_trial(trial: FrozenTrial) -> TrialRecord:

@@ -18,7 +18,7 @@ from autotune.plan.resolved import Plan
 from autotune.space import precision_of
 from autotune.space.availability import combination_unavailable
 from autotune.study.outcomes import DUPLICATE, DUPLICATE_RUNNING, OOM_PREDICTED, UNUSED_PARAMETERS_KNOWN
-from autotune.study.store import FINISHED, was_trained
+from autotune.study.store import FINISHED, trained_count
 from autotune.trial.errors import (
     NotTrained,
     OverBudget,
@@ -80,11 +80,10 @@ def precheck_trial(
         # Workers check the budget before they ask for a trial, so two can both see room for the
         # last one; of trials created concurrently, the earlier number goes on. A running trial
         # that turns out to need no training gives its place back to the next ask.
-        earlier = [t for t in others if t.state in FINISHED and was_trained(t)]
-        earlier += [
-            t for t in others if t.state == optuna.trial.TrialState.RUNNING and t.number < trial.number
-        ]
-        if len(earlier) >= budget:
+        started_before = sum(
+            1 for t in others if t.state == optuna.trial.TrialState.RUNNING and t.number < trial.number
+        )
+        if trained_count(finished) + started_before >= budget:
             raise OverBudget(budget)
     made: list[MemoryEstimate | None] = []
 
