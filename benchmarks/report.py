@@ -77,10 +77,6 @@ def k(value: float | None) -> str:
     return "-" if value is None else f"{value / 1000:.1f}k"
 
 
-def pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
-
-
 def mib(value: float | None) -> str:
     return "-" if value is None else f"{value / 2**20:.0f} MiB"
 
