@@ -302,26 +302,22 @@ def test_search_help_lists_every_flag(capsys):
         assert flag in out, flag
 
 
-def test_estimate_command_prints_the_table(capsys):
+def _estimate(capsys, cap):
     with pytest.raises(SystemExit) as exit_info:
-        main(
-            [
-                "estimate",
-                "--model",
-                "tiny-gpt2",
-                "--space",
-                "quick",
-                "--seq-len",
-                "32",
-                "--memory-cap",
-                "1GiB",
-            ]
-        )
+        main(["estimate", "--model", "tiny-gpt2", "--space", "quick", "--seq-len", "32", "--memory-cap", cap])
     assert exit_info.value.code == 0
-    out = capsys.readouterr().out
+    return capsys.readouterr().out
+
+
+def test_estimate_command_prints_the_table(capsys):
+    # The estimate includes this process's own baseline (1 GiB and more inside a full test run),
+    # so the caps sit far on either side of any estimate this tiny model can have.
+    out = _estimate(capsys, "1TiB")
     assert "Memory estimate (quick)" in out
     assert "parameters" in out and "process baseline" in out
-    assert out.count("under") >= 1
+    assert "under" in out and "over" not in out
+    out = _estimate(capsys, "1MiB")
+    assert "clearly over: skipped" in out and "under" not in out
 
 
 # --- autotune worker ------------------------------------------------------------------------------
