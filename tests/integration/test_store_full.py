@@ -68,15 +68,20 @@ class _Search:
         self.started = descendants(self.proc.pid)
         assert self.started
 
-    def wait_until_measuring(self, settle_s: float = 10.0) -> None:
-        """Until the running trial has its values and its owner stored, then `settle_s` more: its
-        set-up writes (the memory probe's figure) are done, and it trains, writing nothing until
-        it ends but its heartbeat."""
+    def wait_until_measuring(self, settle_s: float = 2.0) -> None:
+        """Until the running trial has its values and its owner stored and the study its memory
+        probe's figure (the last of a first trial's set-up writes), then `settle_s` more: it
+        trains, writing nothing until it ends but its heartbeat."""
 
         def set_up() -> bool:
             study = optuna.load_study(study_name="full", storage=self.storage)
             running = study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
-            return bool(running and running[0].params and "worker" in running[0].user_attrs)
+            return bool(
+                running
+                and running[0].params
+                and "worker" in running[0].user_attrs
+                and study.user_attrs.get("activation_probes")
+            )
 
         wait_for(lambda: set_up() or self.proc.poll() is not None, timeout_s=120, what="a trial set up")
         time.sleep(settle_s)
