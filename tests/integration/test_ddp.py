@@ -35,7 +35,8 @@ def _ddp_search(
     trials: int = 0,
     **options: object,
 ) -> autotune.SearchResult:
-    """A 2-rank search of `knobs` (a trial per enqueued configuration unless `trials` says more)."""
+    """A 2-rank search of `knobs` (a trial per enqueued configuration unless `trials` says more).
+    Its whole-run check (a torchrun group more) runs where a test asks for it."""
     return autotune.search(
         model="tiny-gpt2",
         space=write_space(tmp_path, knobs),
@@ -48,7 +49,7 @@ def _ddp_search(
         nproc_per_node=2,
         ddp_timeout_s=60,
         enqueue=enqueue,
-        **options,
+        **{"whole_run_check": False, **options},
     )
 
 
@@ -118,9 +119,15 @@ def test_ddp_trials_through_the_supervisor(tmp_path: Path) -> None:
         knobs,
         trials=3,
         callbacks=[RankRecorder(str(records)), Fault("raise", {"per_device_train_batch_size": 4}, rank=1)],
+        whole_run_check=True,
     )
     study = result.study
     assert measured_count(study) == 3
+    # The answer's whole-run check ran as its trials did: a group of both ranks, each one's step.
+    (check,) = read_study(study).whole_run
+    assert check.trial == result.answer.choice.trial and check.fits is True, check
+    assert check.train_samples == 2 * check.params["per_device_train_batch_size"]
+    assert set(check.step_peaks) == {"train", "eval", "save"} and min(check.step_peaks.values()) > 0
     assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
 
     # The fault on rank 1 only ended its trial on both ranks, recorded with rank 1's reason.

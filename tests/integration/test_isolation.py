@@ -33,6 +33,7 @@ def _run(tmp_path: Path, trials: int, **overrides: Any) -> autotune.SearchResult
         measure=FAST,
         finalists=0,
         measure_baseline=False,
+        whole_run_check=False,  # tests/integration/test_whole_run.py checks it
     )
     return autotune.search(**{**settings, **overrides})
 

@@ -39,6 +39,7 @@ def test_sigkill_mid_trial_then_resume(tmp_path: Path) -> None:
     args += ["--trials", "4", "--storage", storage, "--study", "kill", "--seq-len", "16", "--finalists", "0"]
     args += ["--warmup-steps", "1", "--max-steps", "100000", "--max-seconds", "2", "--target-ci", "0.000001"]
     args += ["--screen-ratio", "0"]  # no trial cut short: the kill lands in a full window
+    args += ["--no-whole-run-check"]  # tests/integration/test_whole_run.py checks it
     proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         wait_for(
