@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -299,8 +300,11 @@ class SlowCompile(TrainerCallback):
             time.sleep(self.slower_s)
 
 
-def terminate_connections(admin_url: str, database: str, seconds: float, kills: list[int]) -> None:
-    """Terminate every connection to `database` but this one, over and over, for `seconds`."""
+def terminate_connections(
+    admin_url: str, database: str, seconds: float, kills: list[int], stop: threading.Event | None = None
+) -> None:
+    """Terminate every connection to `database` but this one, over and over, for `seconds`, or
+    until `stop` (a `threading.Event`, if given) is set."""
     import time
 
     import sqlalchemy
@@ -313,7 +317,7 @@ def terminate_connections(admin_url: str, database: str, seconds: float, kills: 
     try:
         with engine.connect() as connection:
             end = time.monotonic() + seconds
-            while time.monotonic() < end:
+            while time.monotonic() < end and not (stop is not None and stop.is_set()):
                 kills.append(int(connection.execute(statement, {"database": database}).scalar() or 0))
                 time.sleep(0.02)
     finally:
