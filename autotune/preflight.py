@@ -15,6 +15,10 @@ from autotune.errors import UsageError
 from autotune.ray_auth import check_token
 
 ADDRESS_HINT = "check ray_address (HOST:PORT of the head, or ray://HOST:10001)"
+# The Ray heads this process found it can join: `autotune search` checks before its heavy imports
+# (a refusal then takes a second, not the training stack's imports), the driver again for every
+# caller; the head is asked once.
+_JOINABLE: set[str] = set()
 
 
 def check_before_creating(config: Any) -> None:
@@ -40,9 +44,12 @@ def check_ray_head(address: str) -> None:
         UsageError: the address is not reachable.
         RayTokenError: the head requires a token this process does not send.
     """
+    if address in _JOINABLE:
+        return
     probe_address(address)
     if "://" not in address and ":" in address:  # ``auto``, ``ray://``: left to Ray
         check_token(address)
+    _JOINABLE.add(address)
 
 
 def probe_address(address: str, timeout_s: float = 5.0) -> None:

@@ -21,11 +21,15 @@ def search_command(**given: Any) -> None:
     debug = given.pop("debug")
     apply_store_retry(given.pop("store_retry_s"))
     from autotune.executors.warm import start_forkserver_for
+    from autotune.preflight import check_before_creating
     from autotune.view import RichReporter
     from autotune.workloads.hub import require_reachable_model
 
     config = run_config(None, **{name: _from_command_line(name, value) for name, value in given.items()})
-    require_reachable_model(config.model)  # a hub id without a hub fails before torch is imported
+    # A hub id without a hub, an unreachable Ray head or a compile cache that cannot be a folder
+    # fails before torch is imported (the driver checks again for its other callers).
+    require_reachable_model(config.model)
+    check_before_creating(config)
     start_forkserver_for(config)  # before the imports below: both processes import side by side
     from autotune.driver.search import search
 

@@ -66,3 +66,44 @@ def test_a_compile_cache_below_a_file_fails_before_the_study_is_created(tmp_path
     assert "not a folder" in lines[0]
     assert not done.stdout.strip(), done.stdout  # no header
     assert not store.exists() or not optuna.get_all_study_summaries(f"sqlite:///{store}")
+
+
+@pytest.mark.parametrize("flag", ["--compile-cache", "--ray-address"])
+def test_the_command_line_refuses_before_it_imports_the_training_stack(tmp_path: Path, flag: str) -> None:
+    """`autotune search` checks before its imports of torch and transformers (seconds): a refusal
+    is at once, and says the same as the driver's own check."""
+    (tmp_path / "file").write_text("x\n")
+    bad = str(tmp_path / "file" / "cache") if flag == "--compile-cache" else "127.0.0.1:1"
+    argv = ["search", "--model", "tiny-gpt2", "--storage", f"sqlite:///{tmp_path / 's.db'}", flag, bad]
+    argv += ["--backend", "ray"] if flag == "--ray-address" else []
+    code = (
+        "import sys\nfrom autotune.cli import main\n"
+        f"try:\n    main({argv!r})\nexcept SystemExit as exc:\n"
+        "    print(exc.code, 'torch' in sys.modules, 'transformers' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=100)
+    assert done.stdout.split() == ["2", "False", "False"], done.stdout + done.stderr
+    assert done.stderr.startswith(f"error: {'--compile-cache' if flag == '--compile-cache' else 'cannot'}")
+
+
+def test_a_ray_head_found_joinable_is_asked_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    import autotune.preflight as preflight
+
+    asked: list[str] = []
+    monkeypatch.setattr(preflight, "_JOINABLE", set())
+    monkeypatch.setattr(preflight, "probe_address", lambda address: asked.append(f"probe {address}"))
+    monkeypatch.setattr(preflight, "check_token", lambda address: asked.append(f"token {address}"))
+    preflight.check_ray_head("10.0.0.1:6379")
+    preflight.check_ray_head("10.0.0.1:6379")  # the driver's check after the command line's
+    preflight.check_ray_head("10.0.0.2:6379")
+    assert asked == [f"{step} 10.0.0.{n}:6379" for n in (1, 2) for step in ("probe", "token")]
+
+    def refuse(address: str) -> None:
+        asked.append(f"probe {address}")
+        raise UsageError(f"cannot reach Ray at {address}", "check it", field="ray_address")
+
+    monkeypatch.setattr(preflight, "probe_address", refuse)
+    for _ in range(2):  # a head that refused is asked again
+        with pytest.raises(UsageError):
+            preflight.check_ray_head("10.0.0.3:6379")
+    assert asked[-2:] == ["probe 10.0.0.3:6379", "probe 10.0.0.3:6379"]
