@@ -123,23 +123,13 @@ def resume_command(
     """Continue a stored study with the run configuration it was started with."""
     apply_store_retry(store_retry_s)
     from autotune.config import RunConfig
-    from autotune.driver.search import search
-    from autotune.errors import UsageError
-    from autotune.plan.build import refuse_user_trainer_study
-    from autotune.records import read_study
-    from autotune.study.store import load_existing_study
-    from autotune.view import RichReporter
+    from autotune.study.stored import stored_run_config
 
     url = RunConfig(storage=storage).storage_url
-    record = read_study(load_existing_study(url, study))
-    refuse_user_trainer_study(study, record)
-    stored = record.run_config
-    if not stored:
-        raise UsageError(
-            f"study {study!r} has no stored run configuration", "continue it with `autotune search`"
-        )
-    config = RunConfig.from_dict(
-        stored, storage=url, study=study, trials=trials, allow_mismatch=tuple(allow_mismatch or ())
-    )
+    # What the store alone refuses is refused before the training stack's imports (seconds).
+    _, _, config = stored_run_config(study, url, trials=trials, allow_mismatch=tuple(allow_mismatch or ()))
+    from autotune.driver.search import search
+    from autotune.view import RichReporter
+
     with RichReporter() as reporter:
         search(config, reporter=reporter, debug=debug)

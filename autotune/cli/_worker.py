@@ -42,11 +42,16 @@ def worker_command(
     measures the baseline and re-measures the finalists; a worker only measures trials.
     """
     from autotune.config import RunConfig
-    from autotune.driver.pool import join_study
-    from autotune.view import RichReporter
+    from autotune.study.stored import stored_run_config
 
     apply_store_retry(store_retry_s)
     url = RunConfig(storage=storage).storage_url
+    # What the store alone refuses (a newer configuration, remote code not allowed) is refused
+    # before the training stack's imports (seconds); `join_study` reads it again to plan.
+    stored_run_config(study, url, trust_remote_code=trust_remote_code)
+    from autotune.driver.pool import join_study
+    from autotune.view import RichReporter
+
     with RichReporter() as reporter:
         join_study(
             study, url, reporter=reporter, workers=workers, debug=debug, trust_remote_code=trust_remote_code

@@ -9,14 +9,14 @@ from typing import Any
 
 import optuna
 
-from autotune.config import RunConfig, load_base_args, refuse_stored_remote_code
-from autotune.errors import UsageError
+from autotune.config import RunConfig, load_base_args
 from autotune.plan.resolved import Plan, study_fingerprint, trial_world_size
-from autotune.records import StudyRecord, read_study
+from autotune.records import StudyRecord
 from autotune.space import SearchSpace, builtin_spaces, load_space, parse_space
 from autotune.space.availability import detect_hardware, model_support, value_unavailable
 from autotune.study.fingerprint import check_resume
-from autotune.study.store import default_study_name, load_existing_study, open_storage
+from autotune.study.store import default_study_name, open_storage
+from autotune.study.stored import stored_run_config
 from autotune.workloads.adapters import load_peft
 from autotune.workloads.data import DataSource
 from autotune.workloads.workload import Workload, resolve_workload
@@ -129,42 +129,16 @@ def plan_from_study(
     handed it over (the Python API's own Trainer pieces), instead of the one the configuration names.
 
     Raises:
-        UsageError: no such study, a study without a stored run configuration, a mismatch, or one
-            that asks for remote code this process was not allowed.
+        UsageError: what `autotune.study.stored.stored_run_config` refuses, or a mismatch.
     """
-    study = load_existing_study(storage_url, study_name, existing)
-    record = read_study(study)
-    if not record.run_config:
-        raise UsageError(
-            f"study {study_name!r} has no stored run configuration: it was not made by autotune search",
-            "start it with `autotune search`",
-        )
-    if trust_remote_code is not None:  # before the workload is resolved, which runs that code
-        refuse_stored_remote_code(record.run_config, trust_remote_code)
-    if workload is None:
-        refuse_user_trainer_study(study_name, record)
-    config = RunConfig.from_dict(record.run_config, storage=storage_url, study=study_name)
+    study, record, config = stored_run_config(
+        study_name, storage_url, existing, trust_remote_code, own_workload=workload is not None
+    )
     plan = plan_search(config, open_store=False, stored=record, workload=workload)
     plan.storage = study._storage
     if check_fingerprint and record.fingerprint:
         check_resume(study_name, record.fingerprint, study_fingerprint(plan), config.allow_mismatch)
     return plan, optuna.load_study(study_name=study_name, storage=plan.storage)
-
-
-def refuse_user_trainer_study(study_name: str, record: StudyRecord) -> None:
-    """Refuse to continue, from the store alone, a study that `autotune.tune` made on a user's own
-    Trainer (its stored workload names the Trainer class): its model and data are not in the store.
-
-    Raises:
-        UsageError: such a study.
-    """
-    trainer = (record.workload or {}).get("trainer")
-    if trainer:
-        raise UsageError(
-            f"study {study_name!r} was made by autotune.tune() on your own Trainer ({trainer}), whose "
-            "model and data are not in the store",
-            f"continue it from Python: autotune.tune(trainer, study_name={study_name!r})",
-        )
 
 
 def workload_of(config: RunConfig) -> Workload:

@@ -244,24 +244,11 @@ def test_a_worker_refuses_remote_code_it_was_not_allowed(tmp_path: Path) -> None
 def test_a_newer_run_configuration_is_refused_in_one_line(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'newer.db'}"
     _stored_study(url, "newer", **{SCHEMA_KEY: RUN_CONFIG_SCHEMA + 1, "pipeline_stages": 4})
-    # Both commands at once (each spends its seconds importing torch before it reads the store).
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "autotune", *command, "--storage", url],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for command in (["worker", "newer"], ["resume", "newer"])
-    ]
-    try:
-        results = [(proc, *proc.communicate(timeout=300)) for proc in procs]
-    finally:
-        _end(procs)
-    for proc, out, err in results:
-        assert proc.returncode == 2, out + err
-        lines = err.strip().splitlines()
-        assert len(lines) == 1 and f"schema {RUN_CONFIG_SCHEMA + 1}" in lines[0], err
+    for command in (["worker", "newer"], ["resume", "newer"]):
+        result = _cli(*command, "--storage", url)
+        assert result.returncode == 2, result.stdout + result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and f"schema {RUN_CONFIG_SCHEMA + 1}" in lines[0], result.stderr
     study = optuna.load_study(study_name="newer", storage=url)
     assert study.trials == []  # nothing ran
 

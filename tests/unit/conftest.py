@@ -9,6 +9,7 @@ import optuna
 import pytest
 
 import autotune.driver.search
+import autotune.preflight
 
 
 @pytest.fixture(autouse=True)
@@ -22,7 +23,8 @@ def _quiet_optuna() -> Iterator[None]:
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> list[SimpleNamespace]:
     """Replace the real search with a fake that records what the CLI hands it (the store's
-    environment variable unset, so the defaults are what a test sees)."""
+    environment variable unset, so the defaults are what a test sees), and the machine checks the
+    command line makes first (`autotune.preflight`: a Ray head, a compile-cache folder) with none."""
     seen: list[SimpleNamespace] = []
 
     def fake_search(config, *, reporter=None, debug=False):  # type: ignore[no-untyped-def]
@@ -30,4 +32,5 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[SimpleNamespace]:
 
     monkeypatch.delenv("AUTOTUNE_STORAGE", raising=False)
     monkeypatch.setattr(autotune.driver.search, "search", fake_search)
+    monkeypatch.setattr(autotune.preflight, "check_before_creating", lambda config: None)
     return seen

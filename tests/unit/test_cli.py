@@ -325,10 +325,17 @@ def test_estimate_command_prints_the_table(capsys):
 
 @pytest.fixture
 def joins(monkeypatch) -> list[dict]:
-    """Replace the real pool member with a fake that records what the CLI hands it."""
+    """Replace the real pool member with a fake that records what the CLI hands it (and the
+    store's check it makes first, with a fake that records what it asked)."""
     import autotune.driver.pool
+    import autotune.study.stored
 
     seen: list[dict] = []
+
+    def fake_check(study_name, storage_url, *, trust_remote_code):
+        seen.append({"checked": study_name, "storage": storage_url, "trust": trust_remote_code})
+
+    monkeypatch.setattr(autotune.study.stored, "stored_run_config", fake_check)
 
     def fake_join(study_name, storage_url, *, reporter=None, workers=None, debug=False, trust_remote_code):
         seen.append(
@@ -341,9 +348,12 @@ def joins(monkeypatch) -> list[dict]:
 
 def test_worker_flags_reach_the_pool_member(joins):
     assert run("worker", "pool", "--storage", "sqlite:///w.db", "-w", "2") in (0, None)
-    assert joins == [{"study": "pool", "storage": "sqlite:///w.db", "workers": 2, "trust": False}]
+    assert joins == [
+        {"checked": "pool", "storage": "sqlite:///w.db", "trust": False},
+        {"study": "pool", "storage": "sqlite:///w.db", "workers": 2, "trust": False},
+    ]
     assert run("worker", "pool", "--storage", "sqlite:///w.db", "--trust-remote-code") in (0, None)
-    assert joins[-1]["trust"] is True
+    assert joins[-2]["trust"] is joins[-1]["trust"] is True
 
 
 def test_compile_cache_flag_reaches_the_config(calls):

@@ -68,6 +68,18 @@ def test_a_compile_cache_below_a_file_fails_before_the_study_is_created(tmp_path
     assert not store.exists() or not optuna.get_all_study_summaries(f"sqlite:///{store}")
 
 
+def _refusal_in_a_fresh_process(argv: list[str]) -> tuple[list[str], str]:
+    """`autotune ARGV` in a fresh interpreter: its exit code and whether torch and transformers
+    were imported by then, and its stderr."""
+    code = (
+        "import sys\nfrom autotune.cli import main\n"
+        f"try:\n    main({argv!r})\nexcept SystemExit as exc:\n"
+        "    print(exc.code, 'torch' in sys.modules, 'transformers' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=100)
+    return done.stdout.split(), done.stderr
+
+
 @pytest.mark.parametrize("flag", ["--compile-cache", "--ray-address"])
 def test_the_command_line_refuses_before_it_imports_the_training_stack(tmp_path: Path, flag: str) -> None:
     """`autotune search` checks before its imports of torch and transformers (seconds): a refusal
@@ -76,14 +88,9 @@ def test_the_command_line_refuses_before_it_imports_the_training_stack(tmp_path:
     bad = str(tmp_path / "file" / "cache") if flag == "--compile-cache" else "127.0.0.1:1"
     argv = ["search", "--model", "tiny-gpt2", "--storage", f"sqlite:///{tmp_path / 's.db'}", flag, bad]
     argv += ["--backend", "ray"] if flag == "--ray-address" else []
-    code = (
-        "import sys\nfrom autotune.cli import main\n"
-        f"try:\n    main({argv!r})\nexcept SystemExit as exc:\n"
-        "    print(exc.code, 'torch' in sys.modules, 'transformers' in sys.modules)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=100)
-    assert done.stdout.split() == ["2", "False", "False"], done.stdout + done.stderr
-    assert done.stderr.startswith(f"error: {'--compile-cache' if flag == '--compile-cache' else 'cannot'}")
+    said, err = _refusal_in_a_fresh_process(argv)
+    assert said == ["2", "False", "False"], err
+    assert err.startswith(f"error: {'--compile-cache' if flag == '--compile-cache' else 'cannot'}")
 
 
 def test_a_ray_head_found_joinable_is_asked_once(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -107,3 +114,36 @@ def test_a_ray_head_found_joinable_is_asked_once(monkeypatch: pytest.MonkeyPatch
         with pytest.raises(UsageError):
             preflight.check_ray_head("10.0.0.3:6379")
     assert asked[-2:] == ["probe 10.0.0.3:6379", "probe 10.0.0.3:6379"]
+
+
+@pytest.mark.parametrize(
+    ("command", "stored", "words"),
+    [
+        ("worker", {"schema": "newer"}, "schema"),
+        ("resume", {"schema": "newer"}, "schema"),
+        ("worker", {"trust_remote_code": True}, "--trust-remote-code"),
+        ("resume", {"workload": {"trainer": "mine.MyTrainer"}}, "autotune.tune()"),
+        ("worker", {"no_run_config": True}, "no stored run configuration"),
+    ],
+)
+def test_what_the_store_alone_refuses_is_refused_before_the_training_stack(
+    tmp_path: Path, command: str, stored: dict, words: str
+) -> None:
+    from autotune.config import RUN_CONFIG_SCHEMA, SCHEMA_KEY, RunConfig
+    from autotune.study.store import open_storage
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    study = optuna.create_study(storage=open_storage(url), study_name="s", direction="maximize")
+    config = RunConfig(storage=url, study="s").to_dict()
+    if stored.get("schema"):
+        config.update({SCHEMA_KEY: RUN_CONFIG_SCHEMA + 1, "pipeline_stages": 4})
+    config["trust_remote_code"] = stored.get("trust_remote_code", False)
+    if not stored.get("no_run_config"):
+        study.set_user_attr("run_config", config)
+    if "workload" in stored:
+        study.set_user_attr("workload", stored["workload"])
+    said, err = _refusal_in_a_fresh_process([command, "s", "--storage", url])
+    assert said == ["2", "False", "False"], err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and words in lines[0], err
+    assert optuna.load_study(study_name="s", storage=url).trials == []

@@ -43,8 +43,18 @@ def test_search_passes_the_bound_to_its_store_and_workers(seen: list[str | None]
     assert seen == ["12.5"] and store_retry_s() == 12.5
 
 
+def _stored_study(url: str, name: str) -> None:
+    import optuna
+
+    from autotune.config import RunConfig
+
+    study = optuna.create_study(storage=url, study_name=name)
+    study.set_user_attr("run_config", RunConfig(storage=url, study=name).to_dict())
+
+
 def test_worker_passes_the_bound(seen: list[str | None], tmp_path: Any) -> None:
     url = f"sqlite:///{tmp_path / 'w.db'}"
+    _stored_study(url, "s")  # read before the pool member starts
     assert _run("worker", "s", "--storage", url, "--store-retry-s", "0") in (0, None)
     assert seen == ["0.0"] and store_retry_s() == 0.0
 
@@ -57,13 +67,8 @@ def test_without_the_flag_the_default_stands(seen: list[str | None]) -> None:
 def test_resume_takes_the_flag(
     seen: list[str | None], monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
-    import optuna
-
-    from autotune.config import RunConfig
-
     url = f"sqlite:///{tmp_path / 'r.db'}"
-    study = optuna.create_study(storage=url, study_name="r")
-    study.set_user_attr("run_config", RunConfig(storage=url, study="r").to_dict())
+    _stored_study(url, "r")
     assert _run("resume", "r", "--storage", url, "--store-retry-s", "3") in (0, None)
     assert seen == ["3.0"]
 
