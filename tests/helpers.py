@@ -470,13 +470,31 @@ class FakeClock:
         self.now += seconds
 
 
-def trial_states(storage: str, name: str) -> list[Any]:
-    """The states of study `name`'s trials in `storage`, none while the study does not exist yet."""
+def study_if_there(storage: Any, name: str) -> Any:
+    """Study `name` of `storage` (a URL or a storage) as stored now, polled while a search in
+    another process creates it: None until it exists. Opening a store whose tables the search is
+    creating races that creation (optuna's first open of a new store inserts its schema version:
+    ``UNIQUE constraint failed: alembic_version.version_num``), and a SQLite store may be busy with
+    the search's writes: both are "not yet", for the next poll."""
     import optuna
+    import sqlalchemy
 
     try:
-        return [t.state for t in optuna.load_study(study_name=name, storage=storage).trials]
-    except KeyError:
+        return optuna.load_study(study_name=name, storage=storage)
+    except (KeyError, sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError):
+        return None
+
+
+def trial_states(storage: str, name: str) -> list[Any]:
+    """The states of study `name`'s trials in `storage`, none while the study does not exist yet
+    (`study_if_there`)."""
+    import optuna
+    import sqlalchemy
+
+    study = study_if_there(storage, name)
+    try:
+        return [t.state for t in study.trials] if study is not None else []
+    except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError):
         return []
 
 

@@ -11,11 +11,12 @@ from typing import Any
 
 import optuna
 import pytest
+import sqlalchemy
 
 import autotune
 from autotune.study.owner import Owner, is_alive
 from autotune.study.store import measured_count
-from tests.helpers import FAST, Fault, write_space
+from tests.helpers import FAST, Fault, study_if_there, write_space
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -51,16 +52,20 @@ def test_a_worker_killed_mid_trial_is_recorded_and_the_search_completes(tmp_path
         # Found as a user would: the running trial's `worker` attr names its process.
         while not stop.is_set() and not killed:
             time.sleep(0.2)
+            study = study_if_there(storage, "iso")
             try:
-                study = optuna.load_study(study_name="iso", storage=storage)
-            except KeyError:
-                continue
-            for trial in study.get_trials(states=(optuna.trial.TrialState.RUNNING,)):
+                running = study.get_trials(states=(optuna.trial.TrialState.RUNNING,)) if study else []
+            except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError):
+                continue  # SQLite busy with the search's writes: look again
+            for trial in running:
                 owner = Owner.from_attrs(trial.user_attrs.get("worker"))
                 if owner is None or owner.pid == os.getpid() or trial.number < 1:
                     continue
                 time.sleep(0.5)  # inside its training (a pre-checked trial ends in milliseconds)
-                still = study.trials[trial.number]
+                try:
+                    still = study.trials[trial.number]
+                except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError):
+                    break
                 if still.state == optuna.trial.TrialState.RUNNING:
                     os.kill(owner.pid, signal.SIGKILL)
                     killed.update(number=trial.number, owner=owner)

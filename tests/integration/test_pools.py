@@ -14,10 +14,11 @@ from pathlib import Path
 
 import optuna
 import pytest
+import sqlalchemy
 
 from autotune.study.owner import Owner, is_alive
 from autotune.study.store import measured_count, open_storage, was_trained
-from tests.helpers import wait_for, write_space
+from tests.helpers import study_if_there, wait_for, write_space
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
@@ -55,11 +56,11 @@ def _load(storage: str, study: str) -> optuna.Study | None:
     """The study as stored now; one store per URL for the whole test (polling it with a fresh
     engine each time would hold PostgreSQL connections until the garbage collector runs)."""
     if storage not in _STORES:
-        _STORES[storage] = open_storage(storage)
-    try:
-        return optuna.load_study(study_name=study, storage=_STORES[storage])
-    except KeyError:
-        return None
+        try:
+            _STORES[storage] = open_storage(storage)
+        except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError):
+            return None  # its tables are being created by the search (see `study_if_there`)
+    return study_if_there(_STORES[storage], study)
 
 
 def _end(procs: list[subprocess.Popen]) -> None:

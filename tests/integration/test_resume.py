@@ -16,14 +16,7 @@ import autotune
 from autotune.errors import UsageError
 from autotune.study.owner import Owner, is_alive
 from autotune.study.store import measured_count
-from tests.helpers import FAST_RUN, wait_for, write_space
-
-
-def _states(storage: str, name: str) -> list[optuna.trial.TrialState]:
-    try:
-        return [t.state for t in optuna.load_study(study_name=name, storage=storage).trials]
-    except KeyError:
-        return []
+from tests.helpers import FAST_RUN, trial_states, wait_for, write_space
 
 
 @pytest.mark.timeout(600)
@@ -44,8 +37,8 @@ def test_sigkill_mid_trial_then_resume(tmp_path: Path) -> None:
     try:
         wait_for(
             lambda: (
-                optuna.trial.TrialState.COMPLETE in _states(storage, "kill")
-                and _states(storage, "kill")[-1] == optuna.trial.TrialState.RUNNING
+                optuna.trial.TrialState.COMPLETE in trial_states(storage, "kill")
+                and trial_states(storage, "kill")[-1] == optuna.trial.TrialState.RUNNING
             ),
             timeout_s=180,
             what="a finished trial and a running one",
