@@ -54,20 +54,6 @@ def test_a_port_nothing_listens_on_is_refused_fast() -> None:
     probe_address("auto")  # left to Ray
 
 
-def test_a_compile_cache_below_a_file_fails_before_the_study_is_created(tmp_path: Path) -> None:
-    (tmp_path / "file").write_text("x\n")
-    store = tmp_path / "s.db"
-    args = [sys.executable, "-m", "autotune", "search", "--model", "tiny-gpt2", "--seq-len", "16"]
-    args += ["--storage", f"sqlite:///{store}", "--compile-cache", str(tmp_path / "file" / "cache")]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=100)
-    assert done.returncode == 2, done.stdout + done.stderr
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: --compile-cache "), done.stderr
-    assert "not a folder" in lines[0]
-    assert not done.stdout.strip(), done.stdout  # no header
-    assert not store.exists() or not optuna.get_all_study_summaries(f"sqlite:///{store}")
-
-
 def _refusal_in_a_fresh_process(argv: list[str]) -> tuple[list[str], str]:
     """`autotune ARGV` in a fresh interpreter: its exit code and whether torch and transformers
     were imported by then, and its stderr."""
@@ -82,15 +68,22 @@ def _refusal_in_a_fresh_process(argv: list[str]) -> tuple[list[str], str]:
 
 @pytest.mark.parametrize("flag", ["--compile-cache", "--ray-address"])
 def test_the_command_line_refuses_before_it_imports_the_training_stack(tmp_path: Path, flag: str) -> None:
-    """`autotune search` checks before its imports of torch and transformers (seconds): a refusal
-    is at once, and says the same as the driver's own check."""
+    """`autotune search` checks before anything is created and before its imports of torch and
+    transformers (seconds): one line, exit 2, no header, no study in the store."""
     (tmp_path / "file").write_text("x\n")
+    store = tmp_path / "s.db"
     bad = str(tmp_path / "file" / "cache") if flag == "--compile-cache" else "127.0.0.1:1"
-    argv = ["search", "--model", "tiny-gpt2", "--storage", f"sqlite:///{tmp_path / 's.db'}", flag, bad]
+    argv = ["search", "--model", "tiny-gpt2", "--storage", f"sqlite:///{store}", flag, bad]
     argv += ["--backend", "ray"] if flag == "--ray-address" else []
     said, err = _refusal_in_a_fresh_process(argv)
-    assert said == ["2", "False", "False"], err
-    assert err.startswith(f"error: {'--compile-cache' if flag == '--compile-cache' else 'cannot'}")
+    assert said == ["2", "False", "False"], err  # nothing else on stdout: no header
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    if flag == "--compile-cache":
+        assert lines[0].startswith("error: --compile-cache ") and "not a folder" in lines[0], err
+    else:
+        assert lines[0].startswith("error: cannot reach Ray at 127.0.0.1:1"), err
+    assert not store.exists() or not optuna.get_all_study_summaries(f"sqlite:///{store}")
 
 
 def test_a_ray_head_found_joinable_is_asked_once(monkeypatch: pytest.MonkeyPatch) -> None:
