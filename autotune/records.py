@@ -386,6 +386,8 @@ class FinalistRecord:
     rounds: list[int] = _keyed("rounds", list)
     scores: list[float] | None = _key("scores")
     peaks: list[int | None] | None = _key("peaks")
+    # each measurement's place in its round's order (0: first; None: a store that did not keep it)
+    positions: list[int] | None = _key("positions")
     # what version 0 stored beside its rounds (`autotune.measure.stats.Finalist`): their median
     # and half-range relative to it; version 1 derives them from `tokens_per_s`
     median: float | None = _key("median")
@@ -399,6 +401,11 @@ class FinalistRecord:
     def tokens_by_round(self) -> dict[int, float]:
         rounds = self.rounds or list(range(1, len(self.tokens_per_s) + 1))
         return dict(zip(rounds, self.tokens_per_s, strict=False))
+
+    def positions_by_round(self) -> dict[int, int]:
+        if self.positions is None:
+            return {}
+        return dict(zip(self.rounds, self.positions, strict=False))
 
     def attrs(self) -> dict[str, Any]:
         return _write(self)
@@ -444,7 +451,8 @@ class Choice:
         training_args: the `TrainingArguments` kwargs it applied (the defaults': what their knob
             values apply).
         model_kwargs: its model-load kwargs.
-        tokens_per_s: its throughput: the re-measured median with its interval when re-measured,
+        tokens_per_s: its throughput: when re-measured, the rounds' (geometric) mean with its
+            interval, the noise pooled over every contestant (`autotune.measure.rounds.level`);
             else the search window's (then `remeasured` is False).
         peak_memory_bytes: its peak: the re-measured median when re-measured.
         remeasured: whether the figures are the finalists' re-measurement.
@@ -579,26 +587,26 @@ CHOSEN = "chosen"  # a trial the caller named (an export of one trial), not a de
 
 @dataclass(frozen=True)
 class AA:
-    """The instrument measured against itself: the same configuration (the baseline) measured
-    twice in each round of the finalists, in two positions of the rotated order. Two measurements
-    of one configuration differ only by the instrument: the process, the machine's drift within
-    the round, the position in the round. Their per-round log ratios have a mean (`offset`: what
-    position and order leave in a paired ratio) and a spread (`spread`: how far one pair of
-    measurements strays); every paired interval is widened by both (`autotune.measure.stats.paired_speedup`).
-
-    The rounds are also a blocked experiment (every contestant in each round, the round a block):
-    the residuals of all measurements after each contestant's and each round's effect pool the
-    noise of one measurement (`pooled`, with `pooled_df` degrees of freedom) over every contestant,
-    not only over one pair's few rounds (`autotune.measure.stats.instrument`).
+    """The instrument measured against itself, as the rounds' noise model sees it
+    (`autotune.measure.rounds`): the baseline measured twice in each round of the finalists, in
+    two positions of the rotated order, and its ratio to itself estimated by the model with its 95%
+    interval. The interval must hold 1 (a configuration is as fast as itself): where it does, the
+    model's noise accounts for what the instrument shows; where it does not, every interval the
+    answer states was widened by `scale`.
 
     Attributes:
-        offset: the mean of the per-round log ratios (first measurement over second).
-        spread: their standard deviation (0 with one round).
+        offset: the log of the baseline's ratio to itself (first measurement over second).
+        spread: the standard error of that log ratio.
         rounds: the rounds both were measured in.
-        largest: the largest per-round |log ratio|.
-        pooled: the pooled standard deviation of one measurement's log score (None: no residual
-            degree of freedom yet).
+        largest: the largest per-round |log ratio| of the two.
+        pooled: the noise of one measurement (standard deviation of a log score), pooled over
+            every contestant of the rounds (None: no residual degree of freedom yet).
         pooled_df: its degrees of freedom.
+        low, high: the 95% interval of the ratio (None: none).
+        scale: the widening of every interval the check asked for (1: none).
+        slope: the drift along a round's positions the model estimated, per position (log terms;
+            None: not estimated).
+        excluded: the measurements the model left out as disturbed (and the rounds measured again).
     """
 
     offset: float
@@ -607,6 +615,22 @@ class AA:
     largest: float
     pooled: float | None = None
     pooled_df: int = 0
+    low: float | None = None
+    high: float | None = None
+    scale: float = 1.0
+    slope: float | None = None
+    excluded: int = 0
+
+    @property
+    def ratio(self) -> float:
+        return math.exp(self.offset)
+
+    @property
+    def holds(self) -> bool | None:
+        """Whether the A/A interval holds 1 (None: no interval)."""
+        if self.low is None or self.high is None:
+            return None
+        return self.low <= 1 <= self.high
 
     @property
     def mean_difference(self) -> float:
@@ -618,40 +642,36 @@ class AA:
         return math.exp(self.largest) - 1
 
     def describe(self) -> str:
-        text = (
-            f"the same configuration measured twice in a round differed by {100 * self.mean_difference:.1f}% "
-            f"on average (at most {100 * self.largest_difference:.1f}% in a round, over {self.rounds} rounds)"
-        )
+        text = f"the baseline measured twice in each of {self.rounds} rounds: {self.ratio:.3f}x itself"
+        if self.low is not None and self.high is not None:
+            text += f" (95% interval {self.low:.3f}-{self.high:.3f}x)"
+            if self.holds:
+                text += ", which holds 1: the noise model accounts for it"
+            else:
+                text += f", which does not hold 1: every interval is widened {self.scale:.2f}x"
+        text += f"; at most {100 * self.largest_difference:.1f}% apart in a round"
         if self.pooled is not None:
             text += (
                 f"; one measurement's noise, pooled over every contestant of the rounds: "
                 f"{100 * (math.exp(self.pooled) - 1):.1f}% ({self.pooled_df} degrees of freedom)"
             )
+        if self.slope is not None:
+            text += (
+                f"; a drift of {100 * (math.exp(self.slope) - 1):+.1f}% per position in a round, taken out"
+            )
+        if self.excluded:
+            text += f"; {self.excluded} disturbed window(s) left out and measured again"
         return text
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "offset": self.offset,
-            "spread": self.spread,
-            "rounds": self.rounds,
-            "largest": self.largest,
-            "pooled": self.pooled,
-            "pooled_df": self.pooled_df,
-        }
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> AA | None:
         if not data:
             return None
-        pooled = data.get("pooled")
-        return cls(
-            float(data["offset"]),
-            float(data["spread"]),
-            int(data["rounds"]),
-            float(data["largest"]),
-            float(pooled) if pooled is not None else None,
-            int(data.get("pooled_df") or 0),
-        )
+        known = {f.name for f in fields(cls)}
+        return cls(**{key: value for key, value in data.items() if key in known and value is not None})
 
 
 @dataclass(frozen=True)
@@ -674,8 +694,8 @@ class Answer:
         baseline_tokens_per_s: the baseline's throughput as the figures were compared with it.
         memory_cap_bytes: the cap the choice was made under (None: the study's own, or none).
         objective: ``"tokens_per_s"``, or ``"run_time"`` with the user's run length.
-        aa: the baseline measured against itself in the finalists' rounds (`AA`), which widened
-            every paired interval above; None: no rounds measured it twice.
+        aa: the baseline measured against itself in the finalists' rounds (`AA`), the check of
+            the noise model every interval above comes from; None: no rounds measured it twice.
         finalists_time: where the finalists' time went (`autotune.driver.accounting`: wall
             seconds, their share of the search, measurements, rounds, set-up/warm-up/window
             seconds); None: no finalists ran in the search that decided it.
@@ -777,6 +797,8 @@ class StudyRecord:
         not_searched: knobs that could not run here.
         baseline: the defaults, measured.
         finalists: the finalists' rounds (the baseline's number is -1).
+        rounds_looks: how many looks at the rounds their budget allowed, which every interval
+            of them holds over together (None: a store from before the sequential rounds).
         winner: the re-measured leader (version 0's record of it).
         answer: the stored answer (None: not decided yet, or a version 0 store).
         time_breakdown: where the last search's time went (`autotune.driver.accounting`).
@@ -798,6 +820,8 @@ class StudyRecord:
     not_searched: list[Any] = _keyed("not_searched", list)
     baseline: Baseline = field(default_factory=Baseline)
     finalists: tuple[FinalistRecord, ...] = ()
+    # the looks the rounds' intervals hold over together (`autotune.measure.rounds.look_level`)
+    rounds_looks: int | None = _key("rounds_looks")
     winner: Winner | None = None
     answer: Answer | None = None
     time_breakdown: dict[str, Any] | None = _key("time_breakdown")

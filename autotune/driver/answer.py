@@ -12,8 +12,11 @@ the `Answer` that the search's end, ``autotune show``, ``autotune export``, ``au
   data order) is the answer only when it measurably beats the best measured configuration that
   keeps the math: their paired interval lies wholly above ``1 + MATH_GAIN``. Otherwise the
   math-keeping one is the answer and the other is named with its gain and what it changes.
-- The expected tokens/s and peak are the finalists' re-measured medians, with their interval; the
-  search window's figures only where nothing was re-measured, and the answer says so.
+- Every comparison of the rounds is read from one model of their noise
+  (`autotune.measure.rounds.fit_rounds`), whose A/A check the answer states.
+- The expected tokens/s is the rounds' geometric mean with an interval from the noise pooled over
+  every contestant (`autotune.measure.rounds.level`), the peak their median; the search window's
+  figures only where nothing was re-measured, and the answer says so.
 
 Pure: reads records; no torch, no optuna.
 """
@@ -26,7 +29,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from autotune.measure.stats import MIN_GAIN, Speedup, instrument, paired_speedup, t95
+from autotune.measure.rounds import RoundsFit, cells_of, fit_rounds, level
+from autotune.measure.stats import MATH_GAIN, MIN_GAIN, Speedup
 from autotune.records import (
     AA,
     BASELINE,
@@ -53,10 +57,6 @@ from autotune.study.semantics import record_changes
 if TYPE_CHECKING:
     import optuna
 
-# A change to the training math costs the user a retune (learning rate, schedule, a loss check):
-# it is handed back only when it measurably gains more than this over keeping the math.
-MATH_GAIN = 0.05
-
 
 def decide(study: StudyRecord, trials: Sequence[TrialRecord], cap_bytes: int | None = None) -> Answer:
     """The answer of a study from its records (under `cap_bytes` when given: a re-selection under
@@ -80,11 +80,11 @@ def decide(study: StudyRecord, trials: Sequence[TrialRecord], cap_bytes: int | N
         NO_TRIAL, "", None, baseline_tokens_per_s=base_tokens, memory_cap_bytes=cap_bytes, objective=objective
     )
     finalists = {f.number: f for f in study.finalists}
-    aa = _aa(finalists)
-    common = replace(common, aa=aa, finalists_time=finalists_time(study.time_breakdown))
+    fit = rounds_fit(finalists, study.rounds_looks)
+    common = replace(common, aa=aa_of(fit), finalists_time=finalists_time(study.time_breakdown))
     rounds = {t.number: finalists[t.number] for t in candidates if t.number in finalists}
     return _with_whole_run(
-        study, _decide(study, candidates, itself, rounds, finalists, defaults, common, aa), cap_bytes
+        study, _decide(study, candidates, itself, rounds, finalists, defaults, common, fit), cap_bytes
     )
 
 
@@ -96,7 +96,7 @@ def _decide(
     finalists: dict[int, FinalistRecord],
     defaults: Choice | None,
     common: Answer,
-    aa: AA | None,
+    fit: RoundsFit | None,
 ) -> Answer:
     tokens = study.train_tokens
     if not candidates:
@@ -108,7 +108,7 @@ def _decide(
     if not rounds and itself and _search_leads(itself, candidates, tokens):
         return replace(common, rule=KEEP_DEFAULTS, verdict=_fastest_defaults(itself), choice=defaults)
     if rounds:
-        return _from_rounds(study, candidates, rounds, finalists.get(BASELINE), defaults, common, aa)
+        return _from_rounds(study, candidates, rounds, finalists, defaults, common, fit)
     return _from_search(study, candidates, defaults, tokens, common)
 
 
@@ -116,23 +116,31 @@ def _from_rounds(
     study: StudyRecord,
     candidates: Sequence[TrialRecord],
     rounds: dict[int, FinalistRecord],
-    baseline: FinalistRecord | None,
+    finalists: dict[int, FinalistRecord],
     defaults: Choice | None,
     common: Answer,
-    aa: AA | None,
+    fit: RoundsFit | None,
 ) -> Answer:
-    """The answer from the finalists' rounds, every paired interval widened by the A/A figure."""
+    """The answer from the finalists' rounds: every comparison read from the rounds' model."""
     by_number = {t.number: t for t in candidates}
-    ranked = sorted(rounds.values(), key=lambda f: -statistics.median(f.scores_by_round().values()))
-    base_rounds = baseline.scores_by_round() if baseline is not None else {}
+    baseline = finalists.get(BASELINE)
+    if fit is not None:
+        order = {n: i for i, n in enumerate(fit.ranked())}
+        ranked = sorted(rounds.values(), key=lambda f: order.get(f.number, len(order)))
+    else:
+        ranked = sorted(rounds.values(), key=lambda f: -statistics.median(f.scores_by_round().values()))
 
     def choice(f: FinalistRecord) -> Choice:
-        return _remeasured_choice(study, by_number[f.number], f, baseline, aa)
+        return _remeasured_choice(study, by_number[f.number], f, finalists, fit)
 
-    def paired(trial: dict[int, float], over: dict[int, float]) -> Speedup | None:
-        return paired_speedup(trial, over, aa)
+    def paired(a: FinalistRecord, over: FinalistRecord | None) -> Speedup | None:
+        if fit is None or over is None:
+            return None
+        return fit.ratio(a.number, over.number)
 
-    def median(f: FinalistRecord) -> float:
+    def level_of(f: FinalistRecord) -> float:
+        if fit is not None:
+            return fit.levels.get(f.number, -math.inf)
         return statistics.median(f.scores_by_round().values())
 
     leader = ranked[0]
@@ -148,33 +156,32 @@ def _from_rounds(
         if (
             baseline is not None
             and defaults is not None
-            and (keeper is None or median(baseline) > median(keeper))
+            and (keeper is None or level_of(baseline) > level_of(keeper))
         ):
             keeper = baseline
         if keeper is not None:
-            gain = paired(leader.scores_by_round(), keeper.scores_by_round())
+            gain = paired(leader, keeper)
             if gain is None or gain.low <= 1 + MATH_GAIN:
                 alternative, rule = leader, KEEPS_MATH
                 pick = None if keeper is baseline else keeper
             elif keeper is not baseline:
                 alternative = keeper  # the leader's math change paid: the best that keeps it, named
     if pick is not None and baseline is not None:
-        speedup = paired(pick.scores_by_round(), base_rounds)
+        speedup = paired(pick, baseline)
         if (speedup is None or not speedup.beats_baseline) and defaults is not None:
             alternative, pick, rule = leader, None, KEEP_DEFAULTS
     chosen = choice(pick) if pick is not None else defaults
     if chosen is None:  # the defaults do not fit the cap: the best that does
         chosen, alternative, rule = choice(leader), None, DEFAULTS_OVER_CAP
-    elif chosen.is_defaults and (rule != KEEPS_MATH or not _beats(leader, baseline, aa)):
+    elif chosen.is_defaults and (rule != KEEPS_MATH or not _beats(paired(leader, baseline))):
         rule = KEEP_DEFAULTS  # the leader did not even beat the defaults measurably
     elif defaults is None and rule == BEATS_DEFAULTS and baseline is not None:
-        speedup = paired(pick.scores_by_round(), base_rounds) if pick is not None else None
+        speedup = paired(pick, baseline) if pick is not None else None
         if speedup is None or not speedup.beats_baseline:
             rule = DEFAULTS_OVER_CAP  # kept over the defaults because they do not fit, not by speed
     named = choice(alternative) if alternative is not None and alternative is not pick else None
     if named is not None and alternative is not None:
-        over = pick.scores_by_round() if pick is not None else base_rounds
-        gain = paired(alternative.scores_by_round(), over)
+        gain = paired(alternative, pick if pick is not None else baseline)
     verdict = _verdict(rule, chosen, named, _interval(gain), baseline is not None)
     return replace(
         common,
@@ -200,11 +207,8 @@ def _search_leads(itself: Sequence[TrialRecord], others: Sequence[TrialRecord], 
     return all(best_self >= (score(t, tokens) or 0.0) for t in others)
 
 
-def _beats(finalist: FinalistRecord, baseline: FinalistRecord | None, aa: AA | None) -> bool:
-    """Whether a finalist's paired speedup over the baseline lies above 1 + `MIN_GAIN`."""
-    if baseline is None:
-        return False
-    speedup = paired_speedup(finalist.scores_by_round(), baseline.scores_by_round(), aa)
+def _beats(speedup: Speedup | None) -> bool:
+    """Whether a speedup over the baseline lies above 1 + `MIN_GAIN`."""
     return speedup is not None and speedup.beats_baseline
 
 
@@ -260,8 +264,10 @@ def _defaults(study: StudyRecord, cap_bytes: int | None) -> Choice | None:
     if not whole_run_fits(study.whole_run_of(None), cap_bytes):
         return None
     training_args, model_kwargs = trial_kwargs(baseline.params)
-    finalist = next((f for f in study.finalists if f.number == BASELINE), None)
-    tokens = _throughput(finalist) if finalist is not None else None
+    finalists = {f.number: f for f in study.finalists}
+    finalist = finalists.get(BASELINE)
+    fit = rounds_fit(finalists, study.rounds_looks)
+    tokens = _throughput(BASELINE, finalists, fit) if finalist is not None else None
     peak = _median_peak(finalist) if finalist is not None else None
     return Choice(
         trial=None,
@@ -279,17 +285,17 @@ def _remeasured_choice(
     study: StudyRecord,
     trial: TrialRecord,
     finalist: FinalistRecord,
-    baseline: FinalistRecord | None,
-    aa: AA | None,
+    finalists: dict[int, FinalistRecord],
+    fit: RoundsFit | None,
 ) -> Choice:
-    speedup = paired_speedup(finalist.scores_by_round(), baseline.scores_by_round(), aa) if baseline else None
+    speedup = fit.ratio(trial.number, BASELINE) if fit is not None and BASELINE in finalists else None
     peak = _median_peak(finalist)
     return Choice(
         trial=trial.number,
         params=dict(trial.params),
         training_args=dict(trial.training_args or {}),
         model_kwargs=dict(trial.model_kwargs or {}),
-        tokens_per_s=_throughput(finalist),
+        tokens_per_s=_throughput(trial.number, finalists, fit),
         peak_memory_bytes=peak if peak is not None else trial.peak_memory_bytes,
         remeasured=True,
         speedup=_interval(speedup),
@@ -297,17 +303,16 @@ def _remeasured_choice(
     )
 
 
-def _throughput(finalist: FinalistRecord) -> Interval | None:
-    """The re-measured median tokens/s, with the 95% interval of its rounds' (geometric) mean."""
-    values = [v for v in finalist.tokens_per_s if v and v > 0]
-    if not values:
+def _throughput(number: int, finalists: dict[int, FinalistRecord], fit: RoundsFit | None) -> Interval | None:
+    """The re-measured throughput of contestant `number`: the geometric mean of its rounds with
+    the 95% interval of that mean, the noise pooled over every contestant (`level`), the windows
+    the rounds' model left out as disturbed left out here too."""
+    values = {n: f.tokens_by_round() for n, f in finalists.items()}
+    found = level(values, number, fit.excluded if fit is not None else ())
+    if found is None:
         return None
-    median = statistics.median(values)
-    if len(values) < 2:
-        return Interval(median)
-    logs = [math.log(v) for v in values]
-    mean, half = statistics.fmean(logs), t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-    return Interval(median, math.exp(mean - half), math.exp(mean + half), len(values))
+    value, low, high, _ = found
+    return Interval(value, low, high, len(finalists[number].rounds or finalists[number].tokens_per_s))
 
 
 def _median_peak(finalist: FinalistRecord) -> int | None:
@@ -361,10 +366,33 @@ def _with_whole_run(study: StudyRecord, answer: Answer, cap_bytes: int | None) -
 # -- the instrument and the rounds' cost ------------------------------------------------------------
 
 
-def _aa(finalists: dict[int, FinalistRecord]) -> AA | None:
-    """The baseline measured against itself in the finalists' rounds, and the noise of one
-    measurement pooled over every contestant (None: the baseline not twice in a round)."""
-    return instrument({number: f.scores_by_round() for number, f in finalists.items()})
+def rounds_fit(finalists: dict[int, FinalistRecord], looks: int | None) -> RoundsFit | None:
+    """The model of the finalists' rounds (`fit_rounds`) from their stored records, its intervals
+    holding over the `looks` the rounds took (`StudyRecord.rounds_looks`)."""
+    scores = {n: f.scores_by_round() for n, f in finalists.items()}
+    positions = {n: f.positions_by_round() for n, f in finalists.items()}
+    return fit_rounds(cells_of(scores, positions), looks=looks) if scores else None
+
+
+def aa_of(fit: RoundsFit | None) -> AA | None:
+    """The A/A figure the answer states: the model's check of itself (None: no rounds measured the
+    baseline twice)."""
+    if fit is None or fit.aa is None:
+        return None
+    check = fit.aa
+    return AA(
+        offset=math.log(check.ratio),
+        spread=check.se if math.isfinite(check.se) else 0.0,
+        rounds=check.rounds,
+        largest=check.largest,
+        pooled=fit.sigma,
+        pooled_df=fit.df,
+        low=check.low if math.isfinite(check.high) else None,
+        high=check.high if math.isfinite(check.high) else None,
+        scale=check.scale,
+        slope=fit.slope,
+        excluded=len(fit.excluded),
+    )
 
 
 def finalists_time(breakdown: dict[str, Any] | None) -> dict[str, Any] | None:

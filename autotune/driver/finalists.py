@@ -1,28 +1,36 @@
 """Measuring given values around the search: the baseline before it, the finalists after it.
 
 The best few trials and the baseline are re-measured in rounds, each in a rotated order (a
-balanced Latin square), and the winner is declared by median: a single window's luck (or a
-neighbour's noise) does not pick the answer, and the speedup over the baseline is measured under
-the same conditions. The baseline is measured twice in each round (an A/A pair): what the
-instrument shows against itself widens every interval the answer states."""
+balanced Latin square, `autotune.measure.rounds.round_order`), the baseline twice in each (an A/A
+pair). Every measurement of the rounds enters one model of their noise
+(`autotune.measure.rounds.fit_rounds`: contestant, round and position effects, the noise pooled
+over all of them, disturbed windows left out and measured again, the A/A pair as its check), and
+every question the answer asks is read from it: does the leader beat the defaults, is it ahead of
+the runner-up, does a change of the training math gain enough over keeping it.
+
+The rounds are sequential: after the rounds asked for, the contestants of a question still open
+are measured again, round after round, while the finalists' budget (`FINALISTS_SHARE` of the
+search) could still decide it, and no longer once it is decided.
+"""
 
 from __future__ import annotations
 
 import math
 import statistics
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import optuna
 
 from autotune.config import MeasureSettings
 from autotune.measure.ranks import distributed, from_rank_zero, is_rank_zero
-from autotune.measure.stats import MIN_GAIN, instrument, paired_speedup, rank_finalists, verdict
+from autotune.measure.rounds import RoundsFit, cells_of, fit_rounds, round_order
+from autotune.measure.stats import MATH_GAIN, MIN_GAIN, Speedup, t_quantile
 from autotune.plan.resolved import Plan, baseline_values
 from autotune.progress import Reporter, describe_params
 from autotune.records import (
-    AA,
     BASELINE,
     BASELINE_AGAIN,
     Baseline,
@@ -38,14 +46,49 @@ from autotune.study.objective import score
 from autotune.study.semantics import record_changes
 from autotune.study.store import ranked_trials
 
-Measure = Callable[..., dict[str, Any]]  # (params, number, verbatim=...) -> measurements
+Measure = Callable[..., dict[str, Any]]  # (params, number, verbatim=..., window=...) -> measurements
+
+# The finalists' share of a whole search at most: their budget is this share of the search they
+# end (so FINALISTS_SHARE / (1 - FINALISTS_SHARE) of the time spent before them).
+FINALISTS_SHARE = 0.30
+# A speedup the answer claims is measured on while its interval is wider than this either side
+# (in log terms: 1.15x) and the budget allows: a claim a user can hold the run to.
+CLAIM_HALF_WIDTH = math.log(1.15)
+# The rounds end here whatever the budget (a search without one: the Python API's own callers).
+MAX_ROUNDS = 12
+# A round's window before the rounds have a noise figure: its 95% half-width.
+FIRST_ROUND_CI = 0.05
+ROUND_CI_CAP = 0.10  # ... and the loosest any round's window takes
+# The warm-up of a round's configuration that compiles nothing: its first step (a fresh process's
+# first kernels, allocations and optimizer state) and one more. The search measured it already;
+# only compilation needs its steps watched until they stop falling.
+ROUND_EAGER_WARMUP_STEPS = 2
+# A round's window may end after this many steps (at most the search's own minimum) once its
+# interval is as narrow as the round needs: what decides is the spread across rounds.
+ROUND_MIN_STEPS = 3
+# A fit whose noise is this share of its robust noise or more holds disturbed windows it kept: more
+# rounds are judged by the robust noise (`could_decide`).
+CONTAMINATED = 1 / 1.5
+# What starting a measurement's process costs beyond its own set-up and steps (the executor, the
+# store), before the rounds have timed one.
+PROCESS_START_S = 0.15
+
+
+def finalists_budget_s(spent_s: float) -> float:
+    """The finalists' budget after `spent_s` seconds of search: `FINALISTS_SHARE` of the whole."""
+    return FINALISTS_SHARE / (1 - FINALISTS_SHARE) * spent_s
 
 
 def measure_baseline(measure: Measure, plan: Plan, study: optuna.Study, reporter: Reporter) -> None:
-    """Measure the baseline once per study, before the search: the speedup is stated against it."""
+    """Measure the baseline once per study, before the search: the speedup is stated against it,
+    and the trial lines and screening read against it, so it is measured warm, as a trial is: a
+    first measurement in a fresh worker warms what the first process of a search pays for (the
+    page cache of the model and data, the allocator's arenas, the forkserver's first fork), and
+    the second is the one stored."""
     values = baseline_values(plan)
     reporter.on_note(f"measuring the baseline: {describe_params(values)}")
     try:
+        warming = measure(values, -1, verbatim=True, window=warming_window(plan.config.measure))
         measured = measure(values, -1, verbatim=True)
     except Exception as exc:  # a baseline that fails is a fact to report, not a reason to stop
         if distributed():
@@ -58,56 +101,132 @@ def measure_baseline(measure: Measure, plan: Plan, study: optuna.Study, reporter
     # what its loss parity and its predicted run time are judged from, too
     write_study(study, baseline=Baseline.from_attrs({**measured, "params": values}))
     peak_mib = measured["peak_memory_bytes"] / 2**20
-    reporter.on_note(f"baseline: {measured['tokens_per_s'] / 1000:.1f}k tok/s, peak {peak_mib:.0f} MiB")
+    first = warming.get("tokens_per_s") or 0.0
+    reporter.on_note(
+        f"baseline: {measured['tokens_per_s'] / 1000:.1f}k tok/s, peak {peak_mib:.0f} MiB "
+        f"(a first, warming measurement read {first / 1000:.1f}k)"
+    )
 
 
-# A round's window before the A/A pair has shown the spread between processes: its 95% half-width.
-FIRST_ROUND_CI = 0.05
-ROUND_CI_CAP = 0.10  # ... and the loosest any round's window takes
-# The warm-up of a round's configuration that compiles nothing: its first step (a fresh process's
-# first kernels, allocations and optimizer state) and one more. The search measured it already;
-# only compilation needs its steps watched until they stop falling.
-ROUND_EAGER_WARMUP_STEPS = 2
-# A round's window may end after this many steps (at most the search's own minimum) once its
-# interval is as narrow as the round needs: a round places its contestants against each other, and
-# what decides is the spread across rounds, which the pooled noise of the rounds measures.
-ROUND_MIN_STEPS = 3
-# Rounds go on for an undecided answer up to this many (or twice `finalist_rounds`, if more).
-MAX_ROUNDS = 6
+def warming_window(settings: MeasureSettings) -> dict[str, Any]:
+    """The baseline's first, warming measurement: the steps that warm the process and the machine,
+    no more (its figure is said, not stored)."""
+    return {
+        "min_steps": min(settings.min_steps, ROUND_MIN_STEPS),
+        "max_steps": min(settings.max_steps, ROUND_MIN_STEPS),
+        "max_seconds": settings.max_seconds / 3,
+    }
 
 
-def round_window(settings: MeasureSettings, aa: AA | None) -> dict[str, Any]:
-    """The measurement settings of a finalists' round (`Job.window`): as long as placing the
-    contestants needs, not each window's own target. A round's pairs differ by the process, the
-    position and the machine's drift as well as by their windows; a window's noise well under
-    that spread (its 95% half-width at most half the A/A pairs' spread, `FIRST_ROUND_CI` before
-    there is one, within `target_rel_ci` and `ROUND_CI_CAP`) adds little to it. A third of the
-    search's steps and seconds at most (at least its minimum window), and it may end after
-    `ROUND_MIN_STEPS` steps once as precise as that. A configuration that compiles
-    nothing warms up for `ROUND_EAGER_WARMUP_STEPS`: the search has seen it settle."""
-    spread = aa.spread if aa is not None and aa.rounds >= 2 else 2 * FIRST_ROUND_CI
-    target = min(ROUND_CI_CAP, max(settings.target_rel_ci, spread / 2))
+def round_window(
+    settings: MeasureSettings,
+    fit: RoundsFit | None,
+    margin: float | None = None,
+    seconds: float | None = None,
+) -> dict[str, Any]:
+    """The measurement settings of a finalists' round (`Job.window`): as long as the round's
+    question needs, not the search's. A window's noise well under the noise between measurements
+    (its 95% half-width at most half the rounds' pooled noise, `FIRST_ROUND_CI` before there is
+    one) adds little to it; an open question whose estimate lies far from its line (`margin`, in
+    log terms) needs no more than a quarter of that margin; within the run's `target_rel_ci` and
+    `ROUND_CI_CAP`. A third of the search's steps and seconds at most (at least its minimum
+    window), fewer seconds where the finalists' budget leaves less per measurement (`seconds`),
+    and it may end after `ROUND_MIN_STEPS` steps once as precise as that. A configuration that
+    compiles nothing warms up for `ROUND_EAGER_WARMUP_STEPS`: the search has seen it settle."""
+    needed = FIRST_ROUND_CI if fit is None else fit.noise / 2
+    if margin is not None and math.isfinite(margin):
+        needed = max(needed, margin / 4)
+    max_seconds = settings.max_seconds / 3
+    if seconds is not None:
+        max_seconds = max(0.0, min(max_seconds, seconds))
     return {
         "min_steps": min(settings.min_steps, ROUND_MIN_STEPS),
         "max_steps": max(settings.min_steps, math.ceil(settings.max_steps / 3)),
-        "max_seconds": settings.max_seconds / 3,
-        "target_rel_ci": target,
+        "max_seconds": max_seconds,
+        "target_rel_ci": min(ROUND_CI_CAP, max(settings.target_rel_ci, needed)),
         "eager_warmup_steps": min(settings.warmup_steps, ROUND_EAGER_WARMUP_STEPS),
     }
 
 
-def remeasure_finalists(measure: Measure, plan: Plan, study: optuna.Study, reporter: Reporter) -> None:
-    """Re-measure the best few trials and the baseline in rounds, each round in the order of a
-    balanced Latin square, and declare the winner by median: a single window's luck (or a
-    neighbour's noise) does not pick the answer, and the speedup over the baseline is measured
-    under the same conditions.
+@dataclass
+class Rounds:
+    """The rounds so far: each contestant's scores, positions, throughput and peaks by round, what
+    each measurement cost (wall seconds), and the cells the fit left out as disturbed."""
 
-    Each round measures the baseline twice, in two positions (`BASELINE_AGAIN`): the A/A pair,
-    whose spread and offset widen every paired interval (`autotune.measure.stats.paired_speedup`).
-    A round's windows are as short as placing the contestants needs (`round_window`), and a trial
-    decided slower than the leader leaves the rounds at once (`_decided_out`)."""
-    finalists = choose_finalists(study, plan.config.finalists)
+    contestants: dict[int, tuple[dict[str, Any], bool]]  # number -> (params, verbatim)
+    looks: int = 1  # the looks the intervals hold over together (`autotune.measure.rounds.look_level`)
+    scores: dict[int, dict[int, float]] = field(default_factory=dict)
+    positions: dict[int, dict[int, int]] = field(default_factory=dict)
+    throughput: dict[int, dict[int, float]] = field(default_factory=dict)
+    peaks: dict[int, dict[int, int | None]] = field(default_factory=dict)
+    costs: dict[int, list[float]] = field(default_factory=dict)
+    fit: RoundsFit | None = None
+
+    def add(
+        self, number: int, round_number: int, position: int, measured: dict[str, Any], score_: float
+    ) -> None:
+        self.scores.setdefault(number, {})[round_number] = score_
+        self.positions.setdefault(number, {})[round_number] = position
+        self.throughput.setdefault(number, {})[round_number] = measured["tokens_per_s"]
+        self.peaks.setdefault(number, {})[round_number] = measured.get("peak_memory_bytes")
+
+    def refit(self) -> RoundsFit | None:
+        self.fit = fit_rounds(cells_of(self.scores, self.positions), looks=self.looks)
+        return self.fit
+
+    def records(self) -> list[FinalistRecord]:
+        """What the study keeps of each contestant: its rounds, scores, positions, throughput, peaks."""
+        out = []
+        for number in self.contestants:
+            rounds = sorted(self.scores.get(number, {}))
+            out.append(
+                FinalistRecord(
+                    number=number,
+                    tokens_per_s=[self.throughput[number][r] for r in rounds],
+                    rounds=rounds,
+                    scores=[self.scores[number][r] for r in rounds],
+                    peaks=[self.peaks[number][r] for r in rounds],
+                    positions=[self.positions[number][r] for r in rounds],
+                )
+            )
+        return out
+
+
+@dataclass(frozen=True)
+class Question:
+    """An open question of the rounds: who must be measured again to answer it, and in words."""
+
+    members: tuple[int, ...]
+    speedup: Speedup
+    threshold: float
+    text: str
+    precision: bool = False  # decided; measured on for a narrower stated interval
+
+    @property
+    def margin(self) -> float:
+        return abs(math.log(self.speedup.ratio / self.threshold))
+
+
+def remeasure_finalists(
+    measure: Measure,
+    plan: Plan,
+    study: optuna.Study,
+    reporter: Reporter,
+    budget_s: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """Re-measure the best few trials and the baseline in rotated rounds (see the module
+    docstring) and store the rounds with the study (``finalists``), from which the answer is
+    decided (`autotune.driver.answer`).
+
+    Args:
+        budget_s: the finalists' wall seconds at most (None: `MAX_ROUNDS` alone bounds them). The
+            finalists and rounds are chosen to fit it: fewer finalists where the rounds asked for
+            would not, and no round that the time left would not pay for.
+        clock: the seconds the budget is counted in (a test's fake clock).
+    """
     record = read_study(study)
+    finalists = choose_finalists(study, plan.config.finalists)
     baseline = record.baseline
     contestants: dict[int, tuple[dict[str, Any], bool]] = {f.number: (f.params, False) for f in finalists}
     if baseline.measured and finalists:
@@ -116,32 +235,32 @@ def remeasure_finalists(measure: Measure, plan: Plan, study: optuna.Study, repor
     contestants = from_rank_zero(contestants)  # every rank of a launched group measures the same
     if len(contestants) < 2:
         return
+    first_rounds = plan.config.finalist_rounds
+    settings = plan.config.measure
+    predicted = {f.number: predicted_cost(f, settings) for f in finalists}
+    predicted[BASELINE] = predicted[BASELINE_AGAIN] = predicted_cost(baseline.as_trial(), settings)
+    contestants = fitting(contestants, predicted, first_rounds, budget_s, reporter)
+    max_rounds = planned_rounds(contestants, predicted, first_rounds, budget_s)
     # the trials that keep the training math: the best of them stays in the rounds (the answer
-    # compares a math change with it, `autotune.driver.answer.MATH_GAIN`)
-    keeping = {f.number for f in finalists if not record_changes(record, f)}
-    # With the user's run length, finalists are compared on its predicted time, not on tokens/s.
-    tokens = record.train_tokens
-    rounds = plan.config.finalist_rounds
-    # Rounds go on (up to `MAX_ROUNDS`, or twice as many if more) while the answer is not decided:
-    # the leader's speedup over the baseline (its interval wholly above or below the gain worth a
-    # change), or its lead over the runner-up (their paired interval excludes 1), and while the
-    # rounds left could decide it.
-    # Those extra rounds race only the contestants of the open question; the others keep the
-    # rounds they have.
-    max_rounds = max(2 * rounds, MAX_ROUNDS)
+    # compares a math change with it, `MATH_GAIN`)
+    keeping = {f.number for f in finalists if f.number in contestants and not record_changes(record, f)}
+    tokens = record.train_tokens  # with the user's run length, scores are the run's effective rate
+    rounds = Rounds(contestants, looks=max_rounds - first_rounds + 1)
     named = ", ".join(_name(n) for n in contestants if n != BASELINE_AGAIN)
     twice = " (the baseline twice in each)" if BASELINE_AGAIN in contestants else ""
-    reporter.on_note(f"re-measuring {named} in {rounds} rotated rounds{twice}")
-    by_round: dict[int, dict[int, float]] = {number: {} for number in contestants}
-    throughput: dict[int, list[float]] = {number: [] for number in contestants}
-    peaks: dict[int, list[int | None]] = {number: [] for number in contestants}
-    measured_now = list(contestants)
+    reporter.on_note(f"re-measuring {named} in {first_rounds} rotated rounds{twice}")
+    began = clock()
+    measured_now, questions = list(contestants), list[Question]()
     round_number = 0
     while round_number < max_rounds:
         round_number += 1
-        window = round_window(plan.config.measure, _aa(by_round))
-        for number in round_order(measured_now, round_number):
+        margin = min((q.margin for q in questions), default=None)
+        left = None if budget_s is None else budget_s - (clock() - began)
+        per = None if left is None else _window_seconds(left, measured_now, rounds, predicted)
+        window = round_window(settings, rounds.fit, margin, per)
+        for position, number in enumerate(round_order(measured_now, round_number)):
             params, verbatim = contestants[number]
+            started = clock()
             try:
                 measured = measure(params, number, verbatim=verbatim, window=window)
             except Exception as exc:  # a finalist that fails now is reported, not fatal
@@ -149,110 +268,293 @@ def remeasure_finalists(measure: Measure, plan: Plan, study: optuna.Study, repor
                     raise  # unless one rank alone failed and the others wait for it
                 reporter.on_remeasure(number, round_number, None, f"{type(exc).__name__}: {exc}")
                 continue
-            by_round[number][round_number] = score(measured_record(measured), tokens) or 0.0
-            throughput[number].append(measured["tokens_per_s"])
-            peaks[number].append(measured.get("peak_memory_bytes"))
+            rounds.costs.setdefault(number, []).append(clock() - started)
+            rounds.add(
+                number, round_number, position, measured, score(measured_record(measured), tokens) or 0.0
+            )
             reporter.on_remeasure(number, round_number, measured["tokens_per_s"], None)
-        decided = _decided_out(by_round, keeping) if is_rank_zero() else []
-        out = from_rank_zero([n for n in decided if n in measured_now])
+        fit = from_rank_zero(rounds.refit() if is_rank_zero() else None)
+        rounds.fit = fit
+        if fit is None:
+            if round_number >= max(first_rounds, 2) + 2:
+                break  # nothing measured the rounds could fit
+            continue
+        out = from_rank_zero(
+            [n for n in decided_out(fit, keeping) if n in measured_now] if is_rank_zero() else []
+        )
         if out:
             measured_now = [n for n in measured_now if n not in out]
             why = ", ".join(f"trial {n}" for n in out)
             reporter.on_note(f"after {round_number} rounds {why} measured slower than the leader: out")
-        if round_number >= rounds:
-            pending = from_rank_zero(_undecided(by_round, max_rounds) if is_rank_zero() else None)
-            if pending is None or round_number == max_rounds:
-                break
-            measured_now, why = pending
-            reporter.on_note(f"after {round_number} rounds {why}: one more round of those")
-    ranked = rank_finalists({number: list(values.values()) for number, values in by_round.items()})
-    trials_ranked = [f for f in ranked if f.number >= 0]
-    if not trials_ranked or not is_rank_zero():
-        return
+        if round_number < first_rounds:
+            continue
+        left = None if budget_s is None else budget_s - (clock() - began)
+        plan_next = from_rank_zero(
+            next_round(rounds, fit, keeping, max_rounds, round_number, left, predicted)
+            if is_rank_zero()
+            else None
+        )
+        if plan_next is None:
+            break
+        measured_now, questions, why = plan_next
+        reporter.on_note(f"after {round_number} rounds {why}: one more round of those")
+    if is_rank_zero() and rounds.scores:
+        _store(study, rounds, finalists, tokens)
+
+
+def _store(
+    study: optuna.Study, rounds: Rounds, finalists: Sequence[TrialRecord], tokens: float | None
+) -> None:
+    """Write the rounds (``finalists``), the baseline's re-measured median and the leader's record."""
+    record = read_study(study)
+    fit = rounds.fit
     by_number = {f.number: f for f in finalists}
-    winner = trials_ranked[0]
-    text = verdict(trials_ranked, describe_params(by_number[winner.number].params))
-    remeasured_baseline = next((f for f in ranked if f.number == BASELINE), None)
-    answer: dict[str, Any] = {
-        "number": winner.number,
-        "median_tokens_per_s": statistics.median(throughput[winner.number]),
-        # what the finalists were ranked by: tokens/s, or the effective rate of the user's run
-        "median_score": winner.median,
-        "objective": "tokens_per_s" if tokens is None else "run_time",
-    }
-    if remeasured_baseline is not None:
-        remeasured = replace(baseline, remeasured_median=statistics.median(throughput[BASELINE]))
-        write_study(study, baseline=remeasured)
-        speedup = paired_speedup(by_round[winner.number], by_round[BASELINE], _aa(by_round))
+    trials = [n for n in (fit.ranked() if fit is not None else _by_median(rounds.scores)) if n >= 0]
+    updates: dict[str, Any] = {"finalists": rounds.records(), "rounds_looks": rounds.looks}
+    if BASELINE in rounds.throughput:
+        median = statistics.median(rounds.throughput[BASELINE].values())
+        updates["baseline"] = replace(record.baseline, remeasured_median=median)
+    if trials:
+        leader = trials[0]
+        answer: dict[str, Any] = {
+            "number": leader,
+            "median_tokens_per_s": statistics.median(rounds.throughput[leader].values()),
+            "median_score": statistics.median(rounds.scores[leader].values()),
+            "objective": "tokens_per_s" if tokens is None else "run_time",
+        }
+        speedup = fit.ratio(leader, BASELINE) if fit is not None and BASELINE in rounds.scores else None
         if speedup is not None:
             answer["speedup"] = speedup.to_dict()
-    # each with the rounds it was measured in (extra rounds race only some of them), its score
-    # and its peak in each
-    records = [
-        FinalistRecord(
-            number=f.number,
-            tokens_per_s=throughput[f.number],
-            rounds=list(by_round[f.number]),
-            scores=list(by_round[f.number].values()),
-            peaks=peaks[f.number],
-        )
-        for f in ranked
-    ]
-    write_study(study, finalists=records, winner=Winner(**answer, verdict=text))
+        text = describe_params(by_number[leader].params)
+        if fit is not None and len(trials) > 1 and (lead := fit.ratio(leader, trials[1])) is not None:
+            text += f": {lead.describe()} the runner-up (trial {trials[1]})"
+            if not lead.decided(1.0):
+                text += ", within the noise: either is as good"
+        updates["winner"] = Winner(**answer, verdict=text)
+    write_study(study, **updates)
+
+
+def _by_median(scores: dict[int, dict[int, float]]) -> list[int]:
+    return sorted(scores, key=lambda n: -statistics.median(scores[n].values()))
 
 
 def _name(number: int) -> str:
     return "the baseline" if number in (BASELINE, BASELINE_AGAIN) else f"trial {number}"
 
 
-def _aa(by_round: dict[int, dict[int, float]]) -> AA | None:
-    """The instrument's figure of the rounds so far: the baseline against its second measurement,
-    and the noise of one measurement pooled over every contestant (`instrument`)."""
-    return instrument(by_round)
+# -- what the rounds cost --------------------------------------------------------------------------
 
 
-def _decided_out(by_round: dict[int, dict[int, float]], keeping: set[int]) -> list[int]:
-    """The trials decided slower than the leader (by median) after the rounds so far: the paired
-    interval of their ratio to the leader, widened by the A/A figure, lies wholly below 1. They
-    leave the rounds: no further round could make them the answer. The baseline and its A/A pair
-    stay (every answer is stated against them), and so does the fastest trial that keeps the
-    training math (`keeping`) while the leader changes it."""
-    ranked = [f.number for f in rank_finalists({n: list(v.values()) for n, v in by_round.items()})]
-    trials = [n for n in ranked if n >= 0]
+def predicted_cost(record: TrialRecord, settings: MeasureSettings) -> float:
+    """The wall seconds one round's measurement of a configuration is expected to take, from its
+    search window: its set-up, its warm-up (a round's two steps where it compiled nothing), the
+    steps a round's first window needs to reach `FIRST_ROUND_CI` at the noise of its search
+    window's steps (within the round's least and most steps), and starting its process."""
+    measured = record.measurement
+    step_s = measured.step_time_median_s or measured.step_time_mean_s
+    if not step_s and measured.tokens_per_step and record.tokens_per_s:
+        step_s = measured.tokens_per_step / record.tokens_per_s
+    step_s = step_s or 0.0
+    warmup_s = min(settings.warmup_steps, ROUND_EAGER_WARMUP_STEPS) * step_s
+    if record.compile.seconds:
+        warmup_s = max(warmup_s, measured.warmup_s or 0.0)
+    window = round_window(settings, None)
+    steps = float(window["min_steps"])
+    ci, count = measured.rel_ci_halfwidth, measured.measured_steps
+    if ci and count and count > 1 and math.isfinite(ci):
+        per_step = ci * math.sqrt(count) / t_quantile(0.975, count - 1)  # one step's relative spread
+        needed = (1.96 * per_step / window["target_rel_ci"]) ** 2
+        steps = min(float(window["max_steps"]), max(steps, needed))
+    return (measured.setup_s or 0.0) + warmup_s + steps * step_s + PROCESS_START_S
+
+
+def _cost(number: int, rounds: Rounds, predicted: dict[int, float]) -> float:
+    """One measurement of `number`: the mean of what its rounds took, else its prediction."""
+    spent = rounds.costs.get(number)
+    return statistics.fmean(spent) if spent else predicted.get(number, PROCESS_START_S)
+
+
+def fitting(
+    contestants: dict[int, tuple[dict[str, Any], bool]],
+    predicted: dict[int, float],
+    first_rounds: int,
+    budget_s: float | None,
+    reporter: Reporter,
+) -> dict[int, tuple[dict[str, Any], bool]]:
+    """The contestants whose `first_rounds` rounds, and one more round of the best trial and the
+    baseline's pair, the budget pays for: the finalists in their order, the last ones left out
+    while those rounds would not fit (the best trial and the baseline's pair always stay: without
+    them the rounds decide nothing). A third round of the leader against the baseline decides more
+    than a second of several finalists: its contrast is measured once more, and its noise's
+    degrees of freedom grow as much."""
+    if budget_s is None:
+        return contestants
+    kept = dict(contestants)
+    trials = [n for n in kept if n >= 0]
+    least = sum(predicted.get(n, PROCESS_START_S) for n in [*trials[:1], *(n for n in kept if n < 0)])
+
+    def cost() -> float:
+        return first_rounds * sum(predicted.get(n, PROCESS_START_S) for n in kept) + least
+
+    while len(trials) > 1 and cost() > budget_s:
+        dropped = trials.pop()
+        del kept[dropped]
+        reporter.on_note(
+            f"trial {dropped} is left out of the rounds: the finalists' budget ({budget_s:.0f} s, "
+            f"{100 * FINALISTS_SHARE:.0f}% of the search) pays for the rounds of fewer"
+        )
+    return kept
+
+
+def planned_rounds(
+    contestants: dict[int, Any], predicted: dict[int, float], first_rounds: int, budget_s: float | None
+) -> int:
+    """The most rounds the budget could pay for: the rounds asked for of every contestant, then
+    rounds of the leader and the baseline's pair alone (`MAX_ROUNDS` at most). Fixed before the
+    first measurement: the rounds' intervals hold over that many looks together."""
+    if budget_s is None:
+        return MAX_ROUNDS
+    every = sum(predicted.get(n, PROCESS_START_S) for n in contestants)
+    least = [n for n in contestants if n < 0] + [n for n in contestants if n >= 0][:1]
+    smallest = sum(predicted.get(n, PROCESS_START_S) for n in least)
+    extra = int(max(0.0, budget_s - first_rounds * every) // smallest) if smallest > 0 else 0
+    return max(first_rounds, min(MAX_ROUNDS, first_rounds + extra))
+
+
+def _window_seconds(left: float, racing: Sequence[int], rounds: Rounds, predicted: dict[int, float]) -> float:
+    """The window seconds each measurement of the next round may take where the budget leaves
+    `left` seconds: what is left after the round's set-ups and warm-ups, shared out evenly."""
+    fixed = sum(max(0.0, _cost(n, rounds, predicted) - PROCESS_START_S) for n in racing)
+    return max(0.0, (left - fixed) / max(1, len(racing))) + 0.1
+
+
+# -- what the rounds answer --------------------------------------------------------------------------
+
+
+def decided_out(fit: RoundsFit, keeping: set[int]) -> list[int]:
+    """The trials decided slower than the leader: the interval of their ratio to it lies wholly
+    below 1. They leave the rounds: no further round could make them the answer. The baseline and
+    its A/A pair stay (every answer is stated against them), and so does the fastest trial that
+    keeps the training math (`keeping`) while the leader changes it."""
+    trials = [n for n in fit.ranked() if n >= 0]
     if len(trials) < 2:
         return []
-    leader, aa = trials[0], _aa(by_round)
+    leader = trials[0]
     keeper = next((n for n in trials if n in keeping), None) if leader not in keeping else None
     out = []
     for number in trials[1:]:
-        lead = paired_speedup(by_round[number], by_round[leader], aa)
+        lead = fit.ratio(number, leader)
         if number != keeper and lead is not None and lead.rounds >= 2 and lead.high < 1:
             out.append(number)
     return out
 
 
-def round_order(contestants: Sequence[int], round_number: int) -> list[int]:
-    """The order of round `round_number` (from 1): a row of a balanced Latin square (Williams
-    design) over the contestants. Over n rounds each contestant is measured once in every position
-    (for an odd n, the next n rounds mirror them, which balances who follows whom): an effect of
-    position (the process before, the page cache, the allocator) falls on every contestant alike
-    instead of entering the paired ratios as a speedup."""
-    n = len(contestants)
-    if n < 2:
-        return list(contestants)
-    first, low, high = [0], 1, n - 1
-    while len(first) < n:
-        if len(first) % 2:
-            first.append(low)
-            low += 1
-        else:
-            first.append(high)
-            high -= 1
-    r = round_number - 1
-    row = [(j + r) % n for j in first]
-    if n % 2 and (r // n) % 2:
-        row.reverse()
-    return [contestants[i] for i in row]
+def questions_of(fit: RoundsFit, keeping: set[int], with_baseline: bool) -> list[Question]:
+    """The rounds' open questions: the leader's speedup over the baseline (undecided at
+    1 + `MIN_GAIN`, or decided above it with an interval wider than `CLAIM_HALF_WIDTH`), its lead
+    over the runner-up (undecided at 1), and where the leader changes the training math, its gain
+    over the best that keeps it, the defaults included (undecided at 1 + `MATH_GAIN`). A question
+    is open only on the side where deciding it changes the answer: none while the leader measures
+    no faster than the defaults (keep them, decided or not), and no math question while the
+    change measures under its gain (the one that keeps the math is the answer, decided or not)."""
+    trials = [n for n in fit.ranked() if n >= 0]
+    if not trials:
+        return []
+    leader, found = trials[0], []
+    baseline = [BASELINE, BASELINE_AGAIN] if with_baseline else []
+    speedup = fit.ratio(leader, BASELINE) if with_baseline else None
+    if speedup is not None and speedup.rounds >= 2 and speedup.ratio <= 1 + MIN_GAIN:
+        return []  # measured no faster than the defaults: they are the answer, decided or not
+    if speedup is not None and speedup.rounds >= 2:
+        if not speedup.decided(1 + MIN_GAIN):
+            text = f"the speedup of trial {leader} over the baseline is not decided ({speedup.describe()})"
+            found.append(Question((leader, *baseline), speedup, 1 + MIN_GAIN, text))
+        elif speedup.beats_baseline and speedup.half_width > CLAIM_HALF_WIDTH:
+            text = f"the speedup of trial {leader} over the baseline is wide ({speedup.describe()})"
+            found.append(Question((leader, *baseline), speedup, 1 + MIN_GAIN, text, precision=True))
+    lead = fit.ratio(leader, trials[1]) if len(trials) > 1 else None
+    if lead is not None and lead.rounds >= 2 and not lead.decided(1.0):
+        text = f"trial {leader}'s lead over trial {trials[1]} is not decided ({lead.describe()})"
+        found.append(Question((leader, trials[1]), lead, 1.0, text))
+    if leader not in keeping:
+        keepers = [n for n in fit.ranked() if n in keeping or (n == BASELINE and with_baseline)]
+        keeper = keepers[0] if keepers else None
+        gain = fit.ratio(leader, keeper) if keeper is not None else None
+        # measured under the gain a math change must make, the one that keeps it is the answer
+        open_ = gain is not None and gain.rounds >= 2 and gain.ratio > 1 + MATH_GAIN
+        if keeper is not None and gain is not None and open_ and not gain.decided(1 + MATH_GAIN):
+            members = (leader, *(baseline if keeper == BASELINE else [keeper]))
+            text = (
+                f"trial {leader}'s gain over {_name(keeper)}, which keeps the training math, is not decided"
+            )
+            found.append(Question(members, gain, 1 + MATH_GAIN, f"{text} ({gain.describe()})"))
+    return found
+
+
+def could_decide(question: Question, fit: RoundsFit, extra_rounds: int, racing: int) -> bool:
+    """Whether `extra_rounds` more rounds of `racing` contestants could answer `question`, were its
+    estimate and the noise to stay as measured: its standard error shrinks with the rounds it is
+    measured in, and the degrees of freedom grow with the cells each round adds (less its round
+    effect). A question measured at its line (two configurations alike) could not: it is not
+    raced. An open question of precision: whether the interval would narrow to the width asked."""
+    speedup = question.speedup
+    if extra_rounds < 1 or not math.isfinite(speedup.se) or speedup.rounds < 1:
+        return False
+    if question.precision:
+        return True  # every round narrows it; the question closes at the width asked
+    # the noise judged robustly: a disturbed window the fit kept does not make a question hopeless
+    robust = fit.robust_sigma / fit.sigma if fit.robust_sigma is not None and fit.sigma > 0 else 1.0
+    noise = (robust if robust < CONTAMINATED else 1.0) * fit.scale * fit.sigma
+    rounds = speedup.rounds + extra_rounds
+    # the error now, shrinking with the rounds; or what a design balanced by then gives (a few
+    # rounds of many contestants estimate a comparison less well than the same rounds will)
+    se = min(
+        noise / max(fit.scale * fit.sigma, 1e-12) * speedup.se * math.sqrt(speedup.rounds / rounds),
+        noise * math.sqrt(2 / rounds),
+    )
+    df = max(1, fit.df + extra_rounds * max(0, racing - 1))
+    return question.margin > t_quantile(0.5 + fit.level / 2, df) * se
+
+
+def next_round(
+    rounds: Rounds,
+    fit: RoundsFit,
+    keeping: set[int],
+    max_rounds: int,
+    round_number: int,
+    left_s: float | None,
+    predicted: dict[int, float],
+) -> tuple[list[int], list[Question], str] | None:
+    """Who the next round measures, the questions it serves and why, or None when the rounds end:
+    every question is decided (or measured at its line, where no round could decide it), or the
+    time left would not pay for the rounds that could. A contestant still in the race whose
+    disturbed window the fit left out is measured again with them."""
+    with_baseline = BASELINE in rounds.scores
+    questions = questions_of(fit, keeping, with_baseline)
+    # a contestant whose disturbed window was left out, with the baseline's pair to place it by
+    disturbed = {c.number for c in fit.excluded}
+    if disturbed and with_baseline:
+        disturbed |= {BASELINE, *([BASELINE_AGAIN] if BASELINE_AGAIN in rounds.scores else [])}
+    racing = sorted({n for q in questions for n in q.members} | disturbed, key=_order)
+    if not racing:
+        return None
+    cost = sum(_cost(n, rounds, predicted) for n in racing)
+    affordable = max_rounds - round_number
+    if left_s is not None:
+        affordable = min(affordable, int(left_s // cost) if cost > 0 else affordable)
+    if affordable < 1:
+        return None
+    kept = [q for q in questions if could_decide(q, fit, affordable, len(racing))]
+    racing = sorted({n for q in kept for n in q.members} | (disturbed & set(racing)), key=_order)
+    if len(racing) < 2 or (not kept and not disturbed):
+        return None
+    why = "; ".join(q.text for q in kept) or "a disturbed window is measured again"
+    return racing, kept, why
+
+
+def _order(number: int) -> tuple[int, int]:
+    """Trials first, then the baseline and its pair (the rounds' order rotates anyway)."""
+    return (number < 0, abs(number))
 
 
 def choose_finalists(study: optuna.Study, count: int) -> list[TrialRecord]:
@@ -274,41 +576,3 @@ def choose_finalists(study: optuna.Study, count: int) -> list[TrialRecord]:
         if keeping is not None:
             chosen.append(keeping)
     return chosen
-
-
-def _undecided(by_round: dict[int, dict[int, float]], max_rounds: int) -> tuple[list[int], str] | None:
-    """Who the next round measures, and why: the leader (by median) and the baseline while the
-    leader's speedup over it is not decided (`Speedup.decided`); the leader and the runner-up while
-    their order is not (the paired interval of their ratio holds 1). Either only while
-    `max_rounds` rounds could decide it (`Speedup.could_decide`). None when neither question is
-    open and decidable, or cannot be judged yet (fewer than two paired rounds)."""
-    ranked = [f.number for f in rank_finalists({n: list(v.values()) for n, v in by_round.items()})]
-    trials = [number for number in ranked if number >= 0]
-    if not trials:
-        return None
-    leader, racing, reasons = trials[0], [], []
-    aa = _aa(by_round)
-    speedup = paired_speedup(by_round[leader], by_round.get(BASELINE, {}), aa)
-    if (
-        speedup is not None
-        and speedup.rounds >= 2
-        and not speedup.decided
-        and speedup.could_decide(max_rounds, 1 + MIN_GAIN)
-    ):
-        racing += [BASELINE, BASELINE_AGAIN] if BASELINE_AGAIN in by_round else [BASELINE]
-        reasons.append(
-            f"the speedup of trial {leader} over the baseline is not decided ({speedup.describe()})"
-        )
-    if len(trials) > 1:
-        lead = paired_speedup(by_round[leader], by_round[trials[1]], aa)
-        if (
-            lead is not None
-            and lead.rounds >= 2
-            and lead.low <= 1 <= lead.high
-            and lead.could_decide(max_rounds, 1.0)
-        ):
-            racing.append(trials[1])
-            reasons.append(f"trial {leader}'s lead over trial {trials[1]} is not decided ({lead.describe()})")
-    if not racing:
-        return None
-    return [leader, *racing], "; ".join(reasons)

@@ -4,6 +4,7 @@ answer may hand back."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,7 +12,7 @@ import optuna
 from transformers import TrainerCallback
 
 from autotune.driver.accounting import TimeAccount
-from autotune.driver.finalists import measure_baseline, remeasure_finalists
+from autotune.driver.finalists import finalists_budget_s, measure_baseline, remeasure_finalists
 from autotune.driver.stopping import stop_reason
 from autotune.driver.supervisor import MeasureFailed, Supervisor
 from autotune.driver.wholerun import check_whole_run
@@ -97,8 +98,9 @@ def run_trials(
                     measure_baseline(measure, plan, study, reporter)
             with account.stage("search"):
                 supervisor.run_search(target, stop_reason(plan, study, target))
-            with account.stage("finalists"):
-                remeasure_finalists(measure, plan, study, reporter)
+            with account.stage("finalists"):  # FINALISTS_SHARE of the search at most
+                budget_s = finalists_budget_s(time.monotonic() - account.started_s)
+                remeasure_finalists(measure, plan, study, reporter, budget_s)
             with account.stage("whole_run"):  # before the answer is decided (`finish`)
                 check_whole_run(supervisor.whole_run, plan, study, reporter)
             if is_rank_zero():

@@ -139,7 +139,7 @@ def export_config(
         "trial": choice.trial,  # None: the defaults
         "params": dict(choice.params),
         "tokens_per_s": tokens.value if tokens else None,
-        # the re-measured median's 95% interval over its rounds, or the search window's own
+        # the re-measured mean's 95% interval (the noise pooled over the rounds), or the search window's own
         "tokens_per_s_interval": [tokens.low, tokens.high] if tokens and tokens.low is not None else None,
         "remeasured": choice.remeasured,
         "rounds": tokens.rounds if tokens and choice.remeasured else None,
@@ -396,7 +396,7 @@ def finalists_time_text(spent: Mapping[str, Any] | None) -> str | None:
 
 
 def figures_text(exp: Mapping[str, Any]) -> str:
-    """``18,242 tokens/s (re-measured median, 95% interval ... over 3 rounds), peak 433 MiB, 1.05x
+    """``18,242 tokens/s (re-measured mean, 95% interval ... over 3 rounds), peak 433 MiB, 1.05x
     the baseline (...)``: the figures of an exported answer."""
     tokens = exp.get("tokens_per_s")
     if tokens is None:
@@ -405,7 +405,7 @@ def figures_text(exp: Mapping[str, Any]) -> str:
         interval = exp.get("tokens_per_s_interval")
         within = f", 95% interval {interval[0]:,.0f}-{interval[1]:,.0f}" if interval else ""
         source = (
-            f"re-measured median{within} over {exp.get('rounds')} rounds"
+            f"re-measured mean{within} over {exp.get('rounds')} rounds"
             if exp.get("remeasured")
             else f"the search window's, not re-measured{within}"
         )
@@ -431,7 +431,7 @@ def alternative_text(alternative: Mapping[str, Any]) -> str:
     text = f"{who} ({describe_params(alternative.get('params') or {})})"
     tokens = alternative.get("tokens_per_s")
     if tokens is not None:
-        measured = "re-measured median" if alternative.get("remeasured") else "search window"
+        measured = "re-measured mean" if alternative.get("remeasured") else "search window"
         text += f", {tokens:,.0f} tokens/s ({measured})"
     gain = alternative.get("gain_over_answer")
     if gain:

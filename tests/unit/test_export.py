@@ -17,6 +17,7 @@ from autotune import cli
 from autotune.cli._export import export_command
 from autotune.driver.answer import study_answer
 from autotune.errors import UsageError
+from autotune.measure.stats import t95
 from autotune.records import BEATS_DEFAULTS, NO_TRIAL, NOT_REMEASURED
 from autotune.space.knobs import ATTENTION, COMPILE_BACKENDS, OPTIMIZERS, PRECISIONS, trial_kwargs
 from autotune.study.export import (
@@ -35,7 +36,7 @@ from autotune.study.store import summarize_trial
 
 MiB = 2**20
 STUDY = "tiny-gpt2-cpu-seq128"
-WINNER_ROUNDS = [30800.0, 31000.0, 31200.0]  # the winner's re-measured tokens/s, median 31,000
+WINNER_ROUNDS = [30800.0, 31000.0, 31200.0]  # the winner's re-measured tokens/s, about 31,000
 DISTRIBUTIONS = {
     "per_device_train_batch_size": optuna.distributions.CategoricalDistribution((4, 8, 16, 32)),
     "gradient_accumulation_steps": optuna.distributions.CategoricalDistribution((1, 2)),
@@ -328,7 +329,7 @@ def test_speedup_over_baseline(tmp_path: Path) -> None:
 
 def test_the_answer_exports_the_remeasured_figures(tmp_path: Path) -> None:
     # The winner re-measured beside the baseline (20,000 tokens/s a round): the exported figures are
-    # its re-measured median and the paired speedup, with their intervals, not its search window.
+    # its re-measured mean and the paired speedup, with their intervals, not its search window.
     baseline = {"tokens_per_s": 20000.0, "peak_memory_bytes": 600 * MiB}
     study = make_study(None, standard_specs(), winner=0, baseline=baseline)
     answer = study_answer(study)
@@ -337,10 +338,12 @@ def test_the_answer_exports_the_remeasured_figures(tmp_path: Path) -> None:
     expected = config["expected"]
     assert (expected["rule"], expected["verdict"]) == (BEATS_DEFAULTS, answer.verdict)
     assert expected["remeasured"] is True and expected["rounds"] == 3
-    assert expected["tokens_per_s"] == 31000.0
-    # the 95% t interval (2 degrees of freedom) of the rounds' geometric mean
+    assert expected["tokens_per_s"] == pytest.approx(statistics.geometric_mean(WINNER_ROUNDS))
+    # the 95% t interval of the rounds' geometric mean, its noise pooled over both contestants'
+    # rounds (the baseline's three alike: 4 degrees of freedom, the winner's spread alone)
     logs = [math.log(v) for v in WINNER_ROUNDS]
-    half = 4.303 * statistics.stdev(logs) / math.sqrt(3)
+    pooled = math.sqrt(sum((y - statistics.fmean(logs)) ** 2 for y in logs) / 4)
+    half = t95(4) * pooled / math.sqrt(3)
     low, high = expected["tokens_per_s_interval"]
     assert (low, high) == pytest.approx([math.exp(statistics.fmean(logs) + d) for d in (-half, half)])
     assert expected["speedup_over_baseline"] == pytest.approx(1.55, abs=1e-3)
@@ -349,7 +352,7 @@ def test_the_answer_exports_the_remeasured_figures(tmp_path: Path) -> None:
     for fmt in ("yaml", "accelerate", "python"):
         text = render(config, fmt)
         assert (
-            f"31,000 tokens/s (re-measured median, 95% interval {low:,.0f}-{high:,.0f} over 3 rounds)" in text
+            f"31,000 tokens/s (re-measured mean, 95% interval {low:,.0f}-{high:,.0f} over 3 rounds)" in text
         )
         assert "1.55x the baseline" in text and "the baseline at 20,000 tokens/s" in text, fmt
 
@@ -494,8 +497,8 @@ def test_cli_writes_flags_alone_and_the_expectation_on_stderr(
     assert not any(word.startswith("#") for word in target.read_text().split())
     captured = capsys.readouterr()
     assert str(target) in captured.out
-    # the answer's figures: the winner's re-measured median, not its search window
-    assert "31,000 tokens/s (re-measured median" in captured.err and "from_pretrained" in captured.err
+    # the answer's figures: the winner's re-measured mean, not its search window
+    assert "31,000 tokens/s (re-measured mean" in captured.err and "from_pretrained" in captured.err
 
 
 def test_cli_writes_output_file_with_cap(

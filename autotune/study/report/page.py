@@ -7,12 +7,12 @@ first figure, and every other figure reuses it.
 from __future__ import annotations
 
 import html
+import statistics
 from pathlib import Path
 from typing import Any
 
 import optuna
 
-from autotune.measure.stats import Finalist
 from autotune.progress import (
     TrialSummary,
     describe_params,
@@ -171,8 +171,8 @@ def _finalist_text(f: FinalistRecord) -> str:
     half-range of its rounds (as version 0 stored them, else from its rounds' tokens/s)."""
     median, spread = f.median, f.spread
     if median is None and f.tokens_per_s:
-        rounds = Finalist(f.number, tuple(f.tokens_per_s))
-        median, spread = rounds.median, rounds.spread if rounds.median > 0 else None
+        median = statistics.median(f.tokens_per_s)
+        spread = (max(f.tokens_per_s) - min(f.tokens_per_s)) / 2 / median if median > 0 else None
     who = "baseline" if f.number == -1 else "baseline (A/A)" if f.number < 0 else f"#{f.number}"
     spread_text = f" ±{100 * spread:.1f}%" if spread is not None else ""
     # extra rounds race only some of them
