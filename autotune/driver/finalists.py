@@ -51,6 +51,8 @@ Measure = Callable[..., dict[str, Any]]  # (params, number, verbatim=..., window
 # The finalists' share of a whole search at most: their budget is this share of the search they
 # end (so FINALISTS_SHARE / (1 - FINALISTS_SHARE) of the time spent before them).
 FINALISTS_SHARE = 0.30
+# ... but at least this many seconds (two rounds of a tiny model's two best trials and the baseline).
+LEAST_BUDGET_S = 10.0
 # A speedup the answer claims is measured on while its interval is wider than this either side
 # (in log terms: 1.15x) and the budget allows: a claim a user can hold the run to.
 CLAIM_HALF_WIDTH = math.log(1.15)
@@ -75,8 +77,10 @@ PROCESS_START_S = 0.15
 
 
 def finalists_budget_s(spent_s: float) -> float:
-    """The finalists' budget after `spent_s` seconds of search: `FINALISTS_SHARE` of the whole."""
-    return FINALISTS_SHARE / (1 - FINALISTS_SHARE) * spent_s
+    """The finalists' budget after `spent_s` seconds of search: `FINALISTS_SHARE` of the whole, and
+    at least `LEAST_BUDGET_S` (a search of a few seconds, a demo's or a test's, still gets the
+    rounds that tell its two best trials and the defaults apart)."""
+    return max(LEAST_BUDGET_S, FINALISTS_SHARE / (1 - FINALISTS_SHARE) * spent_s)
 
 
 def measure_baseline(measure: Measure, plan: Plan, study: optuna.Study, reporter: Reporter) -> None:
@@ -175,9 +179,14 @@ class Rounds:
         return self.fit
 
     def records(self) -> list[FinalistRecord]:
-        """What the study keeps of each contestant: its rounds, scores, positions, throughput, peaks."""
+        """What the study keeps of each contestant, the fastest first (by the rounds' model, else
+        by median score): its rounds, scores, positions, throughput, peaks."""
+        measured = [n for n in self.contestants if self.scores.get(n)]
+        order = [
+            n for n in (self.fit.ranked() if self.fit is not None else _by_median(self.scores)) if n >= 0
+        ]
         out = []
-        for number in self.contestants:
+        for number in [*order, *(n for n in measured if n not in order)]:
             rounds = sorted(self.scores.get(number, {}))
             out.append(
                 FinalistRecord(
@@ -327,7 +336,8 @@ def _store(
             answer["speedup"] = speedup.to_dict()
         text = describe_params(by_number[leader].params)
         if fit is not None and len(trials) > 1 and (lead := fit.ratio(leader, trials[1])) is not None:
-            text += f": {lead.describe()} the runner-up (trial {trials[1]})"
+            interval = f"95% interval {lead.low:.2f}-{lead.high:.2f}x over {lead.rounds} rounds"
+            text += f": {lead.ratio:.2f}x the runner-up (trial {trials[1]}, {interval})"
             if not lead.decided(1.0):
                 text += ", within the noise: either is as good"
         updates["winner"] = Winner(**answer, verdict=text)
@@ -383,20 +393,24 @@ def fitting(
 ) -> dict[int, tuple[dict[str, Any], bool]]:
     """The contestants whose `first_rounds` rounds, and one more round of the best trial and the
     baseline's pair, the budget pays for: the finalists in their order, the last ones left out
-    while those rounds would not fit (the best trial and the baseline's pair always stay: without
-    them the rounds decide nothing). A third round of the leader against the baseline decides more
-    than a second of several finalists: its contrast is measured once more, and its noise's
-    degrees of freedom grow as much."""
+    while those rounds would not fit (the runner-up only while the rounds asked for alone would
+    not). A third round of the leader against the baseline decides
+    more than a second of several finalists: its contrast is measured once more, and its noise's
+    degrees of freedom grow as much. The runner-up goes last: without it the rounds cannot undo
+    the search window's luck of its leader (a neighbour's load, a cold cache). The best trial and
+    the baseline's pair always stay."""
     if budget_s is None:
         return contestants
     kept = dict(contestants)
     trials = [n for n in kept if n >= 0]
     least = sum(predicted.get(n, PROCESS_START_S) for n in [*trials[:1], *(n for n in kept if n < 0)])
 
-    def cost() -> float:
-        return first_rounds * sum(predicted.get(n, PROCESS_START_S) for n in kept) + least
+    def cost(reserve: float) -> float:
+        return first_rounds * sum(predicted.get(n, PROCESS_START_S) for n in kept) + reserve
 
-    while len(trials) > 1 and cost() > budget_s:
+    # the third and later finalists while the rounds and one more round of the leader would not
+    # fit; the runner-up only while the rounds alone would not
+    while (len(trials) > 2 and cost(least) > budget_s) or (len(trials) == 2 and cost(0.0) > budget_s):
         dropped = trials.pop()
         del kept[dropped]
         reporter.on_note(

@@ -330,7 +330,7 @@ def answer_lines(config: dict[str, Any], *, time_line: bool = True) -> list[str]
     if exp.get("whole_run_note"):
         lines.append(f"whole run: {exp['whole_run_note']}")
     if exp.get("aa_text"):
-        lines.append(f"instrument (A/A): {exp['aa_text']}; every interval above is widened by it")
+        lines.append(f"instrument (A/A): {exp['aa_text']}; every interval above is the rounds' model's")
     finalists = finalists_time_text(exp.get("finalists_time"))
     if finalists:
         lines.append(finalists)
