@@ -342,8 +342,8 @@ class RunConfig:
     finalist_rounds: int = option(
         2,
         help="Interleaved re-measurement rounds of the finalists, each in a rotated order, the "
-        "baseline twice in each; then, for the contestants of an undecided answer that more rounds "
-        "could decide, up to 6 rounds in all (or twice this many, if more).",
+        "baseline twice in each; then more rounds for the contestants of a question still open, "
+        "while the finalists' budget (30% of the search) could answer it.",
         group="choice",
     )
     allow_mismatch: tuple[str, ...] = option(

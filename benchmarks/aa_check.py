@@ -108,13 +108,19 @@ def _beside_defaults(
 
 
 def check_space(
-    model: str, space: Path, seq_len: int | None, global_batch: int | None, quads: int
+    model: str,
+    space: Path,
+    seq_len: int | None,
+    global_batch: int | None,
+    quads: int,
+    base: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Each one-knob change of the space measured right beside the defaults with the search's own
-    trial code in this process (`harness.Bench`), `quads` quads each, and whether it is slower."""
+    trial code in this process (`harness.Bench`), `quads` quads each, and whether it is slower
+    (`base`: knob values the defaults carry, as a user's base arguments set them)."""
     knobs = space_knobs(space)
     with Bench(model, str(space), seq_len=seq_len) as bench:
-        baseline = bench.baseline()
+        baseline = {**bench.baseline(), **(base or {})}
         defaults = space_defaults(knobs, baseline)
         bench.measure(baseline, verbatim=True)  # the process's first measurement pays its warm-up
         rows: dict[str, Any] = {}

@@ -28,6 +28,7 @@ ORDER: tuple[tuple[str, str | None], ...] = (
     ("memory_estimate", "memory_estimate"),
     ("ladder_quality", "ladder_quality"),
     ("fresh_contenders", "fresh_contenders"),
+    ("decisions", "decisions"),
     ("aa_check", "aa_check"),
     ("ab_check", "ab_check"),
     ("answer", None),
