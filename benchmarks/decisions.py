@@ -443,7 +443,7 @@ def _searches(runs: list[dict[str, Any]]) -> str:
             f"{r['wall_s']:.0f} s",
             _share(r["finalists_share"]),
             r.get("rounds", "-"),
-            _pct(summary([_noise(r)])),
+            "-" if _noise(r) is None else f"{100 * _noise(r):.1f}%",
             _x((r.get("stated") or {}).get("speedup")),
             {True: "yes", False: "**no**", None: "-"}[r.get("holds")],
             _baseline_read(r),
