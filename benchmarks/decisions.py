@@ -115,6 +115,9 @@ out = {
     "baseline_rounds_tokens_per_s": record.baseline.remeasured_median,
     "rounds": max((len(f.rounds or f.tokens_per_s) for f in record.finalists), default=0),
     "measurements": sum(len(f.tokens_per_s) for f in record.finalists),
+    "finalists": [{"number": f.number, "rounds": f.rounds, "scores": f.scores or f.tokens_per_s,
+                   "positions": getattr(f, "positions", None)} for f in record.finalists],
+    "rounds_looks": getattr(record, "rounds_looks", None),
 }
 try:  # this checkout's rounds model: what leaving disturbed windows out changed
     from autotune.driver.answer import rounds_fit
