@@ -26,6 +26,7 @@ ORDER: tuple[tuple[str, str | None], ...] = (
     ("screening", "screening"),
     ("screening_heldout", "screening"),
     ("memory_estimate", "memory_estimate"),
+    ("replay", "replay"),
     ("ladder_quality", "ladder_quality"),
     ("fresh_contenders", "fresh_contenders"),
     ("decisions", "decisions"),

@@ -51,7 +51,7 @@ def test_the_sampler_is_deterministic_per_seed() -> None:
 def test_it_starts_exploiting_after_a_few_trials_with_concurrent_workers_spread() -> None:
     sampler = search_sampler(0)
     assert isinstance(sampler, optuna.samplers.TPESampler)
-    # Fewer random start-up trials than optuna's default of 10 (see the module's replay figures).
+    # Fewer random start-up trials than optuna's default of 10 (benchmarks/replay.py measures them).
     assert 0 < STARTUP_TRIALS < 10
     assert sampler._n_startup_trials == STARTUP_TRIALS
     assert sampler._constant_liar, "running trials must count, or concurrent workers repeat them"
