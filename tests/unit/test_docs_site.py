@@ -106,6 +106,24 @@ def test_every_page_of_the_manual_is_in_the_site_navigation() -> None:
         assert required in pages
 
 
+def test_the_results_page_includes_the_benchmarks_results_rather_than_copying_them() -> None:
+    """docs/results.md is benchmarks/RESULTS.md at build time: an inclusion, not a copy or a link
+    that the site would turn into a second file."""
+    page = DOCS / "results.md"
+    assert not page.is_symlink()
+    text = page.read_text(encoding="utf-8")
+    assert re.findall(r'^--8<-- "([^"]+)"$', text, re.MULTILINE) == ["benchmarks/RESULTS.md"]
+    assert (ROOT / "benchmarks" / "RESULTS.md").is_file()
+    assert len(text.splitlines()) < 10  # the directive and a comment: no figure of its own
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    snippets = next(
+        ext["pymdownx.snippets"]
+        for ext in config["markdown_extensions"]
+        if isinstance(ext, dict) and "pymdownx.snippets" in ext
+    )
+    assert snippets["base_path"] == ["."] and snippets["check_paths"] is True
+
+
 def test_the_slugs_are_python_markdowns() -> None:
     slug = _slug("How the ranks share the model (`data_parallel`)")
     assert slug == "how-the-ranks-share-the-model-data_parallel"
