@@ -14,10 +14,13 @@ LINT_PATHS := autotune tests tools $(wildcard benchmarks/*.py)
 
 install: $(STAMP)
 
+# A .venv set up before the distribution was named hf-autotune holds this checkout as `autotune`:
+# that one is uninstalled first.
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "torch==$(TORCH_VERSION)"
+	if $(BIN)/python -m pip show -q autotune >/dev/null 2>&1; then $(BIN)/python -m pip uninstall -q -y autotune; fi
 	$(BIN)/python -m pip install -q -e ".[dev,ray,postgres,mysql,report]"
 	touch $(STAMP)
 

@@ -5,10 +5,18 @@ The public API is re-exported here; modules behind it may move.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from autotune.config import MeasureSettings, RunConfig, parse_memory_cap
 from autotune.errors import AutotuneError, SpaceError, StoreError, UsageError, WorkloadError
+from autotune.progress import Reporter
 from autotune.records import Answer, Choice, StudyRecord, TrialRecord, read_study, read_trial
 from autotune.space import SearchSpace, load_space
+
+if TYPE_CHECKING:  # imported lazily below; named here for type checkers and the API reference
+    from autotune.driver.search import SearchResult, search
+    from autotune.driver.tune import NotIsolatedWarning, TuneResult, tune
+    from autotune.view import RichReporter
 
 __version__ = "0.1.0"
 
@@ -18,6 +26,7 @@ __all__ = [
     "Choice",
     "MeasureSettings",
     "NotIsolatedWarning",
+    "Reporter",
     "RichReporter",
     "RunConfig",
     "SearchResult",

@@ -31,7 +31,7 @@ def report_command(
     try:
         import plotly  # noqa: F401
     except ImportError:
-        raise UsageError("autotune report needs plotly", "pip install 'autotune[report]'") from None
+        raise UsageError("autotune report needs plotly", "pip install 'hf-autotune[report]'") from None
     loaded = load_existing_study(RunConfig(storage=storage).storage_url, study)
     png_dir = output.with_name(f"{output.stem}_png") if png else None
     for path in write_report(loaded, output, png_dir, study_answer(loaded)):

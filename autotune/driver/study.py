@@ -44,7 +44,7 @@ def open_study(
     try:
         stored = read_study(study).fingerprint
     except ValueError as exc:  # a newer autotune's store
-        raise UsageError(str(exc), "pip install -U autotune") from None
+        raise UsageError(str(exc), "pip install -U hf-autotune") from None
     if stored is None:
         describe_study(study, plan, current)
     else:

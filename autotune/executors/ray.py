@@ -38,7 +38,9 @@ try:
     import ray.tune
 except ImportError:  # an optional extra: say how to get it, before anything is measured
     raise UsageError(
-        "backend='ray' needs Ray Tune, which is not installed", "pip install 'autotune[ray]'", field="backend"
+        "backend='ray' needs Ray Tune, which is not installed",
+        "pip install 'hf-autotune[ray]'",
+        field="backend",
     ) from None
 from autotune.executors.base import Ended, Executor, watchdog_seconds
 from autotune.executors.processes import descendants

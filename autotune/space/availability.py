@@ -274,7 +274,7 @@ def _strategy(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
         # plain DDP under FSDP's name (measured with transformers 5.23 and accelerate 1.15).
         return "FSDP needs GPUs: on CPU (gloo) accelerate runs the Trainer as plain DDP instead"
     if strategy.startswith("zero") and "deepspeed" not in hw.packages:
-        return "DeepSpeed ZeRO needs the deepspeed package (pip install 'autotune[deepspeed]')"
+        return "DeepSpeed ZeRO needs the deepspeed package (pip install 'hf-autotune[deepspeed]')"
     return None
 
 
@@ -291,7 +291,7 @@ RUNS_ON: dict[tuple[str, object], str] = {
     ("base_weights", "4bit"): "CUDA GPU with bitsandbytes, under adapters (--peft)",
     ("use_liger_kernel", True): "CUDA GPU with liger-kernel, for the model types it patches",
 }
-_GPU_EXTRA = "pip install 'autotune[gpu]'"
+_GPU_EXTRA = "pip install 'hf-autotune[gpu]'"
 
 
 def _fp8(hw: Hardware) -> str | None:

@@ -85,7 +85,7 @@ def open_storage(
         cause = exc.__cause__ or exc  # optuna wraps the driver's own ImportError, which names it
         raise StoreError(
             f"cannot open {shown}: no database driver ({_first_line(cause, url)})",
-            "install the drivers: pip install 'autotune[postgres,mysql]'",
+            "install the drivers: pip install 'hf-autotune[postgres,mysql]'",
         ) from None
     except StoreError:
         raise  # an existing store that stayed unreachable past the bound: already one line
@@ -413,7 +413,7 @@ def load_existing_study(url: str, name: str, existing: bool = False) -> optuna.S
     try:
         check_schema(name, study.user_attrs)
     except ValueError as exc:
-        raise UsageError(str(exc), "pip install -U autotune") from None
+        raise UsageError(str(exc), "pip install -U hf-autotune") from None
     return study
 
 

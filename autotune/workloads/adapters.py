@@ -61,7 +61,7 @@ def peft_config(kwargs: Mapping[str, Any]) -> Any:
     try:
         from peft.mapping import PEFT_TYPE_TO_CONFIG_MAPPING
     except ImportError:
-        raise UsageError("PEFT adapters need the PEFT library", "pip install 'peft>=0.13'") from None
+        raise UsageError("PEFT adapters need the PEFT library", "pip install 'peft>=0.21.2'") from None
     peft_type = str(kwargs.get("peft_type") or "LORA").upper()
     by_name: dict[str, Any] = {str(getattr(k, "value", k)): v for k, v in PEFT_TYPE_TO_CONFIG_MAPPING.items()}
     config_class = by_name.get(peft_type)

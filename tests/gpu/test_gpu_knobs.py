@@ -201,7 +201,7 @@ class ModuleProbe(TrainerCallback):
 
 
 @pytest.mark.skipif(
-    not _has("liger_kernel"), reason="use_liger_kernel needs liger-kernel (pip install 'autotune[gpu]')"
+    not _has("liger_kernel"), reason="use_liger_kernel needs liger-kernel (pip install 'hf-autotune[gpu]')"
 )
 def test_liger_kernel_patches_the_trial_model(tmp_path: Path) -> None:
     modules = ModuleProbe()
@@ -227,7 +227,7 @@ def test_liger_kernel_patches_the_trial_model(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(_capability() < (8, 9), reason="fp8 needs compute capability 8.9 or higher")
-@pytest.mark.skipif(not _has("torchao"), reason="fp8 trains through torchao (pip install 'autotune[gpu]')")
+@pytest.mark.skipif(not _has("torchao"), reason="fp8 trains through torchao (pip install 'hf-autotune[gpu]')")
 def test_fp8_trains_float8_linear_layers(tmp_path: Path) -> None:
     modules = ModuleProbe()
     trials = [{"precision": "fp8"}, {"precision": "bf16"}]
@@ -249,7 +249,7 @@ def test_fp8_trains_float8_linear_layers(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(
-    not _has("bitsandbytes"), reason="base_weights=4bit needs bitsandbytes (pip install 'autotune[gpu]')"
+    not _has("bitsandbytes"), reason="base_weights=4bit needs bitsandbytes (pip install 'hf-autotune[gpu]')"
 )
 def test_four_bit_base_builds_quantized_and_trains_its_unquantized_layers() -> None:
     """A 4-bit base as a trial builds it (random weights saved and loaded back through transformers'
@@ -281,7 +281,7 @@ def test_four_bit_base_builds_quantized_and_trains_its_unquantized_layers() -> N
 
 
 @pytest.mark.skipif(
-    not _has("bitsandbytes"), reason="base_weights=4bit needs bitsandbytes (pip install 'autotune[gpu]')"
+    not _has("bitsandbytes"), reason="base_weights=4bit needs bitsandbytes (pip install 'hf-autotune[gpu]')"
 )
 def test_four_bit_base_under_lora_in_a_search(tmp_path: Path) -> None:
     """QLoRA as a search runs it: `--peft lora` with base_weights 4bit beside a bf16 base. Both

@@ -120,14 +120,14 @@ def _block(page: Path, name: str) -> list[str]:
 
 def test_the_readme_search_is_the_manual_search_shortened() -> None:
     """Both blocks come from one run of `make run`'s search: neither was edited by hand."""
-    full = _block(ROOT / "docs" / "getting-started.md", "search")
+    full = _block(ROOT / "docs" / "tutorial.md", "search")
     short = _block(ROOT / "README.md", "search-short")
     assert full[0] == short[0] == f"$ {de.MAKE_RUN}"
     assert short[1:] == de.search_short("\n".join(full[1:])).splitlines()
 
 
 def test_the_code_shown_is_the_example_file_it_runs() -> None:
-    shown = _block(ROOT / "docs" / "studies.md", "use-export-code")
+    shown = _block(ROOT / "docs" / "tutorial.md", "use-export-code")
     assert shown == (ROOT / "examples" / "use_export.py").read_text(encoding="utf-8").strip().splitlines()
 
 

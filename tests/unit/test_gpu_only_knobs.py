@@ -97,7 +97,7 @@ def test_gpu_only_values_need_cuda_even_with_their_packages(knob, value, pattern
 def test_gpu_only_values_need_their_package_on_a_gpu(knob, value, package):
     without = dataclasses.replace(H100, packages=GPU_PACKAGES - {package})
     found = reason(knob, value, without, QLORA)
-    assert found is not None and "autotune[gpu]" in found, found
+    assert found is not None and "hf-autotune[gpu]" in found, found
     assert reason(knob, value, H100, QLORA) is None
 
 
@@ -288,7 +288,7 @@ def test_knobs_command_lists_the_new_knobs_with_where_they_run(capsys, monkeypat
     assert "4bit: 4-bit weights need the bitsandbytes package" in text
     assert "true: needs the liger-kernel package" in text
     # the install hint survives the table's markup (rich read "[gpu]" as a style tag)
-    assert "pip install 'autotune[gpu]'" in " ".join(text.split()).replace("│ ", "").replace(" │", "")
+    assert "pip install 'hf-autotune[gpu]'" in " ".join(text.split()).replace("│ ", "").replace(" │", "")
     assert "fp8: fp8 needs a CUDA GPU with fp8 tensor cores" in text
     assert "data collator" in text  # where pad_to_multiple_of and padding_free land
 

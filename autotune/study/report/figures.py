@@ -1,6 +1,6 @@
 """The report's figures: what each one shows, and its interactive plotly form.
 
-plotly is imported inside the functions: it is an optional dependency (``autotune[report]``).
+plotly is imported inside the functions: it is an optional dependency (``hf-autotune[report]``).
 """
 
 from __future__ import annotations

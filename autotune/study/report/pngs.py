@@ -33,7 +33,7 @@ def write_pngs(data: ReportData, png_dir: Path) -> list[Path]:
         from matplotlib.figure import Figure
     except ImportError:
         raise UsageError(
-            "--png needs matplotlib", "install it with: pip install 'autotune[report]'"
+            "--png needs matplotlib", "install it with: pip install 'hf-autotune[report]'"
         ) from None
     png_dir.mkdir(parents=True, exist_ok=True)
     written = []
