@@ -200,13 +200,24 @@ def run_searches(
             order = list(CODES) if seed % 2 == 0 else list(CODES)[::-1]
             for code in order:
                 store = folder / f"{part}-{code}-{seed}.db"
-                row = {"part": part, "code": code, **one_search(codes[code], plan[part], store, seed)}
+                row = {"part": part, "code": code, "commit": _commit(codes[code])}
+                row.update(one_search(codes[code], plan[part], store, seed))
                 runs.append(row)
                 print(
                     f"[{part} {code} {seed}] {row['wall_s']:.0f} s, {row['rule']}: {row['verdict']}",
                     flush=True,
                 )
     return runs
+
+
+def _commit(code: Path) -> str:
+    """The short commit of the checkout `code` (a search's row names the code it ran)."""
+    import subprocess
+
+    done = subprocess.run(
+        ["git", "-C", str(code), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
+    return done.stdout.strip()
 
 
 def check(args: argparse.Namespace) -> dict[str, Any]:
@@ -455,6 +466,10 @@ def _searches(runs: list[dict[str, Any]]) -> str:
         for r in runs
     ]
     headers = ["part", "code", "seed", "wall", "finalists", "rounds", "noise", "stated", "holds"]
+    rows = [
+        [f"{row[0]}", f"{row[1]} {r.get('commit', '')}".strip(), *row[2:]]
+        for row, r in zip(rows, runs, strict=True)
+    ]
     return table([*headers, "baseline search/rounds", "verdict"], rows)
 
 

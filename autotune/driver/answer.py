@@ -298,7 +298,7 @@ def _remeasured_choice(
         tokens_per_s=_throughput(trial.number, finalists, fit),
         peak_memory_bytes=peak if peak is not None else trial.peak_memory_bytes,
         remeasured=True,
-        speedup=_interval(speedup),
+        speedup=_interval(speedup, fit.informed_by(trial.number, BASELINE) if fit is not None else None),
         changes=tuple(c.text() for c in record_changes(study, trial)),
     )
 
@@ -320,11 +320,14 @@ def _median_peak(finalist: FinalistRecord) -> int | None:
     return int(statistics.median(peaks)) if peaks else None
 
 
-def _interval(speedup: Speedup | None) -> Interval | None:
+def _interval(speedup: Speedup | None, rounds: int | None = None) -> Interval | None:
+    """A speedup as the answer states it, over the rounds that inform it (`rounds`; default the
+    rounds both were measured in)."""
     if speedup is None:
         return None
     high = speedup.high if math.isfinite(speedup.high) else None
-    return Interval(speedup.ratio, speedup.low if high is not None else None, high, speedup.rounds)
+    low = speedup.low if high is not None else None
+    return Interval(speedup.ratio, low, high, max(speedup.rounds, rounds or 0))
 
 
 # -- the whole run -------------------------------------------------------------------------------

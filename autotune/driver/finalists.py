@@ -265,6 +265,14 @@ def remeasure_finalists(
         round_number += 1
         margin = min((q.margin for q in questions), default=None)
         left = None if budget_s is None else budget_s - (clock() - began)
+        if left is not None and round_number > 1:
+            affordable = within_budget(measured_now, rounds, predicted, left)
+            if affordable is None:
+                reporter.on_note(
+                    f"the finalists' budget ({budget_s:.0f} s) is spent: no round {round_number}"
+                )
+                break
+            measured_now = affordable
         per = None if left is None else _window_seconds(left, measured_now, rounds, predicted)
         window = round_window(settings, rounds.fit, margin, per)
         for position, number in enumerate(round_order(measured_now, round_number)):
@@ -433,6 +441,28 @@ def planned_rounds(
     smallest = sum(predicted.get(n, PROCESS_START_S) for n in least)
     extra = int(max(0.0, budget_s - first_rounds * every) // smallest) if smallest > 0 else 0
     return max(first_rounds, min(MAX_ROUNDS, first_rounds + extra))
+
+
+def within_budget(
+    racing: Sequence[int], rounds: Rounds, predicted: dict[int, float], left_s: float
+) -> list[int] | None:
+    """Who a round may measure with `left_s` seconds left, at what each measurement has cost so far:
+    all of `racing`, else its best trial and the baseline's pair alone; None where not even those
+    fit (the rounds end: the first round's costs, not its predictions, are what a round spends)."""
+    if sum(_cost(n, rounds, predicted) for n in racing) <= left_s:
+        return list(racing)
+    trials = [n for n in racing if n >= 0]
+    fit = rounds.fit
+    if fit is not None:
+        trials = sorted(trials, key=lambda n: -fit.levels.get(n, -math.inf))
+    least = [n for n in racing if n < 0 or n == (trials[0] if trials else None)]
+    if (
+        len(least) < len(racing)
+        and len(least) >= 2
+        and sum(_cost(n, rounds, predicted) for n in least) <= left_s
+    ):
+        return least
+    return None
 
 
 def _window_seconds(left: float, racing: Sequence[int], rounds: Rounds, predicted: dict[int, float]) -> float:

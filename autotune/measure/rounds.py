@@ -139,6 +139,11 @@ class RoundsFit:
         number = self._key(number)
         return sorted({c.round for c in self.cells if self._key(c.number) == number})
 
+    def informed_by(self, a: int, b: int) -> int:
+        """The rounds that inform the comparison of `a` and `b` (either measured in them): a
+        window of one left out as disturbed still leaves its round's other cells in the model."""
+        return len(set(self.rounds_of(a)) | set(self.rounds_of(b)))
+
     def ratio(self, a: int, b: int, level: float | None = None) -> Speedup | None:
         """Contestant `a`'s score over `b`'s with its interval at `level` (default the fit's own:
         95% over the looks the rounds allowed); None where the rounds cannot compare them (one of

@@ -173,7 +173,7 @@ MATH_GAIN = 0.05
 class Speedup:
     """A ratio of two configurations' throughput with its 95% interval: `ratio` is the estimate,
     `se` the standard error of its logarithm and `df` the degrees of freedom of that error (the
-    interval is ``ratio * exp(+-t95(df) * se)``), `rounds` the rounds both were measured in."""
+    interval is ``ratio * exp(+-t95(df) * se)`` at 95%), `rounds` the rounds both were measured in."""
 
     ratio: float
     low: float

@@ -384,6 +384,21 @@ def test_the_rounds_stop_when_the_budget_is_spent() -> None:
     )
 
 
+def test_a_round_the_time_left_cannot_pay_for_is_cut_to_the_leader_and_the_baseline() -> None:
+    # Round 1 of three trials and the baseline's pair took 2 s a measurement (10 s), twice what
+    # was predicted; 17 s pay for a second round of the leader and the baseline's pair only, and
+    # nothing more after it.
+    clock = _Clock()
+    script = _Script(
+        {0: _rates([0.3, 0.3, 0.3]), 1: [90.0] * 3, 2: [85.0] * 3, BASELINE: [100.0, 101.0, 99.0]}, clock, 2.0
+    )
+    study = _study({0: 130.0, 1: 90.0, 2: 85.0})
+    remeasure_finalists(script, _plan(finalists=3, rounds=2), study, Reporter(), budget_s=17.0, clock=clock)
+    assert script.calls[:5] == round_order([0, 1, 2, BASELINE, BASELINE_AGAIN], 1)
+    assert sorted(script.calls[5:]) == sorted([0, BASELINE, BASELINE_AGAIN])
+    assert clock.now <= 17.0
+
+
 def test_the_looks_the_budget_allows_set_every_intervals_level() -> None:
     script = _Script({0: _rates([0.2, 0.22, 0.19]), BASELINE: [100.0, 101.0, 99.0]})
     study = _study({0: 120.0})
