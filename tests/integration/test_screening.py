@@ -36,7 +36,7 @@ def test_a_slowed_configuration_is_not_promoted_to_a_full_window(
         storage=f"sqlite:///{tmp_path / 'screen.db'}",
         seq_len=16,
         **{**IN_PROCESS, "measure": MeasureSettings(**{**WINDOW.__dict__, "screen_ratio": ratio})},
-        callbacks=[SlowParams({"per_device_train_batch_size": 4}, seconds=0.5)],
+        callbacks=[SlowParams({"per_device_train_batch_size": 4}, seconds=1.0)],
         enqueue=[{"per_device_train_batch_size": 8}, {"per_device_train_batch_size": 4}],
     )
     by_batch = {t.params["per_device_train_batch_size"]: t for t in result.trials}
@@ -48,11 +48,12 @@ def test_a_slowed_configuration_is_not_promoted_to_a_full_window(
     assert slow.state == "PRUNED" and slow.reason == "screened_out"
     # An eager trial: one steady step after the first decides, before the warm-up's 3.
     # Its first step was already slower than a step at the line, so its second was judged at the
-    # line's duration (the deadline) instead of finished: each step sleeps 0.5 s, so a finished
-    # second step would make the two take over 1 s.
+    # line's duration (the deadline) instead of finished: each step sleeps 1 s (far more than a
+    # step's own work, on a loaded machine too), so a finished second step would make the two take
+    # over 2 s.
     assert (slow.message or "").startswith("screened out in step 2, stopped after")
     assert "measured_steps" not in slow.attrs and slow.attrs["screen_steps"] == 2
-    assert slow.attrs["screen_step_stopped_s"] < 0.5 and slow.attrs["screen_s"] < 1.0
+    assert slow.attrs["screen_step_stopped_s"] < 1.0 and slow.attrs["screen_s"] < 2.0
     assert slow.attrs["screen_reference_tokens_per_s"] == pytest.approx(fast.attrs["tokens_per_s"])
     assert slow.attrs["screen_tokens_per_s"] < 0.5 * fast.attrs["tokens_per_s"]
     assert slow.attrs["trained"] is True  # a tried configuration: it spent the budget

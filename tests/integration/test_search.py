@@ -17,7 +17,7 @@ import autotune
 from autotune.driver.answer import rounds_fit
 from autotune.records import read_study
 from autotune.study.store import measured_count
-from tests.helpers import FAST, FAST_RUN, FakeOOM, KnobProbe, SlowParams, write_space
+from tests.helpers import FAST, FAST_RUN, FakeOOM, FixedStepTime, KnobProbe, write_space
 
 QUICK_KNOBS = {
     "per_device_train_batch_size": [2, 4],
@@ -216,10 +216,17 @@ def test_the_baseline_is_measured_first_and_the_speedup_stated(tmp_path: Path) -
 
 
 def test_the_baseline_is_remeasured_with_the_finalists(tmp_path: Path) -> None:
-    # Both trials sleep 0.1 s a step more than the baseline (batch 8) does: whatever the machine's
-    # speed, both are decided slower than it after the two rounds asked for, and no round more is
-    # run (an answer that keeps the defaults, proven or not, needs none).
-    slow = [SlowParams({"per_device_train_batch_size": b}, seconds=0.1) for b in (2, 4)]
+    # Every step takes a time the test sets (a step's own work is far shorter): the baseline's
+    # (batch 8) 0.15 s, the trials' (batches 2 and 4) 0.3 s, so both trials run at a quarter of
+    # its tokens/s or less whatever the machine's speed: both are decided slower than it after the
+    # two rounds asked for, and no round more is run (an answer that keeps the defaults, proven or
+    # not, needs none).
+    slow = [
+        FixedStepTime(
+            0.15,
+            by_params=[({"per_device_train_batch_size": 2}, 0.3), ({"per_device_train_batch_size": 4}, 0.3)],
+        )
+    ]
     result = autotune.search(
         model="tiny-gpt2",
         space=write_space(tmp_path, {"per_device_train_batch_size": [2, 4]}),
