@@ -248,7 +248,14 @@ def remeasure_finalists(
     settings = plan.config.measure
     predicted = {f.number: predicted_cost(f, settings) for f in finalists}
     predicted[BASELINE] = predicted[BASELINE_AGAIN] = predicted_cost(baseline.as_trial(), settings)
-    contestants = fitting(contestants, predicted, first_rounds, budget_s, reporter)
+    # when the best finalist changes the training math, the best that keeps it stays in the rounds:
+    # the answer hands the math change back only when it measurably beats that one (`MATH_GAIN`)
+    keeper = (
+        next((f.number for f in finalists if not record_changes(record, f)), None)
+        if finalists and record_changes(record, finalists[0])
+        else None
+    )
+    contestants = fitting(contestants, predicted, first_rounds, budget_s, reporter, keep={keeper} - {None})
     max_rounds = planned_rounds(contestants, predicted, first_rounds, budget_s)
     # the trials that keep the training math: the best of them stays in the rounds (the answer
     # compares a math change with it, `MATH_GAIN`)
@@ -398,6 +405,7 @@ def fitting(
     first_rounds: int,
     budget_s: float | None,
     reporter: Reporter,
+    keep: set[int] | frozenset[int] = frozenset(),
 ) -> dict[int, tuple[dict[str, Any], bool]]:
     """The contestants whose `first_rounds` rounds, and one more round of the best trial and the
     baseline's pair, the budget pays for: the finalists in their order, the last ones left out
@@ -406,11 +414,14 @@ def fitting(
     more than a second of several finalists: its contrast is measured once more, and its noise's
     degrees of freedom grow as much. The runner-up goes last: without it the rounds cannot undo
     the search window's luck of its leader (a neighbour's load, a cold cache). The best trial and
-    the baseline's pair always stay."""
+    the baseline's pair always stay, and so do the trials of `keep` (the best that keeps the
+    training math, beside a leader that changes it: the answer's comparison needs it)."""
     if budget_s is None:
         return contestants
     kept = dict(contestants)
     trials = [n for n in kept if n >= 0]
+    # the kept ones move to the front, after the best trial: the others are left out first
+    trials = trials[:1] + [n for n in trials[1:] if n in keep] + [n for n in trials[1:] if n not in keep]
     least = sum(predicted.get(n, PROCESS_START_S) for n in [*trials[:1], *(n for n in kept if n < 0)])
 
     def cost(reserve: float) -> float:
@@ -418,7 +429,12 @@ def fitting(
 
     # the third and later finalists while the rounds and one more round of the leader would not
     # fit; the runner-up only while the rounds alone would not
-    while (len(trials) > 2 and cost(least) > budget_s) or (len(trials) == 2 and cost(0.0) > budget_s):
+    def droppable() -> bool:
+        return bool(trials) and trials[-1] not in keep and trials[-1] != trials[0]
+
+    while droppable() and (
+        (len(trials) > 2 and cost(least) > budget_s) or (len(trials) == 2 and cost(0.0) > budget_s)
+    ):
         dropped = trials.pop()
         del kept[dropped]
         reporter.on_note(

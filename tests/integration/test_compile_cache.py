@@ -83,12 +83,13 @@ def test_the_search_stores_its_time_breakdown_and_show_prints_it(
     assert math.fsum(phases.values()) == pytest.approx(breakdown["wall_s"], abs=1e-6)
     assert phases["window_s"] > 0 and phases["setup_s"] > 0
     assert 0 < breakdown["measured_share"] < 1
-    # The two trials, the baseline, and every measurement of the finalists' rounds (the two
-    # trials and the baseline twice, its A/A pair, in each round they were measured in).
+    # The two trials, the baseline's two measurements (a warming one, then the one stored), and
+    # every measurement of the finalists' rounds (the two trials and the baseline twice, its A/A
+    # pair, in each round they were measured in).
     rounds = [len(f["rounds"]) for f in study.user_attrs["finalists"]]
     numbers = sorted(f["number"] for f in study.user_attrs["finalists"])
     assert numbers[:2] == [-2, -1] and len(numbers) == 4 and min(numbers[2:]) >= 0
-    assert breakdown["jobs"] == 3 + sum(rounds)
+    assert breakdown["jobs"] == 4 + sum(rounds)
     assert breakdown["by_stage"]["finalists"]["measurements"] == sum(rounds)
     stages = breakdown["stages"]
     assert all(stages[name] > 0 for name in ("baseline_s", "search_s", "finalists_s"))

@@ -264,6 +264,50 @@ def test_the_fastest_math_keeping_trial_stays_while_the_leader_changes_the_math(
     assert script.calls.count(1) == script.calls.count(0) == 3
 
 
+def test_a_tight_budget_leaves_out_the_runner_up_before_the_best_math_keeping_trial() -> None:
+    # Trial 0 (bf16) leads; trial 1 (bf16 too) is the runner-up; trial 2 is the fastest that keeps
+    # the math (fp32). A budget that pays for the rounds of three contestants besides the
+    # baseline's pair and one more round of the leader, not four (each predicted at 1.15 s), leaves
+    # out trial 1: the answer's comparison needs trial 2.
+    study = optuna.create_study(direction="maximize")
+    rows = {0: ("bf16", 200.0), 1: ("bf16", 190.0), 2: ("fp32", 100.0)}
+    for number, (precision, rate) in rows.items():
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"precision": precision, "dataloader_num_workers": number + 1},
+                distributions={
+                    "precision": optuna.distributions.CategoricalDistribution(["fp32", "bf16"]),
+                    "dataloader_num_workers": optuna.distributions.IntDistribution(1, 64),
+                },
+                value=rate,
+                user_attrs={
+                    "tokens_per_s": rate,
+                    "feasible": True,
+                    "peak_memory_bytes": 1,
+                    "setup_s": 0.5,
+                    "step_time_median_s": 0.1,
+                },
+            )
+        )
+    study.set_user_attr(
+        "baseline",
+        {
+            "params": {"precision": "fp32", "dataloader_num_workers": 0},
+            "tokens_per_s": 95.0,
+            "peak_memory_bytes": 1,
+            "setup_s": 0.5,
+            "step_time_median_s": 0.1,
+        },
+    )
+    clock = _Clock()
+    script = _Script({0: [200.0] * 4, 1: [190.0] * 4, 2: [100.0] * 4, BASELINE: [95.0] * 4}, clock, 1.0)
+    plan = _plan(finalists=2, rounds=2)
+    remeasure_finalists(script, plan, study, Reporter(), budget_s=10.0, clock=clock)
+    assert 1 not in script.calls and script.calls.count(2) >= 2 and script.calls.count(0) >= 2
+    answer = _answer(study)
+    assert answer.alternative is not None and answer.alternative.trial == 2
+
+
 # -- the model's safeguards ---------------------------------------------------------------------------
 
 
