@@ -342,6 +342,9 @@ class Baseline:
     peak_memory_bytes: int | None = _key("peak_memory_bytes")
     rel_ci_halfwidth: float | None = _key("rel_ci_halfwidth")
     tokens_per_step: float | None = _key("tokens_per_step")
+    # its window's steps and their median time: what a round's measurement of it is predicted from
+    measured_steps: int | None = _key("measured_steps")
+    step_time_median_s: float | None = _key("step_time_median_s")
     # the padding share of its window (padded data only): what a padding-free trial is compared with
     padding_fraction: float | None = _key("padding_fraction")
     setup_s: float | None = _key("setup_s")

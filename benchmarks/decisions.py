@@ -5,7 +5,8 @@ beside this checkout's, in one run.
     python -m benchmarks.decisions --before 43555e8            # everything: about 90 minutes on 2 cores
     python -m benchmarks.decisions --before 43555e8 --searches 1 --only power --seconds 5   # a smoke run
 
-Parts (``--only`` picks some; the stored figures of the others are kept):
+Parts (``--only`` picks some; the stored figures of the others are kept; ``--code after`` runs only
+that code's searches of them, keeping the other code's stored rows, each row naming its commit):
 
 - ``check``: each one-knob change of the two spaces measured beside their defaults (as
   `aa_check.check_space`): in the power space only checkpointing off is faster (about 1.3x), in
@@ -198,7 +199,7 @@ def run_searches(
         seeds = range(args.searches) if part in ("aa", "power") else range(1)
         for seed in seeds:
             order = list(CODES) if seed % 2 == 0 else list(CODES)[::-1]
-            for code in order:
+            for code in (c for c in order if c in codes):
                 store = folder / f"{part}-{code}-{seed}.db"
                 row = {"part": part, "code": code, "commit": _commit(codes[code])}
                 row.update(one_search(codes[code], plan[part], store, seed))
@@ -313,6 +314,12 @@ def main() -> None:
     parser.add_argument("--quads", type=int, default=2, help="A B B A quads per change in the check")
     parser.add_argument("--rounds", type=int, default=3, help="the users' rotated rounds")
     parser.add_argument("--seconds", type=float, default=15.0, help="a user run's steady window")
+    parser.add_argument(
+        "--code",
+        choices=CODES,
+        action="append",
+        help="run only this code's searches (the other's stored rows of those parts are kept)",
+    )
     args = parser.parse_args()
     parts = args.only or list(PARTS)
     kept = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
@@ -323,9 +330,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-decisions-") as tmp, worktree(args.before, tmp) as old:
         assert old is not None  # --before is required
         data["before_commit"] = old[0]
-        runs = run_searches(parts, {"before": old[1], "after": ROOT}, Path(tmp), args)
-        done = {r["part"] for r in runs}
-        runs = [r for r in data.get("runs", []) if r["part"] not in done] + runs
+        codes = {"before": old[1], "after": ROOT}
+        codes = {code: path for code, path in codes.items() if code in (args.code or CODES)}
+        runs = run_searches(parts, codes, Path(tmp), args)
+        done = {(r["part"], r["code"]) for r in runs}
+        runs = [r for r in data.get("runs", []) if (r["part"], r["code"]) not in done] + runs
         if "heldout" in parts:
             data["heldout"] = heldout_grid(runs, Path(tmp), args)
     if "coverage" in parts:

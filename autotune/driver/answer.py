@@ -166,9 +166,14 @@ def _from_rounds(
                 pick = None if keeper is baseline else keeper
             elif keeper is not baseline:
                 alternative = keeper  # the leader's math change paid: the best that keeps it, named
+    unpaid: tuple[Choice, Interval | None] | None = None  # a math change held back by a keeper
     if pick is not None and baseline is not None:
         speedup = paired(pick, baseline)
         if (speedup is None or not speedup.beats_baseline) and defaults is not None:
+            if rule == KEEPS_MATH and pick is not leader:
+                # the leader changes the math and did not measurably beat `pick` by `MATH_GAIN`,
+                # which in turn did not beat the defaults: the verdict says both
+                unpaid = (choice(pick), _interval(gain))
             alternative, pick, rule = leader, None, KEEP_DEFAULTS
     chosen = choice(pick) if pick is not None else defaults
     if chosen is None:  # the defaults do not fit the cap: the best that does
@@ -183,6 +188,8 @@ def _from_rounds(
     if named is not None and alternative is not None:
         gain = paired(alternative, pick if pick is not None else baseline)
     verdict = _verdict(rule, chosen, named, _interval(gain), baseline is not None)
+    if rule == KEEP_DEFAULTS and unpaid is not None and named is not None:
+        verdict = _unpaid_math_change(named, *unpaid)
     return replace(
         common,
         rule=rule,
@@ -471,6 +478,18 @@ def _verdict(rule: str, chosen: Choice, named: Choice | None, gain: Interval | N
             )
         return text
     return f"{chosen.label}, re-measured (the baseline was not re-measured beside it)"
+
+
+def _unpaid_math_change(named: Choice, keeper: Choice, lead: Interval | None) -> str:
+    """Keep the defaults: the best that keeps the math did not beat them measurably, and the faster
+    `named` changes the math without beating that one by `MATH_GAIN` (`lead`)."""
+    by = f" by {lead.describe()}" if lead is not None else ""
+    return (
+        f"nothing that keeps the training math beat the defaults measurably (the best, {keeper.label}, "
+        f"{_gain(keeper, None)}): keep them; {named.label} is faster ({_gain(named, None)}) but "
+        f"changes the training math, and beats {keeper.label}, which keeps it,{by}: not measurably "
+        f"the {1 + MATH_GAIN:.2f}x a math change must gain: named as the alternative"
+    )
 
 
 def _gain(named: Choice, gain: Interval | None, over: str = "over the defaults") -> str:

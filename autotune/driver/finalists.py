@@ -280,7 +280,10 @@ def remeasure_finalists(
                 )
                 break
             measured_now = affordable
-        per = None if left is None else _window_seconds(left, measured_now, rounds, predicted)
+        # the first rounds' windows leave the budget room for the rounds a decision needs (two at
+        # least); a later round's may take what is left
+        paying = max(1, max(first_rounds, 2) - round_number + 1)
+        per = None if left is None else _window_seconds(left / paying, measured_now, rounds, predicted)
         window = round_window(settings, rounds.fit, margin, per)
         for position, number in enumerate(round_order(measured_now, round_number)):
             params, verbatim = contestants[number]
@@ -372,7 +375,8 @@ def _name(number: int) -> str:
 
 def predicted_cost(record: TrialRecord, settings: MeasureSettings) -> float:
     """The wall seconds one round's measurement of a configuration is expected to take, from its
-    search window: its set-up, its warm-up (a round's two steps where it compiled nothing), the
+    search window: its set-up, its warm-up (a round's two steps where it compiled nothing, and the
+    excess its search warm-up took over steady steps), the
     steps a round's first window needs to reach `FIRST_ROUND_CI` at the noise of its search
     window's steps (within the round's least and most steps), and starting its process."""
     measured = record.measurement
@@ -380,7 +384,9 @@ def predicted_cost(record: TrialRecord, settings: MeasureSettings) -> float:
     if not step_s and measured.tokens_per_step and record.tokens_per_s:
         step_s = measured.tokens_per_step / record.tokens_per_s
     step_s = step_s or 0.0
-    warmup_s = min(settings.warmup_steps, ROUND_EAGER_WARMUP_STEPS) * step_s
+    # a round's warm-up steps, and what its search warm-up took beyond steady steps (a data-loader
+    # worker's start, the first kernels): a fresh process pays that again in every round
+    warmup_s = min(settings.warmup_steps, ROUND_EAGER_WARMUP_STEPS) * step_s + (measured.warmup_excess_s or 0.0)
     if record.compile.seconds:
         warmup_s = max(warmup_s, measured.warmup_s or 0.0)
     window = round_window(settings, None)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from autotune import records
-from autotune.driver.answer import MATH_GAIN, decide
+from autotune.driver.answer import MATH_GAIN, MIN_GAIN, decide
 from autotune.records import (
     Answer,
     FinalistRecord,
@@ -163,6 +163,22 @@ def test_a_math_change_three_percent_ahead_is_named_but_not_handed_back() -> Non
     assert gain.low is not None and gain.low <= 1 + MATH_GAIN
     assert "trial 1 keeps the training math" in answer.verdict
     assert "trial 2 is faster still" in answer.verdict and "named as the alternative" in answer.verdict
+
+
+def test_a_math_change_that_beats_the_defaults_but_not_the_best_keeper_by_enough_is_said_so() -> None:
+    # Trial 1 keeps the math and ties the defaults; trial 2 changes the optimizer and is 1.03x
+    # trial 1: it beats the defaults measurably, but not the one that keeps the math by 1.05x.
+    record = study([rounds(1, 1.0), rounds(2, 1.03, [1.0, 1.003, 0.999])])
+    trials = [trial(1, params(optim="adamw_torch"), 1000.0), trial(2, params(optim="adafactor"), 1030.0)]
+    answer = decide(record, trials)
+    assert answer.rule == records.KEEP_DEFAULTS and answer.keeps_defaults
+    assert answer.alternative is not None and answer.alternative.trial == 2
+    beats = answer.alternative.speedup
+    assert beats is not None and beats.low is not None and beats.low > 1 + MIN_GAIN
+    assert answer.verdict.startswith("nothing that keeps the training math beat the defaults measurably")
+    assert "(the best, trial 1," in answer.verdict
+    assert "trial 2 is faster" in answer.verdict and "changes the training math" in answer.verdict
+    assert f"not measurably the {1 + MATH_GAIN:.2f}x a math change must gain" in answer.verdict
 
 
 def test_a_math_change_thirty_percent_ahead_is_the_answer_with_the_math_keeping_one_named() -> None:

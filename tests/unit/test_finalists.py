@@ -492,3 +492,26 @@ def test_a_rounds_window_is_as_long_as_its_question_needs() -> None:
 def test_a_study_without_rounds_looks_reads_as_one_look() -> None:
     fit = fit_rounds([], looks=None)
     assert fit is None and look_level(None) == 0.95
+
+
+def test_a_rounds_prediction_pays_the_search_warm_up_excess_again() -> None:
+    # A data-loader worker's start (4 s of the search's warm-up beyond its steady steps) is paid
+    # again by every fresh process a round starts: a round's prediction carries it.
+    settings = MeasureSettings()
+    attrs = {"tokens_per_s": 100.0, "setup_s": 0.5, "step_time_median_s": 0.1}
+    plain = predicted_cost(trial_record(0, {}, "COMPLETE", attrs), settings)
+    slow = predicted_cost(trial_record(0, {}, "COMPLETE", {**attrs, "warmup_excess_s": 4.0}), settings)
+    assert slow == pytest.approx(plain + 4.0)
+
+
+def test_the_first_rounds_windows_leave_room_for_the_rounds_a_decision_needs() -> None:
+    # 20 s of budget, two contestants and the baseline's pair each predicted at 1.15 s: the first
+    # round's windows may take a share of half the budget (two rounds), a later one of what is left.
+    clock = _Clock()
+    script = _Script({0: _rates([0.3, -0.2, 0.25, -0.15, 0.3]), BASELINE: [100.0] * 5}, clock, 1.0)
+    study = _study({0: 110.0})
+    remeasure_finalists(script, _plan(finalists=1, rounds=2), study, Reporter(), budget_s=20.0, clock=clock)
+    first = script.windows[0]
+    assert first is not None
+    fixed = 3 * (0.5 + 5 * 0.1)  # each prediction less its process start: set-up, 2 + 3 steps
+    assert first["max_seconds"] == pytest.approx((20.0 / 2 - fixed) / 3 + 0.1, abs=0.05)
