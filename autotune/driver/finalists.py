@@ -386,7 +386,8 @@ def predicted_cost(record: TrialRecord, settings: MeasureSettings) -> float:
     step_s = step_s or 0.0
     # a round's warm-up steps, and what its search warm-up took beyond steady steps (a data-loader
     # worker's start, the first kernels): a fresh process pays that again in every round
-    warmup_s = min(settings.warmup_steps, ROUND_EAGER_WARMUP_STEPS) * step_s + (measured.warmup_excess_s or 0.0)
+    warmup_s = min(settings.warmup_steps, ROUND_EAGER_WARMUP_STEPS) * step_s
+    warmup_s += measured.warmup_excess_s or 0.0
     if record.compile.seconds:
         warmup_s = max(warmup_s, measured.warmup_s or 0.0)
     window = round_window(settings, None)
