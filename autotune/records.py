@@ -429,9 +429,10 @@ class Interval:
 
     def describe(self, unit: str = "x", digits: int = 2) -> str:
         text = f"{self.value:.{digits}f}{unit}"
-        if self.low is not None and self.high is not None and self.rounds > 1:
+        if self.low is not None and self.high is not None and self.rounds >= 1:
             low, high = f"{self.low:.{digits}f}", f"{self.high:.{digits}f}"
-            text += f" (95% interval {low}-{high}{unit} over {self.rounds} rounds)"
+            over = f"{self.rounds} rounds" if self.rounds > 1 else "1 round"
+            text += f" (95% interval {low}-{high}{unit} over {over})"
         return text
 
     def to_dict(self) -> dict[str, Any]:

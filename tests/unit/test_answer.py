@@ -367,3 +367,10 @@ def test_a_trial_of_the_baselines_configuration_is_the_baseline() -> None:
     # Slower than another trial, it is left out of the contest: trial 1 is judged on its own.
     slower = decide(record, [trial(0, params(), 900.0), trial(1, params(attn_implementation="sdpa"), 1050.0)])
     assert slower.choice is not None and slower.choice.trial == 1
+
+
+def test_an_interval_of_one_round_is_stated_with_it() -> None:
+    # one round of the rounds' model has an interval too (its noise from the A/A pair): a speedup
+    # is never stated without the interval it carries
+    assert records.Interval(1.5, 1.2, 1.9, 1).describe() == "1.50x (95% interval 1.20-1.90x over 1 round)"
+    assert records.Interval(1.5, None, None, 1).describe() == "1.50x"
