@@ -211,6 +211,12 @@ def run_searches(
     return runs
 
 
+def _after_commits(data: dict[str, Any]) -> list[str]:
+    """The commits the after rows ran (a rerun of some parts adds one), else this checkout's."""
+    commits = sorted({r["commit"] for r in data.get("runs", []) if r.get("code") == "after" and r.get("commit")})
+    return commits or [data["machine"]["commit"]]
+
+
 def _commit(code: Path) -> str:
     """The short commit of the checkout `code` (a search's row names the code it ran)."""
     import subprocess
@@ -324,7 +330,11 @@ def main() -> None:
     parts = args.only or list(PARTS)
     kept = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     data: dict[str, Any] = {**kept, "machine": machine(), "before": args.before}
-    data["command"] = "python -m benchmarks.decisions " + " ".join(sys.argv[1:])
+    command = "python -m benchmarks.decisions " + " ".join(sys.argv[1:])
+    # a rerun of some parts or one code keeps the earlier commands: the section names them all
+    earlier = kept.get("commands") or ([kept["command"]] if "command" in kept else [])
+    data["commands"] = [*earlier, command] if parts != list(PARTS) or args.code else [command]
+    data["command"] = command
     if "check" in parts:
         data["check"] = check(args)
     with tempfile.TemporaryDirectory(prefix="bench-decisions-") as tmp, worktree(args.before, tmp) as old:
@@ -441,12 +451,12 @@ def render(data: dict[str, Any]) -> str:
     headers = [
         "",
         f"before ({data.get('before_commit', data.get('before'))})",
-        f"after ({data['machine']['commit']})",
+        f"after ({', '.join(_after_commits(data))})",
         "bar",
     ]
     return section(
         "decisions",
-        command=data["command"],
+        command="`, then `".join(data.get("commands") or [data["command"]]),
         summary=table(headers, rows),
         check=_check(data.get("check")),
         searches=_searches(runs),
