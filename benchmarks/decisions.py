@@ -213,7 +213,8 @@ def run_searches(
 
 def _after_commits(data: dict[str, Any]) -> list[str]:
     """The commits the after rows ran (a rerun of some parts adds one), else this checkout's."""
-    commits = sorted({r["commit"] for r in data.get("runs", []) if r.get("code") == "after" and r.get("commit")})
+    runs = data.get("runs", [])
+    commits = sorted({r["commit"] for r in runs if r.get("code") == "after" and r.get("commit")})
     return commits or [data["machine"]["commit"]]
 
 
