@@ -22,7 +22,7 @@ from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import make_url
 
 from autotune.config import parse_memory_cap
-from autotune.errors import StoreError, UsageError
+from autotune.errors import StoreError, UsageError, first_line
 from autotune.records import TrialRecord, check_schema, read_study, read_trial
 from autotune.study.objective import compiles, run_facts, score
 from autotune.study.outcomes import (
@@ -34,7 +34,7 @@ from autotune.study.outcomes import (
 )
 from autotune.study.owner import OWNER_ATTR, Owner, is_dead_here
 from autotune.study.retry import RetryingRDBStorage, retry_transient, store_retry_s
-from autotune.urls import display_url, engine_url, password_of, sqlite_file
+from autotune.urls import display_url, engine_url, password_of, sqlite_file, without_password
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
@@ -84,14 +84,14 @@ def open_storage(
     except ImportError as exc:
         cause = exc.__cause__ or exc  # optuna wraps the driver's own ImportError, which names it
         raise StoreError(
-            f"cannot open {shown}: no database driver ({_first_line(cause, url)})",
+            f"cannot open {shown}: no database driver ({_said(cause, url)})",
             "install the drivers: pip install 'hf-autotune[postgres,mysql]'",
         ) from None
     except StoreError:
         raise  # an existing store that stayed unreachable past the bound: already one line
     except Exception as exc:
         raise StoreError(
-            f"cannot open storage {shown}: {_first_line(exc, url)}",
+            f"cannot open storage {shown}: {_said(exc, url)}",
             "check the URL and that the database is up",
         ) from None
 
@@ -150,12 +150,9 @@ def _open_past_schema_race(
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-def _first_line(exc: BaseException, url: str) -> str:
+def _said(exc: BaseException, url: str) -> str:
     """An error's first line, with the URL's password scrubbed should a driver echo it."""
-    text = str(exc).strip()
-    line = text.splitlines()[0] if text else type(exc).__name__
-    password = password_of(url)
-    return line.replace(password, "***") if password else line
+    return without_password(first_line(exc), password_of(url))
 
 
 def _prepare_sqlite(database: Path) -> None:

@@ -323,3 +323,13 @@ def test_no_test_fixture_is_ignored_by_git() -> None:
         ["git", "check-ignore", "--no-index", *fixtures], cwd=ROOT, capture_output=True, text=True, timeout=60
     ).stdout.split()
     assert fixtures and not ignored, f"git ignores test fixtures: {ignored}"
+
+
+def test_first_line_is_defined_once() -> None:
+    """An exception's first line is `autotune.errors.first_line`; no module defines its own."""
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef) and node.name.lstrip("_") == "first_line":
+                found.append(path.relative_to(PACKAGE).as_posix())
+    assert found == ["errors.py"]
