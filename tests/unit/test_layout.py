@@ -333,3 +333,12 @@ def test_first_line_is_defined_once() -> None:
             if isinstance(node, ast.FunctionDef) and node.name.lstrip("_") == "first_line":
                 found.append(path.relative_to(PACKAGE).as_posix())
     assert found == ["errors.py"]
+
+
+def test_the_benchmarks_have_no_import_circle() -> None:
+    """A benchmark writes its results through the assembler; the assembler reads them through
+    ``benchmarks.report``, which imports neither."""
+    files = {_module_name(p): p for p in (ROOT / "benchmarks").glob("*.py")}
+    graph = {name: _imports(path, name, set(files)) for name, path in files.items()}
+    assert "benchmarks.report" in graph["benchmarks.assemble"]
+    assert find_circles(graph) == []
