@@ -12,6 +12,7 @@ import re
 import time
 import warnings
 from collections.abc import Collection
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -243,31 +244,52 @@ def _counts(summary: TrialRecord) -> bool:
 
 
 def fail_interrupted_trials(study: optuna.Study, mine: Collection[str] = ()) -> list[int]:
-    """Fail every RUNNING trial whose process is gone, with reason ``interrupted``; return their
-    numbers. A trial whose owner (its ``worker`` attr) shares this process's boot and PID namespace
-    is failed at once when that process is no longer alive; any other trial (another host, boot or
-    PID namespace, or an owner record from before those were recorded) only when its heartbeat went
-    stale (three intervals old): see `autotune.study.owner`. Optuna would fail stale ones too, but
-    without a reason. Trials of the worker jobs in `mine` are left to the caller, which knows better
-    why they ended (killed, crashed, hung)."""
-    storage = study._storage  # optuna wraps an RDBStorage in a cache that keeps its heartbeat API
-    stale: set[int] = set()
-    if isinstance(storage, BaseHeartbeat) and storage.get_heartbeat_interval() is not None:
-        stale = set(storage._get_stale_trial_ids(study._study_id))
+    """Fail every RUNNING trial whose process is gone (`orphaned_trials`), with reason
+    ``interrupted``; return their numbers. Optuna would fail stale ones too, but without a reason.
+    Trials of the worker jobs in `mine` are left to the caller, which knows better why they ended
+    (killed, crashed, hung)."""
     failed = []
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if (trial.user_attrs.get(OWNER_ATTR) or {}).get("job") in mine:
-            continue
-        owner = Owner.from_attrs(trial.user_attrs.get(OWNER_ATTR))
-        dead_here = owner is not None and is_dead_here(owner)
-        if not dead_here and trial._trial_id not in stale:
-            continue
+    for trial in orphaned_trials(study, mine):
         message = "its process stopped (killed or crashed) before the trial ended"
         if fail_running_trial(
             study, trial._trial_id, TrialOutcome.process_ended(INTERRUPTED, message, False)
         ):
             failed.append(trial.number)
     return failed
+
+
+def orphaned_trials(study: optuna.Study, mine: Collection[str] = ()) -> list[FrozenTrial]:
+    """The RUNNING trials whose process is gone, read without writing. A trial whose owner (its
+    ``worker`` attr) shares this process's boot and PID namespace is gone at once when that process
+    is no longer alive; any other trial (another host, boot or PID namespace, or an owner record
+    from before those were recorded) only when its heartbeat went stale (three intervals old): see
+    `autotune.study.owner`. Trials of the worker jobs in `mine` are left out."""
+    storage = study._storage  # optuna wraps an RDBStorage in a cache that keeps its heartbeat API
+    stale: set[int] = set()
+    if isinstance(storage, BaseHeartbeat) and storage.get_heartbeat_interval() is not None:
+        stale = set(storage._get_stale_trial_ids(study._study_id))
+    found = []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if (trial.user_attrs.get(OWNER_ATTR) or {}).get("job") in mine:
+            continue
+        owner = Owner.from_attrs(trial.user_attrs.get(OWNER_ATTR))
+        if (owner is not None and is_dead_here(owner)) or trial._trial_id in stale:
+            found.append(trial)
+    return found
+
+
+# What a read-only listing says of a trial whose owner is gone: the store still holds it RUNNING
+# until a search, resume or worker of the study marks it interrupted.
+OWNER_GONE = "its owner process is gone; `autotune resume` records it as interrupted"
+
+
+def orphaned_records(study: optuna.Study) -> list[TrialRecord]:
+    """The records of `orphaned_trials`, as a listing shows them: state RUNNING, reason
+    interrupted. Nothing is written."""
+    return [
+        replace(summary, failure=replace(summary.failure, reason=INTERRUPTED, message=OWNER_GONE))
+        for summary in map(read_trial, orphaned_trials(study))
+    ]
 
 
 def running_trials_of(study: optuna.Study, owner: Owner) -> list[FrozenTrial]:
