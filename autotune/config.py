@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from autotune.errors import UsageError
 from autotune.files import read_mapping
+from autotune.schema import SCHEMA_VERSION, autotune_version, check_schema
 
 DEFAULT_STORAGE = "sqlite:///autotune.db"
 STORAGE_ENV = "AUTOTUNE_STORAGE"
@@ -671,7 +672,7 @@ class RunConfig:
         data["storage"] = self.storage_display
         data["allow_mismatch"] = list(self.allow_mismatch)
         data.update(stored_paths(self))
-        data[SCHEMA_KEY] = RUN_CONFIG_SCHEMA
+        data[SCHEMA_KEY] = SCHEMA_VERSION
         data[VERSION_KEY] = autotune_version()
         return data
 
@@ -686,7 +687,7 @@ class RunConfig:
             UsageError: the configuration was written with a newer schema than this autotune reads
                 (its values could mean what this version cannot do): upgrade autotune here.
         """
-        check_schema(data)
+        check_schema("the study's run configuration", data.get(SCHEMA_KEY, 1), data.get(VERSION_KEY))
         fields = {**data, **{k: v for k, v in overrides.items() if v is not None}}
         if isinstance(fields.get("measure"), dict):
             known_measure = set(MeasureSettings.__dataclass_fields__)
@@ -698,37 +699,8 @@ class RunConfig:
         return cls(**{k: v for k, v in fields.items() if k in known})
 
 
-# The run configuration's schema: raised whenever a key is added or a value changes meaning, so that
-# an older worker refuses a study it would misread. 1: before versions were recorded. 3: ``peft``.
-# 4: the whole-run check's options.
-RUN_CONFIG_SCHEMA = 4
-SCHEMA_KEY = "schema"
+SCHEMA_KEY = "schema"  # the run configuration's `autotune.schema.SCHEMA_VERSION`
 VERSION_KEY = "autotune_version"
-
-
-def autotune_version() -> str:
-    from autotune import __version__
-
-    return __version__
-
-
-def check_schema(data: dict[str, Any]) -> None:
-    """Refuse a stored run configuration written with a newer schema than this autotune's.
-
-    Raises:
-        UsageError: its schema is newer (the message names both autotune versions).
-    """
-    schema = data.get(SCHEMA_KEY, 1)
-    if not isinstance(schema, int) or isinstance(schema, bool):
-        raise UsageError(f"stored run configuration has an invalid schema {schema!r}")
-    if schema <= RUN_CONFIG_SCHEMA:
-        return
-    writer = data.get(VERSION_KEY) or "a newer version"
-    raise UsageError(
-        f"the study's run configuration has schema {schema} (written by autotune {writer}), "
-        f"newer than schema {RUN_CONFIG_SCHEMA} of this autotune {autotune_version()}",
-        f"upgrade autotune on this worker to {writer} or later",
-    )
 
 
 def _absolute(path: str | None) -> str | None:

@@ -8,10 +8,10 @@ hold. Writers go through `study_attrs` (a study's facts) and `answer_attrs`; a t
 written by `write_trial` (`autotune.study.outcomes.record_outcome`: the fresh measurement, read by
 `measured_record`, with its ending set by `concluded`).
 
-Schema versions: stores written before ``schema_version`` was stored are version 0. Version 1 adds
-the stored `Answer` and per-round peaks and scores of the finalists; everything a version 0 store
-holds is read the same way (an answer missing from it is decided again from its finalists). A
-newer store than this code knows is refused by `check_schema`.
+Schema versions (`autotune.schema`): stores written before ``schema_version`` was stored are
+version 0; everything a version 0 store holds is read the same way (an answer missing from it is
+decided again from its finalists). A newer store than this code knows is refused by
+`autotune.schema.check_schema`.
 
 Pure: no optuna, no torch.
 """
@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, TypeVar
 
-SCHEMA_VERSION = 1
+from autotune.schema import SCHEMA_VERSION, check_schema
 
 
 def _key(name: str) -> Any:
@@ -885,9 +885,9 @@ def study_record(name: str, attrs: Mapping[str, Any]) -> StudyRecord:
     """A study's record from its name and user attrs.
 
     Raises:
-        ValueError: the store was written by a newer autotune (its schema version is higher).
+        UsageError: the store was written by a newer autotune (its schema version is higher).
     """
-    check_schema(name, attrs)
+    check_schema(f"study {name!r}", attrs.get("schema_version") or 0)
     winner = attrs.get("winner")
     answer = attrs.get("answer")
     return StudyRecord(
@@ -939,20 +939,6 @@ def add_whole_run(study: Any, check: WholeRun) -> None:
     """Add a whole-run check to an optuna `Study`, under a key of its own that sorts by when it was
     added: processes adding at the same time lose nothing."""
     study.set_user_attr(f"{_WHOLE_RUN_PREFIX}{time.time_ns():020d}-{uuid.uuid4().hex[:8]}", check.to_dict())
-
-
-def check_schema(name: str, attrs: Mapping[str, Any]) -> None:
-    """Refuse a study written by a newer autotune than this one.
-
-    Raises:
-        ValueError: its schema version is above `SCHEMA_VERSION`.
-    """
-    version = int(attrs.get("schema_version") or 0)
-    if version > SCHEMA_VERSION:
-        raise ValueError(
-            f"study {name!r} was written with record schema {version}; this autotune reads up to "
-            f"{SCHEMA_VERSION}: upgrade autotune"
-        )
 
 
 def study_attrs(**facts: Any) -> dict[str, Any]:

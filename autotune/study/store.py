@@ -24,7 +24,7 @@ from sqlalchemy.engine import make_url
 
 from autotune.config import parse_memory_cap
 from autotune.errors import StoreError, UsageError, first_line
-from autotune.records import TrialRecord, check_schema, read_study, read_trial
+from autotune.records import TrialRecord, read_study, read_trial
 from autotune.study.objective import compiles, run_facts, score
 from autotune.study.outcomes import (
     INTERRUPTED,
@@ -429,10 +429,7 @@ def load_existing_study(url: str, name: str, existing: bool = False) -> optuna.S
             f"no study {name!r} in {display_url(url)} (studies there: {listed})", "see `autotune studies`"
         )
     study = optuna.load_study(study_name=name, storage=storage)
-    try:
-        check_schema(name, study.user_attrs)
-    except ValueError as exc:
-        raise UsageError(str(exc), "pip install -U hf-autotune") from None
+    read_study(study)  # refuses a store of a newer schema
     return study
 
 
