@@ -49,6 +49,26 @@ class MemoryCap:
         return int(self.value * device_total_bytes)
 
 
+def cap_bytes(text: str | None, device_memory_bytes: int, *, study: str | None = None) -> int | None:
+    """A memory cap as written (``20GiB``, ``90%``; None: no cap) in bytes on a device of
+    `device_memory_bytes`: the one place a cap becomes bytes. For a stored `study` (its name), a
+    fraction needs the device memory the study recorded.
+
+    Raises:
+        UsageError: not a cap, or a fraction and the study does not record its device's memory.
+    """
+    if text is None:
+        return None
+    cap = parse_memory_cap(text)
+    if study is not None and cap.kind == "fraction" and device_memory_bytes <= 0:
+        raise UsageError(
+            f"memory_cap={text!r}: study {study!r} does not record its device's memory",
+            "give the cap as a size, like 20GiB",
+            field="memory_cap",
+        )
+    return cap.resolve(device_memory_bytes)
+
+
 def parse_memory_cap(text: str) -> MemoryCap:
     """Parse ``20GiB``, ``20GB``, ``20000MiB``, ``90%`` or ``0.9`` (a fraction of the device).
 

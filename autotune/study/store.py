@@ -22,7 +22,6 @@ from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import make_url
 
-from autotune.config import parse_memory_cap
 from autotune.errors import StoreError, UsageError, first_line
 from autotune.records import TrialRecord, read_study, read_trial
 from autotune.study.objective import compiles, run_facts, score
@@ -431,23 +430,6 @@ def load_existing_study(url: str, name: str, existing: bool = False) -> optuna.S
     study = optuna.load_study(study_name=name, storage=storage)
     read_study(study)  # refuses a store of a newer schema
     return study
-
-
-def study_cap_bytes(study: optuna.Study, text: str) -> int:
-    """A memory cap in bytes for a stored study: a fraction (``90%``) is of the device it ran on.
-
-    Raises:
-        UsageError: not a cap, or a fraction and the study does not record its device's memory.
-    """
-    cap = parse_memory_cap(text)
-    total = read_study(study).device_memory_bytes
-    if cap.kind == "fraction" and total <= 0:
-        raise UsageError(
-            f"memory_cap={text!r}: study {study.study_name!r} does not record its device's memory",
-            "give the cap as a size, like 20GiB",
-            field="memory_cap",
-        )
-    return cap.resolve(total)
 
 
 def trial_run_facts(study: optuna.Study, trial: TrialRecord) -> dict[str, Any]:

@@ -273,3 +273,14 @@ def test_a_compile_cache_folder_is_stored_absolute_before_it_exists(tmp_path, mo
     assert data["compile_cache"] == str(tmp_path / "cache" / "compile")
     assert RunConfig().to_dict()["compile_cache"] is None
     assert RunConfig.from_dict(data).compile_cache == str(tmp_path / "cache" / "compile")
+
+
+def test_cap_bytes_is_the_one_conversion_of_a_cap() -> None:
+    from autotune.config import cap_bytes
+
+    assert cap_bytes(None, 1000) is None
+    assert cap_bytes("90%", 1000) == 900 and cap_bytes("1KiB", 0, study="s") == 1024
+    with pytest.raises(UsageError, match="study 's' does not record its device's memory"):
+        cap_bytes("90%", 0, study="s")
+    with pytest.raises(UsageError, match="invalid memory cap ''"):
+        cap_bytes("", 1000)

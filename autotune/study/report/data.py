@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 import optuna
 from optuna.trial import TrialState
 
+from autotune.config import cap_bytes
 from autotune.errors import UsageError, first_line
 from autotune.progress import TrialSummary, describe_params
 from autotune.records import read_study
-from autotune.study.store import ranked_trials, study_cap_bytes
+from autotune.study.store import ranked_trials
 
 # The figures, in page order: (file stem and div id, title).
 FIGURES = {
@@ -80,7 +81,7 @@ def memory_cap_bytes(study: optuna.Study) -> int | None:
     if not text:
         return None
     try:
-        return study_cap_bytes(study, str(text))
+        return cap_bytes(str(text), read_study(study).device_memory_bytes, study=study.study_name)
     except UsageError:
         return None
 
