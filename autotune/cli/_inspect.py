@@ -51,7 +51,7 @@ def studies_command(storage: StorageOpt = None) -> None:
     console.print(table)
 
 
-# `show`'s rows by default: a study of thousands of trials printed whole took most of a minute.
+# `show`'s rows by default: a study of thousands of trials printed whole is slow to print and to read.
 SHOW_ROWS = 50
 
 

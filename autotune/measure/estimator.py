@@ -44,7 +44,7 @@ MEASURED_KIND_KNOBS = (
     "padding_free",
     "dataloader_num_workers",
     "data_parallel",
-    # issue 32: fused kernels (Liger's cross-entropy never holds the logits), the weights' format,
+    # fused kernels (Liger's cross-entropy never holds the logits), the weights' format,
     # the padded length of a batch
     "use_liger_kernel",
     "base_weights",

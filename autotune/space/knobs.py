@@ -329,7 +329,7 @@ CATALOGUE: dict[str, Knob] = {
     )
 }
 
-# --- GPU-only knobs and per-batch padding (issue 32, items 3-4) ---------------------------------
+# --- GPU-only knobs and per-batch padding ---------------------------------------------------------
 # What a model's weights are loaded as: as the config or checkpoint says (`as_is`), in bf16 (pure
 # bf16 training: weights, gradients and optimizer states), or quantized to 4 bits by bitsandbytes
 # with bf16 compute, QLoRA's base (frozen: only adapters train on it).

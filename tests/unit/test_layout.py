@@ -342,3 +342,18 @@ def test_the_benchmarks_have_no_import_circle() -> None:
     graph = {name: _imports(path, name, set(files)) for name, path in files.items()}
     assert "benchmarks.report" in graph["benchmarks.assemble"]
     assert find_circles(graph) == []
+
+
+def test_the_code_narrates_no_history() -> None:
+    """Docstrings and comments say what the code does and why; issues, commits and measured figures
+    live in git and benchmarks/RESULTS.md."""
+    import re
+
+    history = re.compile(r"issue [0-9]|commit [0-9a-f]{6,}|[0-9.]+ s against")
+    found = [
+        f"{path.relative_to(PACKAGE).as_posix()}:{number}"
+        for path in PACKAGE.rglob("*.py")
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if history.search(line)
+    ]
+    assert found == []
