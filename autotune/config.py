@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from autotune.errors import UsageError
 from autotune.files import read_mapping
+from autotune.schema import SCHEMA_VERSION, autotune_version, check_schema
 
 DEFAULT_STORAGE = "sqlite:///autotune.db"
 STORAGE_ENV = "AUTOTUNE_STORAGE"
@@ -46,6 +47,26 @@ class MemoryCap:
         if self.kind == "bytes":
             return int(self.value)
         return int(self.value * device_total_bytes)
+
+
+def cap_bytes(text: str | None, device_memory_bytes: int, *, study: str | None = None) -> int | None:
+    """A memory cap as written (``20GiB``, ``90%``; None: no cap) in bytes on a device of
+    `device_memory_bytes`: the one place a cap becomes bytes. For a stored `study` (its name), a
+    fraction needs the device memory the study recorded.
+
+    Raises:
+        UsageError: not a cap, or a fraction and the study does not record its device's memory.
+    """
+    if text is None:
+        return None
+    cap = parse_memory_cap(text)
+    if study is not None and cap.kind == "fraction" and device_memory_bytes <= 0:
+        raise UsageError(
+            f"memory_cap={text!r}: study {study!r} does not record its device's memory",
+            "give the cap as a size, like 20GiB",
+            field="memory_cap",
+        )
+    return cap.resolve(device_memory_bytes)
 
 
 def parse_memory_cap(text: str) -> MemoryCap:
@@ -671,7 +692,7 @@ class RunConfig:
         data["storage"] = self.storage_display
         data["allow_mismatch"] = list(self.allow_mismatch)
         data.update(stored_paths(self))
-        data[SCHEMA_KEY] = RUN_CONFIG_SCHEMA
+        data[SCHEMA_KEY] = SCHEMA_VERSION
         data[VERSION_KEY] = autotune_version()
         return data
 
@@ -686,7 +707,7 @@ class RunConfig:
             UsageError: the configuration was written with a newer schema than this autotune reads
                 (its values could mean what this version cannot do): upgrade autotune here.
         """
-        check_schema(data)
+        check_schema("the study's run configuration", data.get(SCHEMA_KEY, 1), data.get(VERSION_KEY))
         fields = {**data, **{k: v for k, v in overrides.items() if v is not None}}
         if isinstance(fields.get("measure"), dict):
             known_measure = set(MeasureSettings.__dataclass_fields__)
@@ -698,37 +719,8 @@ class RunConfig:
         return cls(**{k: v for k, v in fields.items() if k in known})
 
 
-# The run configuration's schema: raised whenever a key is added or a value changes meaning, so that
-# an older worker refuses a study it would misread. 1: before versions were recorded. 3: ``peft``.
-# 4: the whole-run check's options.
-RUN_CONFIG_SCHEMA = 4
-SCHEMA_KEY = "schema"
+SCHEMA_KEY = "schema"  # the run configuration's `autotune.schema.SCHEMA_VERSION`
 VERSION_KEY = "autotune_version"
-
-
-def autotune_version() -> str:
-    from autotune import __version__
-
-    return __version__
-
-
-def check_schema(data: dict[str, Any]) -> None:
-    """Refuse a stored run configuration written with a newer schema than this autotune's.
-
-    Raises:
-        UsageError: its schema is newer (the message names both autotune versions).
-    """
-    schema = data.get(SCHEMA_KEY, 1)
-    if not isinstance(schema, int) or isinstance(schema, bool):
-        raise UsageError(f"stored run configuration has an invalid schema {schema!r}")
-    if schema <= RUN_CONFIG_SCHEMA:
-        return
-    writer = data.get(VERSION_KEY) or "a newer version"
-    raise UsageError(
-        f"the study's run configuration has schema {schema} (written by autotune {writer}), "
-        f"newer than schema {RUN_CONFIG_SCHEMA} of this autotune {autotune_version()}",
-        f"upgrade autotune on this worker to {writer} or later",
-    )
 
 
 def _absolute(path: str | None) -> str | None:

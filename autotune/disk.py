@@ -21,6 +21,8 @@ import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from autotune.errors import first_line
+
 _FULL_TEXT = re.compile(
     r"database or disk is full|no space left on device|could not extend file|disk full"
     r"|disk quota exceeded|the table .{1,200} is full|errcode: 28\b",
@@ -102,7 +104,7 @@ def disk_full_line(exc: BaseException, places: Mapping[str, Path | str | None]) 
     ``{"compile cache": ..., "scratch folder": ...}``): which folder, the error's own words, and the
     space left there. A path under none of them is named as it is; an error naming no path, by its
     words alone."""
-    text = _first_line(exc)
+    text = _said(exc)
     path = full_path(exc)
     for what, folder in places.items():
         if folder is None or path is None:
@@ -117,9 +119,9 @@ def disk_full_line(exc: BaseException, places: Mapping[str, Path | str | None]) 
     return f"disk full ({text})"
 
 
-def _first_line(exc: BaseException) -> str:
+def _said(exc: BaseException) -> str:
+    """The words of the full-disk error in `exc`'s chain, or else its first line."""
     for seen in _chain(exc):
         if isinstance(seen, OSError) and seen.errno in _FULL_ERRNOS:
             return f"{seen.strerror or os.strerror(seen.errno or 0)}"
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return lines[0][:200] if lines else type(exc).__name__
+    return first_line(exc)[:200]

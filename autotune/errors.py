@@ -3,6 +3,15 @@
 from __future__ import annotations
 
 
+def first_line(exc: BaseException, *, empty: str | None = None) -> str:
+    """The first line of an exception's message that says something, stripped: what a one-line
+    report of it shows. `empty` (by default the exception's type name) when the message is blank."""
+    lines = str(exc).strip().splitlines()
+    if lines:
+        return lines[0].strip()
+    return type(exc).__name__ if empty is None else empty
+
+
 class AutotuneError(Exception):
     """Base class of every error autotune raises on purpose.
 

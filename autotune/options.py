@@ -234,8 +234,9 @@ def _type_name(option: Option) -> str:
     return f"`{text.replace('typing.', '').replace('|', chr(92) + '|')}`"
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+def table_cell(text: str) -> str:
+    """`text` as one cell of a markdown table: on one line, its pipes escaped."""
+    return " ".join(text.split()).replace("|", "\\|")
 
 
 def reference() -> str:
@@ -268,7 +269,7 @@ def reference() -> str:
             flags = ", ".join(f"`{f}`" for f in option.flags) or "-"
             if option.envvar:
                 flags += f" (or `{option.envvar}`)"
-            default = _cell(option.default_text or f"`{option.default!r}`".replace("'", ""))
-            meaning = _cell(help_text(option, command_line=False))
+            default = table_cell(option.default_text or f"`{option.default!r}`".replace("'", ""))
+            meaning = table_cell(help_text(option, command_line=False))
             lines.append(f"| {name} | {flags} | {_type_name(option)} | {default} | {meaning} |")
     return "\n".join(lines) + "\n"

@@ -5,37 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.records import TrialRecord
+from autotune.space.knobs import short_name
 
 # One finished trial, as reporters and result tables show it: the trial's stored record.
 TrialSummary = TrialRecord
-
-
-_SHORT = {
-    "per_device_train_batch_size": "bs",
-    "gradient_accumulation_steps": "ga",
-    "precision": "prec",
-    "optim": "optim",
-    "torch_compile": "compile",
-    "attn_implementation": "attn",
-    "activation_checkpointing": "ckpt",
-    "gradient_checkpointing_reentrant": "reentrant",
-    "torch_compile_mode": "mode",
-    "dataloader_num_workers": "workers",
-    "dataloader_pin_memory": "pin",
-    "torch_empty_cache_steps": "empty_cache",
-    "ddp_find_unused_parameters": "ddp_unused",
-    "ddp_bucket_cap_mb": "ddp_bucket",
-    "ddp_static_graph": "ddp_static",
-    "ddp_broadcast_buffers": "ddp_bcast",
-    "use_liger_kernel": "liger",
-    "base_weights": "weights",
-    "pad_to_multiple_of": "pad_to",
-}
-
-
-def short_name(knob: str) -> str:
-    """The short column name of a knob in tables and trial lines."""
-    return _SHORT.get(knob, knob)
 
 
 def format_value(value: Any) -> str:

@@ -8,10 +8,10 @@ hold. Writers go through `study_attrs` (a study's facts) and `answer_attrs`; a t
 written by `write_trial` (`autotune.study.outcomes.record_outcome`: the fresh measurement, read by
 `measured_record`, with its ending set by `concluded`).
 
-Schema versions: stores written before ``schema_version`` was stored are version 0. Version 1 adds
-the stored `Answer` and per-round peaks and scores of the finalists; everything a version 0 store
-holds is read the same way (an answer missing from it is decided again from its finalists). A
-newer store than this code knows is refused by `check_schema`.
+Schema versions (`autotune.schema`): stores written before ``schema_version`` was stored are
+version 0; everything a version 0 store holds is read the same way (an answer missing from it is
+decided again from its finalists). A newer store than this code knows is refused by
+`autotune.schema.check_schema`.
 
 Pure: no optuna, no torch.
 """
@@ -21,11 +21,13 @@ from __future__ import annotations
 import functools
 import math
 import statistics
+import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, TypeVar
 
-SCHEMA_VERSION = 1
+from autotune.schema import SCHEMA_VERSION, check_schema
 
 
 def _key(name: str) -> Any:
@@ -806,8 +808,10 @@ class StudyRecord:
         winner: the re-measured leader (version 0's record of it).
         answer: the stored answer (None: not decided yet, or a version 0 store).
         time_breakdown: where the last search's time went (`autotune.driver.accounting`).
-        activation_probes, batch_ladder, batch_ladder_probe: the memory estimate's measurements.
-        whole_run: the whole-run checks (`WholeRun`), in the order they ran.
+        activation_probes, batch_ladder, batch_ladder_probe: the memory estimate's measurements
+            (each probe kind stored under its own key: `add_activation_probes`).
+        whole_run: the whole-run checks (`WholeRun`), in the order they ran (each under its own
+            key: `add_whole_run`).
     """
 
     name: str
@@ -829,7 +833,7 @@ class StudyRecord:
     winner: Winner | None = None
     answer: Answer | None = None
     time_breakdown: dict[str, Any] | None = _key("time_breakdown")
-    activation_probes: dict[str, Any] | None = _key("activation_probes")
+    activation_probes: dict[str, Any] | None = None
     batch_ladder: list[Any] | None = _key("batch_ladder")
     batch_ladder_probe: dict[str, Any] | None = _key("batch_ladder_probe")
     whole_run: tuple[WholeRun, ...] = ()
@@ -885,9 +889,9 @@ def study_record(name: str, attrs: Mapping[str, Any]) -> StudyRecord:
     """A study's record from its name and user attrs.
 
     Raises:
-        ValueError: the store was written by a newer autotune (its schema version is higher).
+        UsageError: the store was written by a newer autotune (its schema version is higher).
     """
-    check_schema(name, attrs)
+    check_schema(f"study {name!r}", attrs.get("schema_version") or 0)
     winner = attrs.get("winner")
     answer = attrs.get("answer")
     return StudyRecord(
@@ -897,24 +901,48 @@ def study_record(name: str, attrs: Mapping[str, Any]) -> StudyRecord:
         finalists=tuple(FinalistRecord.from_attrs(f) for f in attrs.get("finalists") or ()),
         winner=_read(Winner, winner) if winner else None,
         answer=Answer.from_dict(answer) if answer else None,
-        whole_run=tuple(
-            check for check in (WholeRun.from_dict(c) for c in attrs.get("whole_run") or ()) if check
-        ),
+        activation_probes=_probes(attrs),
+        whole_run=tuple(check for check in map(WholeRun.from_dict, _whole_runs(attrs)) if check),
     )
 
 
-def check_schema(name: str, attrs: Mapping[str, Any]) -> None:
-    """Refuse a study written by a newer autotune than this one.
+# Facts that processes add to a study at the same time are stored one user attr each, under a
+# prefix: each writer adds its own rows and none overwrites another's (a read-modify-write of one
+# attr loses the updates of a concurrent writer). Stores written before hold them under one key
+# ("activation_probes": kind -> probe; "whole_run": a list), read first.
+_PROBE_PREFIX = "activation_probe:"
+_WHOLE_RUN_PREFIX = "whole_run:"
 
-    Raises:
-        ValueError: its schema version is above `SCHEMA_VERSION`.
-    """
-    version = int(attrs.get("schema_version") or 0)
-    if version > SCHEMA_VERSION:
-        raise ValueError(
-            f"study {name!r} was written with record schema {version}; this autotune reads up to "
-            f"{SCHEMA_VERSION}: upgrade autotune"
-        )
+
+def _probes(attrs: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Kind -> probe: the single-key form of older stores, then one attr per kind."""
+    probes = dict(attrs.get("activation_probes") or {})
+    probes.update(
+        (key.removeprefix(_PROBE_PREFIX), value)
+        for key, value in attrs.items()
+        if key.startswith(_PROBE_PREFIX)
+    )
+    return probes or None
+
+
+def _whole_runs(attrs: Mapping[str, Any]) -> list[Any]:
+    """The stored whole-run checks in the order they ran: the single-key list of older stores, then
+    one attr per check, whose key sorts by the time it was added."""
+    added = sorted(key for key in attrs if key.startswith(_WHOLE_RUN_PREFIX))
+    return [*(attrs.get("whole_run") or ()), *(attrs[key] for key in added)]
+
+
+def add_activation_probes(study: Any, probes: Mapping[str, Any]) -> None:
+    """Add activation probes (kind -> probe) to an optuna `Study`, one attr per kind: processes
+    adding at the same time lose nothing (two probes of one kind are alike: either stays)."""
+    for kind, probe in probes.items():
+        study.set_user_attr(f"{_PROBE_PREFIX}{kind}", probe)
+
+
+def add_whole_run(study: Any, check: WholeRun) -> None:
+    """Add a whole-run check to an optuna `Study`, under a key of its own that sorts by when it was
+    added: processes adding at the same time lose nothing."""
+    study.set_user_attr(f"{_WHOLE_RUN_PREFIX}{time.time_ns():020d}-{uuid.uuid4().hex[:8]}", check.to_dict())
 
 
 def study_attrs(**facts: Any) -> dict[str, Any]:

@@ -51,6 +51,11 @@ def password_of(url: str) -> str | None:
         return None
 
 
+def without_password(text: str, password: str | None) -> str:
+    """`text` with `password` scrubbed, should a driver echo it in a message."""
+    return text.replace(password, "***") if password else text
+
+
 def engine_url(url: str) -> str:
     """The URL handed to SQLAlchemy: the driver users mean when they name none.
 

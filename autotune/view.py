@@ -115,7 +115,8 @@ def trials_table(
     """The trials, one row each: their knobs, the search window's figures and, for the finalists
     (`remeasured`: trial number -> re-measured median tokens/s), the re-measured figure beside
     it. The re-measured trials come first, in the order their re-measurement put them. Trials in
-    `baseline_like` ran the baseline's own configuration: their state says so."""
+    `baseline_like` ran the baseline's own configuration: their state says so. A RUNNING trial read
+    as interrupted (`autotune.study.store.orphaned_records`) says its owner is gone."""
     remeasured = dict(remeasured or {})
     first = sorted((t for t in trials if t.number in remeasured), key=lambda t: -remeasured[t.number])
     trials = [*first, *(t for t in trials if t.number not in remeasured)]
@@ -137,6 +138,8 @@ def trials_table(
     for t in trials[:limit] if limit else trials:
         if t.reused:
             state = f"reused #{t.duplicate_of}"
+        elif t.state == "RUNNING" and t.reason == outcomes.INTERRUPTED:  # a listing's orphaned trial
+            state = "interrupted (owner gone)"
         else:
             state = "ok" if t.state == "COMPLETE" else f"{t.state.lower()} ({t.reason})"
             if t.number in baseline_like:

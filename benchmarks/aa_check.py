@@ -33,8 +33,9 @@ import yaml
 from autotune.measure.stats import paired_speedup
 from autotune.progress import format_value, short_name
 from autotune.records import Answer, read_study
+from benchmarks.assemble import store
 from benchmarks.harness import Bench, machine
-from benchmarks.report import fill, section, store, summary, table
+from benchmarks.report import fill, section, summary, table
 
 HERE = Path(__file__).resolve().parent
 

@@ -26,9 +26,10 @@ from autotune.measure.stats import Speedup, paired_speedup
 from autotune.progress import describe_params
 from autotune.records import Answer, Interval, read_study
 from benchmarks.aa_check import finalists_share, jsonable
+from benchmarks.assemble import store
 from benchmarks.fresh_contenders import rates_of, rotated_rounds
 from benchmarks.harness import machine
-from benchmarks.report import section, store, table
+from benchmarks.report import section, table
 
 HERE = Path(__file__).resolve().parent
 

@@ -5,13 +5,15 @@ Each entry of `ORDER` is a section. One a benchmark measured is rendered from it
 writes several results; its ``claims``/``claims_NAME``, where it has them, are the bullets of the
 summary at the top). One no benchmark produces is the hand-written ``sections/NAME.md``, which also
 stands in for a benchmark whose JSON does not exist yet. An entry with neither is left out, so a
-benchmark can be listed here before it has run.
+benchmark can be listed here before it has run. A benchmark stores its results through `store`,
+which writes RESULTS.md again.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -83,6 +85,13 @@ def assemble() -> str:
     claims = [f"- {claim}" for _, _, found in sections for claim in found]
     head = report.fill("assemble", "head", claims="\n".join(claims))
     return "\n".join([head, *(text for _, text, _ in sections)]).rstrip() + "\n"
+
+
+def store(name: str, data: dict[str, Any], indent: int = 2) -> None:
+    """Write ``results/NAME.json`` and RESULTS.md with the section it renders."""
+    report.RESULTS.mkdir(exist_ok=True)
+    (report.RESULTS / f"{name}.json").write_text(json.dumps(data, indent=indent, default=str) + "\n")
+    print(f"wrote {report.RESULTS / name}.json and {write()}")
 
 
 def write() -> Path:

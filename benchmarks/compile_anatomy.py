@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import report
-from benchmarks.report import fill, section, store, table
+from benchmarks.assemble import store
+from benchmarks.report import fill, section, table
 
 HERE = Path(__file__).resolve().parent
 

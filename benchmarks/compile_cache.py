@@ -21,7 +21,8 @@ from typing import Any
 
 import optuna
 
-from benchmarks.report import fill, section, store, summary, table
+from benchmarks.assemble import store
+from benchmarks.report import fill, section, summary, table
 
 HERE = Path(__file__).resolve().parent
 

@@ -44,6 +44,7 @@ import yaml
 
 from benchmarks import report
 from benchmarks.aa_check import check_space
+from benchmarks.assemble import store
 from benchmarks.fresh_contenders import rates_of, rotated_rounds
 from benchmarks.harness import Bench, machine, run_search, worktree
 from benchmarks.report import fill, section, summary, table
@@ -351,7 +352,7 @@ def main() -> None:
     if "coverage" in parts:
         data["coverage"] = coverage(runs, args)
     data["runs"] = runs
-    report.store("decisions", data)
+    store("decisions", data)
 
 
 # -- the section ------------------------------------------------------------------------------------

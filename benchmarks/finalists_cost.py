@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import report
+from benchmarks.assemble import store
 from benchmarks.harness import machine, run_search, worktree
 from benchmarks.report import section, summary, table
 
@@ -124,7 +124,7 @@ def main() -> None:
     kept = json.loads(RESULTS.read_text())["runs"] if RESULTS.exists() else []
     runs = [run for run in kept if run["search"] not in names] + runs
     data = {"machine": machine(), "before": args.before, "runs": runs, "custom_space": CUSTOM_SPACE}
-    report.store("finalists_cost", data)
+    store("finalists_cost", data)
 
 
 GOAL_SHARE = 0.30  # issue 31: at most 30% of a search's wall time in the finalists

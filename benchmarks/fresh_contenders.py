@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from autotune.measure.stats import paired_speedup
+from benchmarks.assemble import store
 from benchmarks.harness import machine
-from benchmarks.report import fill, interval, k, section, separation, store, table
+from benchmarks.report import fill, interval, k, section, separation, table
 
 HERE = Path(__file__).resolve().parent
 

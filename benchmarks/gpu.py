@@ -25,8 +25,9 @@ from autotune.measure.flops import flops_per_token, mfu, model_shape
 from autotune.progress import describe_params
 from autotune.space import precision_of
 from autotune.workloads.workload import resolve_workload
+from benchmarks.assemble import store
 from benchmarks.harness import machine, search_and_compare
-from benchmarks.report import fill, section, store, table
+from benchmarks.report import fill, section, table
 
 HERE = Path(__file__).resolve().parent
 

@@ -17,7 +17,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from benchmarks.report import fill, section, store, summary, table
+from benchmarks.assemble import store
+from benchmarks.report import fill, section, summary, table
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "ladder_quality.json"

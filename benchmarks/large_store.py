@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks import report
+from benchmarks import assemble, report
 
 RESULTS = report.RESULTS / "large_store.json"
 SPACE = """description: large store benchmark (9,216 combinations)
@@ -350,7 +350,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     data = {"machine": machine(), **measure(args.trials, args.postgres, args.template)}
-    report.store("large_store", data)
+    assemble.store("large_store", data)
 
 
 if __name__ == "__main__":

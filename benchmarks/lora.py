@@ -19,7 +19,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.report import fill, section, store, table
+from benchmarks.assemble import store
+from benchmarks.report import fill, section, table
 
 HERE = Path(__file__).resolve().parent
 

@@ -23,7 +23,8 @@ from typing import Any
 
 import optuna
 
-from benchmarks.report import fill, measured_on, section, store, table
+from benchmarks.assemble import store
+from benchmarks.report import fill, measured_on, section, table
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "memory_estimate.json"

@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.report import ratio_table, section, store
+from benchmarks.assemble import store
+from benchmarks.report import ratio_table, section
 
 HERE = Path(__file__).resolve().parent
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import report
+from benchmarks.assemble import store
 
 RESULTS = report.RESULTS / "pool_load.json"
 # 128 combinations, all fp32 (cheap on any CPU): the members' proposals rarely meet by chance.
@@ -238,7 +239,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=24)
     parser.add_argument("--bound-s", type=float, default=900.0, help="a member still running then: deadlock")
     args = parser.parse_args()
-    report.store("pool_load", {"machine": machine(), **measure(args.members, args.trials, args.bound_s)})
+    store("pool_load", {"machine": machine(), **measure(args.members, args.trials, args.bound_s)})
 
 
 if __name__ == "__main__":

@@ -63,7 +63,8 @@ from autotune.study.outcomes import (
 from autotune.study.sampler import search_sampler
 from autotune.study.store import FINISHED, reason_of
 from autotune.trial.feasibility import as_past, precheck
-from benchmarks.report import fill, k, measured_on, mib, section, store, table
+from benchmarks.assemble import store
+from benchmarks.report import fill, k, measured_on, mib, section, table
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data" / "replay-grids.json"

@@ -1,4 +1,5 @@
-"""What every benchmark's section is written with: its stored JSON, its template, tables (tabulate),
+"""What every benchmark's section is written with: its stored JSON (read; `benchmarks.assemble.store`
+writes it), its template, tables (tabulate),
 the one summary of a list of figures, and the few number formats the sections share."""
 
 from __future__ import annotations
@@ -23,15 +24,6 @@ def load(name: str) -> dict[str, Any] | None:
     """``results/NAME.json``, or None where that benchmark has not run."""
     path = RESULTS / f"{name}.json"
     return json.loads(path.read_text()) if path.exists() else None
-
-
-def store(name: str, data: dict[str, Any], indent: int = 2) -> None:
-    """Write ``results/NAME.json`` and RESULTS.md with the section it renders."""
-    from benchmarks.assemble import write  # the assembler imports the benchmarks, not this module
-
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{name}.json").write_text(json.dumps(data, indent=indent, default=str) + "\n")
-    print(f"wrote {RESULTS / name}.json and {write()}")
 
 
 @cache

@@ -30,7 +30,8 @@ from typing import Any
 import optuna
 
 from autotune.progress import describe_params
-from benchmarks.report import fill, interval, k, measured_on, section, separation, store, table
+from benchmarks.assemble import store
+from benchmarks.report import fill, interval, k, measured_on, section, separation, table
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

@@ -14,7 +14,7 @@ import typer
 
 from autotune.cli import _estimate, _export, _inspect, _knobs, _report, _search, _worker
 from autotune.cli._render import print_error
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, first_line
 from autotune.options import command_line_text
 
 app = typer.Typer(
@@ -141,7 +141,7 @@ def _run(args: list[str]) -> int:
             return 2
         if debug:
             raise
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        text = first_line(exc, empty="")
         print_error(f"error: {type(exc).__name__}: {text} (rerun with --debug for the traceback)")
         return 1
     return code if isinstance(code, int) else 0

@@ -17,7 +17,7 @@ def studies_command(storage: StorageOpt = None) -> None:
     from autotune.config import RunConfig
     from autotune.progress import format_rate
     from autotune.records import read_study
-    from autotune.study.store import best_trial, measured_count, open_storage
+    from autotune.study.store import best_trial, measured_count, open_storage, orphaned_trials, running_trials
     from autotune.view import console
 
     config = RunConfig(storage=storage)
@@ -36,7 +36,8 @@ def studies_command(storage: StorageOpt = None) -> None:
         budget = record.run_config.get("trials")
         done = measured_count(study)
         best = best_trial(study)
-        running = any(t.state == optuna.trial.TrialState.RUNNING for t in study.get_trials(deepcopy=False))
+        # a trial left running by a process that is gone is not the study running
+        running = len(running_trials(study)) > len(orphaned_trials(study))
         state = "running" if running else ("done" if budget is not None and done >= budget else "incomplete")
         table.add_row(
             name,
@@ -50,7 +51,7 @@ def studies_command(storage: StorageOpt = None) -> None:
     console.print(table)
 
 
-# `show`'s rows by default: a study of thousands of trials printed whole took most of a minute.
+# `show`'s rows by default: a study of thousands of trials printed whole is slow to print and to read.
 SHOW_ROWS = 50
 
 
@@ -66,21 +67,24 @@ def show_command(
     ] = SHOW_ROWS,
 ) -> None:
     """Show a study's trials, best first (knob values, tokens/s, samples/s, peak memory, state,
-    reason), then its answer as the search gave it and where the search's time went."""
+    reason), then its answer as the search gave it and where the search's time went. A trial left
+    running by a process that is gone is listed as interrupted (owner gone)."""
     from autotune.config import RunConfig
     from autotune.driver.answer import study_answer
     from autotune.driver.result import SearchResult
     from autotune.errors import UsageError
     from autotune.records import read_study
     from autotune.study.choices import same_as_baseline
-    from autotune.study.store import best_trial, load_existing_study, ranked_trials
+    from autotune.study.store import best_trial, load_existing_study, orphaned_records, ranked_trials
     from autotune.view import console, print_answer, time_breakdown_table, trials_table
 
     if feasible and failed:
         raise UsageError("--feasible and --failed exclude each other", "pass one of them")
     config = RunConfig(storage=storage)
     loaded = load_existing_study(config.storage_url, study)
-    everything = trials = ranked_trials(loaded)
+    everything = ranked_trials(loaded)
+    # a trial still RUNNING whose owner is gone is listed as interrupted; the store is not written
+    trials = everything + orphaned_records(loaded)
     if feasible:
         trials = [t for t in trials if t.state == "COMPLETE" and t.is_feasible]
     if failed:

@@ -18,7 +18,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-REGENERATE = "python -m autotune.cli.reference"
+from autotune.options import REGENERATE, table_cell
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -67,7 +68,7 @@ def cli_markdown() -> str:
             panels.setdefault(panel, []).append((record[0], _meaning(record[1])))
         for panel, rows in panels.items():
             lines += [f"### {panel}" if len(panels) > 1 else "", "", "| option | meaning |", "|---|---|"]
-            lines += [f"| `{_cell(flags)}` | {_cell(meaning)} |" for flags, meaning in rows]
+            lines += [f"| `{table_cell(flags)}` | {table_cell(meaning)} |" for flags, meaning in rows]
             lines.append("")
         while lines[-1] == "":
             lines.pop()
@@ -83,10 +84,6 @@ def _meaning(text: str) -> str:
     if not sep or not extra.endswith("]"):
         return render(text).plain
     return f"{render(help_part).plain} [{extra}"
-
-
-def _cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
 
 
 def _squeeze(lines: list[str]) -> list[str]:

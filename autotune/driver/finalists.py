@@ -255,7 +255,9 @@ def remeasure_finalists(
         if finalists and record_changes(record, finalists[0])
         else None
     )
-    contestants = fitting(contestants, predicted, first_rounds, budget_s, reporter, keep={keeper} - {None})
+    contestants = fitting(
+        contestants, predicted, first_rounds, budget_s, reporter, keep=set() if keeper is None else {keeper}
+    )
     max_rounds = planned_rounds(contestants, predicted, first_rounds, budget_s)
     # the trials that keep the training math: the best of them stays in the rounds (the answer
     # compares a math change with it, `MATH_GAIN`)

@@ -10,7 +10,7 @@ import optuna
 
 from autotune.driver.answer import decide
 from autotune.driver.result import SearchResult
-from autotune.errors import StoreError, UsageError
+from autotune.errors import StoreError
 from autotune.measure.ranks import is_rank_zero
 from autotune.plan.resolved import Plan, data_notes, study_fingerprint, trial_world_size, weights_notes
 from autotune.progress import Reporter
@@ -41,10 +41,7 @@ def open_study(
     )
     check_direction(study)
     current = study_fingerprint(plan)
-    try:
-        stored = read_study(study).fingerprint
-    except ValueError as exc:  # a newer autotune's store
-        raise UsageError(str(exc), "pip install -U hf-autotune") from None
+    stored = read_study(study).fingerprint  # a newer autotune's store is refused here
     if stored is None:
         describe_study(study, plan, current)
     else:

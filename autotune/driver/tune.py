@@ -36,7 +36,7 @@ from autotune.config import _RESERVED_ARGS
 from autotune.driver.result import SearchResult
 from autotune.driver.study import finish, open_study
 from autotune.driver.trials import run_trials
-from autotune.errors import UsageError
+from autotune.errors import UsageError, first_line
 from autotune.executors.warm import start_forkserver
 from autotune.logs import quiet_libraries
 from autotune.measure.memory import release_device_memory
@@ -352,8 +352,8 @@ class _Discard:
 
 
 def _why(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    text = first_line(exc, empty="")
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def given_training_args(args: TrainingArguments) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from autotune.driver.answer import decide
 from autotune.measure.ranks import distributed, from_rank_zero, is_rank_zero
 from autotune.plan.resolved import Plan
 from autotune.progress import Reporter, format_bytes
-from autotune.records import BASELINE, WHOLE_RUN_STEPS, WholeRun, read_study, write_study
+from autotune.records import BASELINE, WHOLE_RUN_STEPS, WholeRun, add_whole_run, read_study
 from autotune.study.export import whole_run_text
 from autotune.study.outcomes import ERROR, KILLED, OOM
 from autotune.study.store import read_trials
@@ -97,7 +97,7 @@ def _run(
         found = {"failed_step": "unknown", "reason": getattr(exc, "reason", ERROR), "message": str(exc)}
     result = judged(found, plan.cap_bytes, trial, params, time.monotonic() - started)
     if is_rank_zero():
-        write_study(study, whole_run=[*read_study(study).whole_run, result])
+        add_whole_run(study, result)
         reporter.on_note(f"whole-run check of {label}: {whole_run_text(result.to_dict())}")
 
 

@@ -53,8 +53,8 @@ if not imports_initialise_cuda():
     import autotune.trial.trainer  # noqa: F401
 
     # Building a model from weights (or from none, `autotune.workloads.workload.random_init`) first
-    # compiles the regular expressions of every architecture's checkpoint conversions (about 0.17 s
-    # on 2 CPU cores): build that cache once here, not in every worker.
+    # compiles the regular expressions of every architecture's checkpoint conversions: build that
+    # cache once here, not in every worker.
     _conversions = getattr(  # the lazy package does not hand out its submodule as an attribute
         sys.modules["transformers.conversion_mapping"], "get_checkpoint_conversion_mapping", None
     )

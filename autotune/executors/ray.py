@@ -31,7 +31,7 @@ from typing import Any
 
 import optuna
 
-from autotune.errors import UsageError
+from autotune.errors import UsageError, first_line
 
 try:
     import ray
@@ -323,7 +323,7 @@ def ray_instance(address: str | None) -> Iterator[str | None]:
             )
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise UsageError(
-                f"cannot start or join Ray at {address or 'a local instance'}: {str(exc).splitlines()[0]}",
+                f"cannot start or join Ray at {address or 'a local instance'}: {first_line(exc)}",
                 ADDRESS_HINT,
                 field="ray_address",
             ) from None

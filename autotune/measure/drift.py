@@ -12,9 +12,8 @@ with other jobs its matmuls wait for descheduled threads as the training's ops d
 of a fixed amount of work, matmuls timed as a whole with the device synchronized at its edges.
 Not the least of short repetitions: with its threads competing for the cores, a matmul either
 runs while they all hold a core or waits a time slice for one, and the least of a few short
-repetitions catches a moment when nothing waited (measured on 2 shared cores with two busy
-processes started: the least of 5 repetitions of 2 ms read no slowdown at all, while the steps
-ran 2-4 times slower). The whole errs the other way, toward reading a slowdown, which only
+repetitions catches a moment when nothing waited, and reads no slowdown while the steps run
+several times slower. The whole errs the other way, toward reading a slowdown, which only
 screens less. It reads no random numbers (the trial's seeded streams stay as they were) and allocates
 three small matrices.
 """
@@ -25,18 +24,18 @@ import time
 
 import torch
 
-# Per device: the matrices' size and how many matmuls, about 15 ms on an idle machine (2 AVX2
-# cores; one H100): long enough to span several of a shared CPU's time slices.
+# Per device: the matrices' size and how many matmuls, some milliseconds on an idle machine: long
+# enough to span several of a shared CPU's time slices.
 CPU_WORK = (256, 84)
 CUDA_WORK = (2048, 64)
 # The most slowdown the probe can excuse. Its own work suffers more from a loaded CPU than many
-# training steps do (its matmuls wait for their threads a time slice each: on 2 shared cores with
-# two busy processes started it read 6x where tiny-model steps ran 2-3x slower, and 10-100x in
-# bursts of other jobs); uncapped, a burst would let a configuration 30x slower than the best go
-# on. Capped, one more than 8x slower (at 0.5) is stopped whatever the probe reads.
+# training steps do (its matmuls wait for their threads a time slice each, so it reads more
+# slowdown than the steps suffer, and far more in bursts of other jobs); uncapped, a burst would
+# let a configuration many times slower than the best go on. Capped, one more than 8x slower (at
+# 0.5) is stopped whatever the probe reads.
 MAX_SLOWDOWN = 4.0
 # On a CPU, the probe stops once it has run this long and reads its pace so far: a loaded machine
-# (its threads waiting a time slice for each matmul: up to 2 s measured) is told as surely sooner.
+# (its threads waiting a time slice for each matmul) is told as surely sooner.
 BUDGET_S = 0.25
 
 

@@ -32,24 +32,10 @@ from autotune.measure.memory import PeakMemoryMeter, release_device_memory, rss_
 from autotune.records import TrialRecord
 from autotune.space.availability import model_support
 from autotune.space.defaults import base_knobs, default_attention
+from autotune.space.knobs import MEASURED_KIND_KNOBS
 from autotune.workloads.workload import Workload
 
 PROBE_BATCH = 2
-# Beside the probe's kind, what changes a configuration's peak and what the probe does not try (the
-# data-loader workers are processes of their own, which the peak counts; a sharding strategy's
-# gathered layers and buffers are not static bytes).
-MEASURED_KIND_KNOBS = (
-    "torch_compile",
-    "torch_compile_mode",
-    "padding_free",
-    "dataloader_num_workers",
-    "data_parallel",
-    # issue 32: fused kernels (Liger's cross-entropy never holds the logits), the weights' format,
-    # the padded length of a batch
-    "use_liger_kernel",
-    "base_weights",
-    "pad_to_multiple_of",
-)
 
 
 class MemoryEstimator:

@@ -57,8 +57,8 @@ def frozen_heap() -> Iterator[None]:
     """Move every object alive now (the libraries, the Trainer, the dataset) out of the cyclic
     garbage collector's reach until the block ends. Each trial frees memory with `gc.collect()`
     several times (accelerate, the Trainer and the memory meter each do); with torch and
-    transformers loaded one collection walks some 400k objects (about 0.3 s on 2 CPU cores), and
-    only the trial's own objects can be garbage. Reference counting still frees everything."""
+    transformers loaded one collection walks hundreds of thousands of objects, and only the
+    trial's own objects can be garbage. Reference counting still frees everything."""
     gc.collect()
     gc.freeze()
     try:

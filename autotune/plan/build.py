@@ -9,7 +9,7 @@ from typing import Any
 
 import optuna
 
-from autotune.config import RunConfig, load_base_args
+from autotune.config import RunConfig, cap_bytes, load_base_args
 from autotune.plan.resolved import Plan, study_fingerprint, trial_world_size
 from autotune.records import StudyRecord
 from autotune.space import SearchSpace, builtin_spaces, load_space, parse_space
@@ -90,7 +90,7 @@ def plan_for(
         model=model,
         base_args=base,
         not_searched=dropped,
-        cap_bytes=cap.resolve(hardware.memory_bytes) if (cap := config.memory_cap_parsed) else None,
+        cap_bytes=cap_bytes(config.memory_cap or None, hardware.memory_bytes),
         study_name=config.study or default_study_name(config.model, space.name, workload.seq_len),
         storage=open_storage(config.storage_url) if open_store else None,
     )

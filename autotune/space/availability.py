@@ -284,7 +284,7 @@ def _group_by_length(value: Any, hw: Hardware, model: ModelSupport) -> str | Non
     return None
 
 
-# --- GPU-only knobs and per-batch padding (issue 32, items 3-4) ---------------------------------
+# --- GPU-only knobs and per-batch padding ---------------------------------------------------------
 # Where the GPU-only values run, for `autotune knobs` (each rule below says why not, value by value).
 RUNS_ON: dict[tuple[str, object], str] = {
     ("precision", "fp8"): "CUDA GPU of compute capability 8.9+ (Ada, Hopper, Blackwell) with torchao",

@@ -188,8 +188,8 @@ def training_args_defaults() -> dict[str, Any]:
 @functools.cache
 def _field_defaults() -> dict[str, Any]:
     """The defaults, from the installed transformers' own file of them when it was read before:
-    importing `transformers.training_args` takes about 4 s on 2 cores (it imports peft, which
-    imports several model types), most of `show`, `export` and `report` on a store of any size."""
+    importing `transformers.training_args` is slow (it imports peft, which imports several model
+    types) and would be most of `show`, `export` and `report` on a store of any size."""
     stamp = _training_args_stamp()
     saved = _defaults_file(stamp) if stamp else None
     if saved is not None:

@@ -71,6 +71,10 @@ class Knob:
             takes one of those values (a compile mode only with the inductor backend).
         ranks_only: the knob only exists in trials of more than one rank (DistributedDataParallel's
             own settings); a single-process space leaves it out.
+        label: its short name in tables and trial lines (`short_name`); None: its name.
+        measured_kind: whether its value is part of a configuration's kind for the memory
+            estimate: what changes the peak that the estimate's probe does not try, so peaks are
+            learned per value (`MEASURED_KIND_KNOBS`).
     """
 
     name: str
@@ -81,6 +85,8 @@ class Knob:
     changes_semantics: bool = False
     requires: tuple[str, tuple[Value, ...]] | None = None
     ranks_only: bool = False
+    label: str | None = None
+    measured_kind: bool = False
 
     def check(self, value: object) -> str | None:
         """Return why `value` is not legal for this knob, or None if it is."""
@@ -183,6 +189,7 @@ CATALOGUE: dict[str, Knob] = {
             "int",
             "samples per device per micro-step",
             changes_semantics=True,
+            label="bs",
         ),
         Knob(
             "gradient_accumulation_steps",
@@ -190,6 +197,7 @@ CATALOGUE: dict[str, Knob] = {
             "int",
             "micro-steps per optimizer step (effective batch = batch x accumulation x ranks)",
             changes_semantics=True,
+            label="ga",
         ),
         Knob(
             "precision",
@@ -199,6 +207,7 @@ CATALOGUE: dict[str, Knob] = {
             "(torchao float8 through accelerate, compute capability 8.9+)",
             choices=PRECISIONS,
             changes_semantics=True,
+            label="prec",
         ),
         Knob(
             "optim",
@@ -207,6 +216,7 @@ CATALOGUE: dict[str, Knob] = {
             "optimizer implementation (TrainingArguments.optim)",
             choices=OPTIMIZERS,
             changes_semantics=True,
+            label="optim",
         ),
         Knob(
             "torch_compile",
@@ -214,6 +224,8 @@ CATALOGUE: dict[str, Knob] = {
             "choice",
             "torch.compile backend, or off",
             choices=COMPILE_BACKENDS,
+            label="compile",
+            measured_kind=True,
         ),
         Knob(
             "torch_compile_mode",
@@ -222,6 +234,8 @@ CATALOGUE: dict[str, Knob] = {
             "inductor compile mode (only in trials that compile with inductor)",
             choices=COMPILE_MODES,
             requires=("torch_compile", ("inductor",)),
+            label="mode",
+            measured_kind=True,
         ),
         Knob(
             "attn_implementation",
@@ -229,12 +243,14 @@ CATALOGUE: dict[str, Knob] = {
             "choice",
             "attention kernel chosen when the model is built",
             choices=ATTENTION,
+            label="attn",
         ),
         Knob(
             "activation_checkpointing",
             "args",
             "bool",
             "recompute activations in the backward pass: less memory, more compute",
+            label="ckpt",
         ),
         Knob(
             "checkpoint_every_n_layers",
@@ -250,6 +266,7 @@ CATALOGUE: dict[str, Knob] = {
             "with checkpointing on, torch's reentrant checkpoint (use_reentrant=True) or the "
             "non-reentrant one (transformers' default); under LoRA reentrant was reported about 2x slower",
             requires=("activation_checkpointing", (True,)),
+            label="reentrant",
         ),
         Knob(
             "padding_free",
@@ -257,6 +274,7 @@ CATALOGUE: dict[str, Knob] = {
             "bool",
             "flatten each batch into one row without padding (DataCollatorWithFlattening): no compute "
             "on padding; variable-length causal-LM examples only",
+            measured_kind=True,
         ),
         Knob(
             "group_by_length",
@@ -271,18 +289,22 @@ CATALOGUE: dict[str, Knob] = {
             "args",
             "count",
             "data loader worker processes (0 loads in the training process)",
+            label="workers",
+            measured_kind=True,
         ),
         Knob(
             "dataloader_pin_memory",
             "args",
             "bool",
             "page-locked host memory for faster copies to the GPU",
+            label="pin",
         ),
         Knob(
             "torch_empty_cache_steps",
             "args",
             "count",
             "empty the device cache every N steps (0: never): less fragmentation, some speed",
+            label="empty_cache",
         ),
         Knob(
             "data_parallel",
@@ -292,6 +314,7 @@ CATALOGUE: dict[str, Knob] = {
             "zero1-3 (DeepSpeed): sharding lowers each rank's peak, communication costs speed",
             choices=STRATEGIES,
             ranks_only=True,
+            measured_kind=True,
         ),
         Knob(
             "ddp_find_unused_parameters",
@@ -301,6 +324,7 @@ CATALOGUE: dict[str, Knob] = {
             "unless checkpointing); off is faster, and fails for a model that really has unused ones",
             ranks_only=True,
             requires=("data_parallel", ("ddp",)),
+            label="ddp_unused",
         ),
         Knob(
             "ddp_bucket_cap_mb",
@@ -309,6 +333,7 @@ CATALOGUE: dict[str, Knob] = {
             "DDP gradient bucket size in MiB (torch: 25): larger buckets, fewer all-reduces, less overlap",
             ranks_only=True,
             requires=("data_parallel", ("ddp",)),
+            label="ddp_bucket",
         ),
         Knob(
             "ddp_static_graph",
@@ -317,6 +342,7 @@ CATALOGUE: dict[str, Knob] = {
             "DDP assumes the same graph every step: caches its bucketing, skips the unused-parameter search",
             ranks_only=True,
             requires=("data_parallel", ("ddp",)),
+            label="ddp_static",
         ),
         Knob(
             "ddp_broadcast_buffers",
@@ -325,11 +351,12 @@ CATALOGUE: dict[str, Knob] = {
             "DDP copies rank 0's buffers to every rank before each forward (torch: on)",
             ranks_only=True,
             requires=("data_parallel", ("ddp",)),
+            label="ddp_bcast",
         ),
     )
 }
 
-# --- GPU-only knobs and per-batch padding (issue 32, items 3-4) ---------------------------------
+# --- GPU-only knobs and per-batch padding ---------------------------------------------------------
 # What a model's weights are loaded as: as the config or checkpoint says (`as_is`), in bf16 (pure
 # bf16 training: weights, gradients and optimizer states), or quantized to 4 bits by bitsandbytes
 # with bf16 compute, QLoRA's base (frozen: only adapters train on it).
@@ -370,6 +397,8 @@ CATALOGUE.update(
                 "4bit (bitsandbytes NF4, QLoRA's frozen base: CUDA GPU, adapters only)",
                 choices=BASE_WEIGHTS,
                 changes_semantics=True,
+                label="weights",
+                measured_kind=True,
             ),
             Knob(
                 "use_liger_kernel",
@@ -377,6 +406,8 @@ CATALOGUE.update(
                 "bool",
                 "Liger's fused Triton kernels (RMSNorm, RoPE, SwiGLU, fused linear cross-entropy): "
                 "less memory, speed measured (CUDA GPU, liger-kernel, supported model types)",
+                label="liger",
+                measured_kind=True,
             ),
             Knob(
                 "pad_to_multiple_of",
@@ -384,6 +415,8 @@ CATALOGUE.update(
                 "int",
                 "round each padded batch's length up to a multiple (1: the longest sample): fewer "
                 "shapes for a compiled model, aligned tensor cores; per-batch padded data only",
+                label="pad_to",
+                measured_kind=True,
             ),
         )
     }
@@ -445,3 +478,16 @@ def data_choices(values: Mapping[str, Value]) -> dict[str, Value]:
 def optimizer_family(optim: str) -> str:
     """The update rule an optimizer name implements (see `OPTIMIZER_FAMILY`)."""
     return OPTIMIZER_FAMILY.get(optim, optim)
+
+
+# The knobs whose values are part of a configuration's kind for the memory estimate, beside the
+# probe's kind: what changes a configuration's peak that the probe does not try (the data-loader
+# workers are processes of their own, which the peak counts; a sharding strategy's gathered layers
+# and buffers are not static bytes; fused kernels, the weights' format, a batch's padded length).
+MEASURED_KIND_KNOBS = tuple(name for name, knob in CATALOGUE.items() if knob.measured_kind)
+
+
+def short_name(name: str) -> str:
+    """The short column name of a knob in tables and trial lines (its `Knob.label`)."""
+    knob = CATALOGUE.get(name)
+    return knob.label if knob is not None and knob.label else name

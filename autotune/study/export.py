@@ -20,6 +20,7 @@ from typing import Any
 
 import optuna
 
+from autotune.config import cap_bytes
 from autotune.errors import UsageError
 from autotune.progress import describe_params, describe_time_breakdown, format_bytes
 from autotune.records import (
@@ -37,7 +38,7 @@ from autotune.space.knobs import fp8_trial
 from autotune.study.choices import measured_in_full, search_choice
 from autotune.study.objective import defaults_run_facts, run_lines
 from autotune.study.semantics import study_changes
-from autotune.study.store import read_trials, study_cap_bytes, trial_run_facts
+from autotune.study.store import read_trials, trial_run_facts
 
 FORMATS = ("json", "yaml", "flags", "accelerate", "python", "deepspeed")
 
@@ -53,8 +54,14 @@ _EFFECTIVE_DEFAULTS: dict[str, Any] = {"activation_checkpointing": False, "gradi
 
 
 def resolve_cap(study: optuna.Study, text: str) -> int:
-    """``--memory-cap`` text in bytes (see `autotune.study.store.study_cap_bytes`)."""
-    return study_cap_bytes(study, text)
+    """``--memory-cap`` text in bytes: a fraction (``90%``) is of the device the study ran on.
+
+    Raises:
+        UsageError: not a cap, or a fraction and the study does not record its device's memory.
+    """
+    capped = cap_bytes(text, read_study(study).device_memory_bytes, study=study.study_name)
+    assert capped is not None  # `text` is a cap
+    return capped
 
 
 def no_answer_error(study: optuna.Study, answer: Answer, cap_text: str | None = None) -> UsageError:

@@ -55,9 +55,9 @@ from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import make_url
 
 from autotune.disk import describe_free, is_disk_full
-from autotune.errors import StoreError, StoreFull
+from autotune.errors import StoreError, StoreFull, first_line
 from autotune.study import bulk
-from autotune.urls import sqlite_file
+from autotune.urls import sqlite_file, without_password
 
 STORE_RETRY_ENV = "AUTOTUNE_STORE_RETRY_S"
 DEFAULT_STORE_RETRY_S = 300.0
@@ -235,7 +235,7 @@ def unreachable(store: str, waited_s: float, exc: BaseException, password: str |
     """The one error of a store that stayed unreachable past its retry bound (`store`: the URL as
     shown, `exc`: the last transient error)."""
     return StoreError(
-        f"store {store} unreachable for {waited_s:.0f} s ({_first_line(exc, password)})",
+        f"store {store} unreachable for {waited_s:.0f} s ({_said(exc, password)})",
         f"check that the database is up, or allow longer outages with --store-retry-s or {STORE_RETRY_ENV}",
     )
 
@@ -246,7 +246,7 @@ def store_full(
     """The one error of a store write that failed for want of room (`store`: the URL as shown;
     `database`: a SQLite file, whose filesystem's free space the message states)."""
     # Without SQLAlchemy's "(sqlite3.OperationalError) " in front of the driver's words.
-    said = re.sub(r"^\([\w.]+\) ", "", _first_line(exc, password))
+    said = re.sub(r"^\([\w.]+\) ", "", _said(exc, password))
     where = ""
     if database:
         folder = Path(database).expanduser().absolute().parent
@@ -259,11 +259,11 @@ def store_full(
     )
 
 
-def _first_line(exc: BaseException, password: str | None) -> str:
+def _said(exc: BaseException, password: str | None) -> str:
+    """What a store error says: the first line of its cause (optuna wraps the driver's error),
+    its password scrubbed."""
     cause = exc.__cause__ if isinstance(exc, optuna.exceptions.StorageInternalError) else None
-    text = str(cause or exc).strip()
-    line = text.splitlines()[0] if text else type(exc).__name__
-    return line.replace(password, "***") if password else line
+    return without_password(first_line(cause or exc, empty=type(exc).__name__), password)
 
 
 class _QuietFallback(logging.Filter):

@@ -32,7 +32,7 @@ def search_sampler(seed: int, startup_trials: int = STARTUP_TRIALS) -> optuna.sa
       sampler) skips the best configuration. The choice says nothing about which values are fast.
     - ``multivariate`` and ``group``: the knobs interact (batch size with precision, compile with
       attention), so they are modelled jointly; ``group`` keeps a conditional knob
-      (``torch_compile_mode``, only with inductor) in a joint model of its own instead of falling
+      (the compile mode, only with inductor) in a joint model of its own instead of falling
       back to independent sampling. On a space without conditional knobs it proposes exactly what
       ``multivariate`` alone does.
     - ``constant_liar``: trials running in other workers count as bad results, so concurrent

@@ -12,6 +12,7 @@ import re
 import time
 import warnings
 from collections.abc import Collection
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,8 @@ from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import make_url
 
-from autotune.config import parse_memory_cap
-from autotune.errors import StoreError, UsageError
-from autotune.records import TrialRecord, check_schema, read_study, read_trial
+from autotune.errors import StoreError, UsageError, first_line
+from autotune.records import TrialRecord, read_study, read_trial
 from autotune.study.objective import compiles, run_facts, score
 from autotune.study.outcomes import (
     INTERRUPTED,
@@ -34,7 +34,7 @@ from autotune.study.outcomes import (
 )
 from autotune.study.owner import OWNER_ATTR, Owner, is_dead_here
 from autotune.study.retry import RetryingRDBStorage, retry_transient, store_retry_s
-from autotune.urls import display_url, engine_url, password_of, sqlite_file
+from autotune.urls import display_url, engine_url, password_of, sqlite_file, without_password
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
@@ -84,14 +84,14 @@ def open_storage(
     except ImportError as exc:
         cause = exc.__cause__ or exc  # optuna wraps the driver's own ImportError, which names it
         raise StoreError(
-            f"cannot open {shown}: no database driver ({_first_line(cause, url)})",
+            f"cannot open {shown}: no database driver ({_said(cause, url)})",
             "install the drivers: pip install 'hf-autotune[postgres,mysql]'",
         ) from None
     except StoreError:
         raise  # an existing store that stayed unreachable past the bound: already one line
     except Exception as exc:
         raise StoreError(
-            f"cannot open storage {shown}: {_first_line(exc, url)}",
+            f"cannot open storage {shown}: {_said(exc, url)}",
             "check the URL and that the database is up",
         ) from None
 
@@ -150,12 +150,9 @@ def _open_past_schema_race(
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-def _first_line(exc: BaseException, url: str) -> str:
+def _said(exc: BaseException, url: str) -> str:
     """An error's first line, with the URL's password scrubbed should a driver echo it."""
-    text = str(exc).strip()
-    line = text.splitlines()[0] if text else type(exc).__name__
-    password = password_of(url)
-    return line.replace(password, "***") if password else line
+    return without_password(first_line(exc), password_of(url))
 
 
 def _prepare_sqlite(database: Path) -> None:
@@ -246,31 +243,52 @@ def _counts(summary: TrialRecord) -> bool:
 
 
 def fail_interrupted_trials(study: optuna.Study, mine: Collection[str] = ()) -> list[int]:
-    """Fail every RUNNING trial whose process is gone, with reason ``interrupted``; return their
-    numbers. A trial whose owner (its ``worker`` attr) shares this process's boot and PID namespace
-    is failed at once when that process is no longer alive; any other trial (another host, boot or
-    PID namespace, or an owner record from before those were recorded) only when its heartbeat went
-    stale (three intervals old): see `autotune.study.owner`. Optuna would fail stale ones too, but
-    without a reason. Trials of the worker jobs in `mine` are left to the caller, which knows better
-    why they ended (killed, crashed, hung)."""
-    storage = study._storage  # optuna wraps an RDBStorage in a cache that keeps its heartbeat API
-    stale: set[int] = set()
-    if isinstance(storage, BaseHeartbeat) and storage.get_heartbeat_interval() is not None:
-        stale = set(storage._get_stale_trial_ids(study._study_id))
+    """Fail every RUNNING trial whose process is gone (`orphaned_trials`), with reason
+    ``interrupted``; return their numbers. Optuna would fail stale ones too, but without a reason.
+    Trials of the worker jobs in `mine` are left to the caller, which knows better why they ended
+    (killed, crashed, hung)."""
     failed = []
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if (trial.user_attrs.get(OWNER_ATTR) or {}).get("job") in mine:
-            continue
-        owner = Owner.from_attrs(trial.user_attrs.get(OWNER_ATTR))
-        dead_here = owner is not None and is_dead_here(owner)
-        if not dead_here and trial._trial_id not in stale:
-            continue
+    for trial in orphaned_trials(study, mine):
         message = "its process stopped (killed or crashed) before the trial ended"
         if fail_running_trial(
             study, trial._trial_id, TrialOutcome.process_ended(INTERRUPTED, message, False)
         ):
             failed.append(trial.number)
     return failed
+
+
+def orphaned_trials(study: optuna.Study, mine: Collection[str] = ()) -> list[FrozenTrial]:
+    """The RUNNING trials whose process is gone, read without writing. A trial whose owner (its
+    ``worker`` attr) shares this process's boot and PID namespace is gone at once when that process
+    is no longer alive; any other trial (another host, boot or PID namespace, or an owner record
+    from before those were recorded) only when its heartbeat went stale (three intervals old): see
+    `autotune.study.owner`. Trials of the worker jobs in `mine` are left out."""
+    storage = study._storage  # optuna wraps an RDBStorage in a cache that keeps its heartbeat API
+    stale: set[int] = set()
+    if isinstance(storage, BaseHeartbeat) and storage.get_heartbeat_interval() is not None:
+        stale = set(storage._get_stale_trial_ids(study._study_id))
+    found = []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if (trial.user_attrs.get(OWNER_ATTR) or {}).get("job") in mine:
+            continue
+        owner = Owner.from_attrs(trial.user_attrs.get(OWNER_ATTR))
+        if (owner is not None and is_dead_here(owner)) or trial._trial_id in stale:
+            found.append(trial)
+    return found
+
+
+# What a read-only listing says of a trial whose owner is gone: the store still holds it RUNNING
+# until a search, resume or worker of the study marks it interrupted.
+OWNER_GONE = "its owner process is gone; `autotune resume` records it as interrupted"
+
+
+def orphaned_records(study: optuna.Study) -> list[TrialRecord]:
+    """The records of `orphaned_trials`, as a listing shows them: state RUNNING, reason
+    interrupted. Nothing is written."""
+    return [
+        replace(summary, failure=replace(summary.failure, reason=INTERRUPTED, message=OWNER_GONE))
+        for summary in map(read_trial, orphaned_trials(study))
+    ]
 
 
 def running_trials_of(study: optuna.Study, owner: Owner) -> list[FrozenTrial]:
@@ -326,7 +344,7 @@ def ranked_trials(study: optuna.Study) -> list[TrialRecord]:
     duplicates left out of the ranking), then the rest by number."""
     summaries = read_trials(study)
     tokens = read_study(study).train_tokens
-    rankable = [_rankable(s) for s in summaries]  # one pass: a membership test per record was quadratic
+    rankable = [_rankable(s) for s in summaries]  # one pass: a membership test per record is quadratic
     scored = sorted(
         (s for s, ok in zip(summaries, rankable, strict=True) if ok), key=lambda s: -(score(s, tokens) or 0.0)
     )
@@ -370,7 +388,7 @@ def read_trials(study: optuna.Study) -> list[TrialRecord]:
 # The records of the trials last summarized, by the identity of their trial objects: a command or
 # a search reads a study's trials many times (ranked, best, counted, the answer's facts), the
 # storage hands back the same finished trial objects each time (`deepcopy=False`), and a finished
-# trial never changes. Summarizing 10,000 trials took about a second each time.
+# trial never changes, so a large study is summarized once per change, not once per read.
 _summarized: dict[int, tuple[FrozenTrial, TrialRecord]] = {}
 
 
@@ -410,28 +428,8 @@ def load_existing_study(url: str, name: str, existing: bool = False) -> optuna.S
             f"no study {name!r} in {display_url(url)} (studies there: {listed})", "see `autotune studies`"
         )
     study = optuna.load_study(study_name=name, storage=storage)
-    try:
-        check_schema(name, study.user_attrs)
-    except ValueError as exc:
-        raise UsageError(str(exc), "pip install -U hf-autotune") from None
+    read_study(study)  # refuses a store of a newer schema
     return study
-
-
-def study_cap_bytes(study: optuna.Study, text: str) -> int:
-    """A memory cap in bytes for a stored study: a fraction (``90%``) is of the device it ran on.
-
-    Raises:
-        UsageError: not a cap, or a fraction and the study does not record its device's memory.
-    """
-    cap = parse_memory_cap(text)
-    total = read_study(study).device_memory_bytes
-    if cap.kind == "fraction" and total <= 0:
-        raise UsageError(
-            f"memory_cap={text!r}: study {study.study_name!r} does not record its device's memory",
-            "give the cap as a size, like 20GiB",
-            field="memory_cap",
-        )
-    return cap.resolve(total)
 
 
 def trial_run_facts(study: optuna.Study, trial: TrialRecord) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from autotune.measure.estimate import SAFETY_MARGIN, MemoryEstimate, fitting_run
 from autotune.measure.estimator import MemoryEstimator
 from autotune.measure.memory import release_device_memory
 from autotune.plan.resolved import Plan
-from autotune.records import TrialRecord, read_study, read_trial, write_study
+from autotune.records import TrialRecord, add_activation_probes, read_study, read_trial
 
 # The knobs the memory estimate reads besides the batch (`MemoryEstimator.estimate`).
 MEMORY_KNOBS = ("precision", "optim", "attn_implementation", "activation_checkpointing")
@@ -43,8 +43,8 @@ def estimate_in_study(
     estimator.learn_peaks(read_trial(t) for t in finished)
     estimate = estimate_memory(estimator, values)
     known = estimator.known_activations()
-    if study is not None and known.keys() - stored.keys():
-        write_study(study, activation_probes={**stored, **known})
+    if study is not None and (new := {kind: known[kind] for kind in known.keys() - stored.keys()}):
+        add_activation_probes(study, new)
     return estimate
 
 

@@ -1,6 +1,6 @@
 """Undoing what a trial's kernel library patched in its process, for the next trial there.
 
-liger-kernel (``use_liger_kernel``) patches more than the trial's model: applied to an instance, it
+liger-kernel (the Liger knob) patches more than the trial's model: applied to an instance, it
 also replaces names in the model type's modeling module (``modeling_llama.LlamaRMSNorm``,
 ``LlamaMLP``, ``apply_rotary_pos_emb``) and may replace methods of its classes and
 ``torch.nn.functional.cross_entropy``. A later trial in the same process (``--isolation none``,

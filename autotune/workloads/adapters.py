@@ -16,7 +16,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from autotune.errors import UsageError
+from autotune.errors import UsageError, first_line
 from autotune.files import read_mapping
 
 LORA = "lora"
@@ -71,9 +71,8 @@ def peft_config(kwargs: Mapping[str, Any]) -> Any:
     try:
         return config_class(**{**kwargs, "peft_type": peft_type})
     except (TypeError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UsageError(
-            f"invalid peft config for {config_class.__name__}: {first}", _HINT, field="peft"
+            f"invalid peft config for {config_class.__name__}: {first_line(exc)}", _HINT, field="peft"
         ) from None
 
 
@@ -134,9 +133,8 @@ def resolve_peft(placeholder: Any, kwargs: Mapping[str, Any]) -> dict[str, Any]:
     except UsageError:
         raise
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UsageError(
-            f"PEFT cannot apply the adapter to {type(placeholder).__name__}: {first}",
+            f"PEFT cannot apply the adapter to {type(placeholder).__name__}: {first_line(exc)}",
             "name the model's modules in target_modules of a peft file",
             field="peft",
         ) from None

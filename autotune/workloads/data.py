@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from autotune.errors import WorkloadError
+from autotune.errors import WorkloadError, first_line
 from autotune.workloads.hub import is_local, require_hub
 from autotune.workloads.masking import SampleMasking, padding_collator
 
@@ -125,7 +125,7 @@ def load_rows(source: DataSource, trust_remote_code: bool = False) -> Any:
         raise
     except Exception as exc:
         raise WorkloadError(
-            f"cannot load {source.path} (split {source.split!r}) as a dataset: {_first_line(exc)}",
+            f"cannot load {source.path} (split {source.split!r}) as a dataset: {first_line(exc)}",
             "pass a text/JSON lines/CSV/Parquet file or folder, or a hub dataset with its configuration "
             "name and split",
         ) from None
@@ -313,8 +313,3 @@ def _fingerprint(
     parts = [_FORMAT_VERSION, rows._fingerprint, tokenizer_text, task, str(seq_len), text_column]
     parts.append(str(label_column))
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:24]
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__

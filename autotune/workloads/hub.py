@@ -14,7 +14,7 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
-from autotune.errors import WorkloadError
+from autotune.errors import WorkloadError, first_line
 
 PROBE_TIMEOUT_S = 3.0
 _LOGGERS = ("huggingface_hub", "transformers", "datasets", "filelock", "fsspec")
@@ -35,8 +35,7 @@ def hub_unreachable(timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
     try:
         get_session().head(constants.ENDPOINT, timeout=timeout_s, follow_redirects=False)
     except Exception as exc:  # any transport error means: not reachable from here
-        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return f"{constants.ENDPOINT} is unreachable ({text})"
+        return f"{constants.ENDPOINT} is unreachable ({first_line(exc)})"
     return None
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from autotune.errors import WorkloadError
+from autotune.errors import WorkloadError, first_line
 from autotune.workloads.hub import is_local, quiet_loading, require_hub
 from autotune.workloads.presets import PRESETS
 
@@ -51,9 +51,4 @@ def _from_folder_or_hub(load: Callable[..., Any], name: str, what: str, field: s
             return load()
         except (OSError, ValueError) as exc:
             where = "a local directory" if is_local(name) else "a hub id"
-            raise WorkloadError(f"cannot load {what} {name!r} as {where}: {_first_line(exc)}", hint) from None
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
+            raise WorkloadError(f"cannot load {what} {name!r} as {where}: {first_line(exc)}", hint) from None

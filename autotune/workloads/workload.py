@@ -354,15 +354,13 @@ def random_init(
     initialises every parameter and buffer once with the model's own `_init_weights`, as it does
     for any weight a checkpoint lacks: the same parameters, buffers, distributions, ties and dtype
     as `from_config` (``tests/unit/test_workload_models.py`` compares them over many architectures),
-    in well under half the time (a 0.5B Qwen2-shaped config on 2 CPU cores, built alone in fresh
-    processes: 2.7 s against 6.7-7.1 s, measured by a benchmark retired with issue 34, in the
-    history before commit f224e75). Where `from_config` resolves the
+    in well under half the time, since no weight is initialised twice. Where `from_config` resolves the
     class in a way this does not repeat (remote code, a composite config's text model, a config
     type the auto class maps to several classes), and for classes from outside transformers, whose
     `_init_weights` may not cover what their constructors initialise, it is `from_config` itself.
     """
     # not `or {}`: the truth of transformers' lazy mapping imports every model type's config
-    # module (about 0.9 s of a worker's set-up on 2 CPU cores)
+    # module, a large share of a worker's set-up
     mapping = getattr(auto, "_model_mapping", None)
     if mapping is None:
         mapping = {}

@@ -17,7 +17,8 @@ import optuna
 import pytest
 import sqlalchemy
 
-from autotune.config import RUN_CONFIG_SCHEMA, SCHEMA_KEY, MeasureSettings, RunConfig
+from autotune.config import SCHEMA_KEY, MeasureSettings, RunConfig
+from autotune.schema import SCHEMA_VERSION
 from autotune.study.store import measured_count, open_storage, was_trained
 from autotune.urls import engine_url
 from tests.helpers import terminate_connections, wait_for, write_space
@@ -245,12 +246,12 @@ def test_a_worker_refuses_remote_code_it_was_not_allowed(tmp_path: Path) -> None
 
 def test_a_newer_run_configuration_is_refused_in_one_line(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'newer.db'}"
-    _stored_study(url, "newer", **{SCHEMA_KEY: RUN_CONFIG_SCHEMA + 1, "pipeline_stages": 4})
+    _stored_study(url, "newer", **{SCHEMA_KEY: SCHEMA_VERSION + 1, "pipeline_stages": 4})
     for command in (["worker", "newer"], ["resume", "newer"]):
         result = _cli(*command, "--storage", url)
         assert result.returncode == 2, result.stdout + result.stderr
         lines = result.stderr.strip().splitlines()
-        assert len(lines) == 1 and f"schema {RUN_CONFIG_SCHEMA + 1}" in lines[0], result.stderr
+        assert len(lines) == 1 and f"schema {SCHEMA_VERSION + 1}" in lines[0], result.stderr
     study = optuna.load_study(study_name="newer", storage=url)
     assert study.trials == []  # nothing ran
 

@@ -58,6 +58,23 @@ def test_sigkill_mid_trial_then_resume(tmp_path: Path) -> None:
     owner = Owner.from_attrs(before[killed[0]].user_attrs["worker"])
     assert owner is not None and owner.pid != proc.pid  # the trial ran in a worker process
 
+    # A read-only listing shows the killed trial, as interrupted, and writes nothing.
+    wait_for(lambda: not is_alive(owner), timeout_s=30, what="the worker to end with its supervisor")
+    shown = subprocess.run(
+        [sys.executable, "-m", "autotune", "show", "kill", "--storage", storage, "--limit", "0"],
+        env={**env, "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert f"Trials of kill ({len(before)})" in shown.stdout  # the finished ones and the killed one
+    assert "interrupted (owner gone)" in shown.stdout
+    assert f"#{killed[0]} interrupted: its owner process is gone" in shown.stdout
+    unchanged = optuna.load_study(study_name="kill", storage=storage).trials[killed[0]]
+    assert unchanged.state == optuna.trial.TrialState.RUNNING
+    assert unchanged.user_attrs == before[killed[0]].user_attrs
+
     resumed = subprocess.run(  # at once: no waiting for a heartbeat to go stale
         [sys.executable, "-m", "autotune", "resume", "kill", "--storage", storage],
         env=env,

@@ -19,6 +19,7 @@ import optuna
 import pytest
 
 from autotune.executors.processes import descendants, wait_gone
+from autotune.records import read_study
 from autotune.study.store import fail_interrupted_trials, load_existing_study
 from tests.helpers import default_interrupt_signals, trial_states, wait_for, write_space
 
@@ -80,7 +81,7 @@ class _Search:
                 running
                 and running[0].params
                 and "worker" in running[0].user_attrs
-                and study.user_attrs.get("activation_probes")
+                and read_study(study).activation_probes
             )
 
         wait_for(lambda: set_up() or self.proc.poll() is not None, timeout_s=120, what="a trial set up")

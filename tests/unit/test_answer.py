@@ -26,6 +26,7 @@ from autotune.records import (
     study_record,
     trial_record,
 )
+from autotune.schema import SCHEMA_VERSION
 from autotune.space.knobs import trial_kwargs
 
 MiB = 2**20
@@ -351,7 +352,7 @@ def test_the_answer_is_stored_and_read_back_unchanged() -> None:
     record, trials = _math_race(1.03)
     answer = decide(record, trials)
     stored = json.loads(json.dumps(study_attrs(answer=answer)))  # as the store keeps it: JSON
-    assert stored["schema_version"] == 1
+    assert stored["schema_version"] == SCHEMA_VERSION
     assert Answer.from_dict(stored["answer"]) == answer
     assert study_record("again", stored).answer == answer
 

@@ -8,7 +8,6 @@ import pytest
 
 from autotune.config import (
     DEFAULT_STORAGE,
-    RUN_CONFIG_SCHEMA,
     STORAGE_ENV,
     MeasureSettings,
     MemoryCap,
@@ -17,6 +16,7 @@ from autotune.config import (
     refuse_stored_remote_code,
 )
 from autotune.errors import UsageError
+from autotune.schema import SCHEMA_VERSION
 
 # --- parse_memory_cap ------------------------------------------------------------------------------
 
@@ -194,12 +194,12 @@ def test_stored_config_records_its_schema_and_autotune_version():
     import autotune
 
     data = RunConfig().to_dict()
-    assert data["schema"] == RUN_CONFIG_SCHEMA and data["autotune_version"] == autotune.__version__
+    assert data["schema"] == SCHEMA_VERSION and data["autotune_version"] == autotune.__version__
     assert RunConfig.from_dict(data) == RunConfig(storage=RunConfig().storage_display)
 
 
 def test_a_newer_schema_is_refused_naming_both_versions_and_the_fix():
-    data = RunConfig().to_dict() | {"schema": RUN_CONFIG_SCHEMA + 1, "autotune_version": "9.0.0"}
+    data = RunConfig().to_dict() | {"schema": SCHEMA_VERSION + 1, "autotune_version": "9.0.0"}
     with pytest.raises(
         UsageError,
         match=r"schema 5 \(written by autotune 9\.0\.0\), newer than schema 4 of this autotune 0\.1\.0 "
@@ -218,7 +218,7 @@ def test_older_or_unversioned_configs_read_with_defaults_and_unknown_keys_ignore
     config = RunConfig.from_dict(old)  # no schema: written before versions were recorded
     assert (config.trials, config.measure.max_steps, config.nproc_per_node) == (4, 12, 1)
     assert RunConfig.from_dict(old | {"schema": 1}) == config
-    assert RunConfig.from_dict(old | {"schema": RUN_CONFIG_SCHEMA, "later": 1}) == config
+    assert RunConfig.from_dict(old | {"schema": SCHEMA_VERSION, "later": 1}) == config
 
 
 def test_local_paths_are_stored_absolute_and_hub_ids_as_given(tmp_path, monkeypatch):
@@ -273,3 +273,14 @@ def test_a_compile_cache_folder_is_stored_absolute_before_it_exists(tmp_path, mo
     assert data["compile_cache"] == str(tmp_path / "cache" / "compile")
     assert RunConfig().to_dict()["compile_cache"] is None
     assert RunConfig.from_dict(data).compile_cache == str(tmp_path / "cache" / "compile")
+
+
+def test_cap_bytes_is_the_one_conversion_of_a_cap() -> None:
+    from autotune.config import cap_bytes
+
+    assert cap_bytes(None, 1000) is None
+    assert cap_bytes("90%", 1000) == 900 and cap_bytes("1KiB", 0, study="s") == 1024
+    with pytest.raises(UsageError, match="study 's' does not record its device's memory"):
+        cap_bytes("90%", 0, study="s")
+    with pytest.raises(UsageError, match="invalid memory cap ''"):
+        cap_bytes("", 1000)

@@ -341,3 +341,13 @@ def test_a_ddp_error_about_unused_parameters_has_its_reason() -> None:
     )
     assert failure_reason(error) == "unused_parameters"
     assert failure_reason(RuntimeError("something else")) == "error"
+
+
+def test_short_labels_and_the_memory_kind_hang_on_the_knobs() -> None:
+    from autotune.progress import short_name
+    from autotune.space.knobs import CATALOGUE, MEASURED_KIND_KNOBS
+
+    assert short_name("use_liger_kernel") == "liger" and short_name("per_device_train_batch_size") == "bs"
+    assert short_name("not_a_knob") == "not_a_knob"
+    assert set(MEASURED_KIND_KNOBS) == {n for n, k in CATALOGUE.items() if k.measured_kind}
+    assert {"torch_compile", "use_liger_kernel", "pad_to_multiple_of"} <= set(MEASURED_KIND_KNOBS)

@@ -323,3 +323,37 @@ def test_no_test_fixture_is_ignored_by_git() -> None:
         ["git", "check-ignore", "--no-index", *fixtures], cwd=ROOT, capture_output=True, text=True, timeout=60
     ).stdout.split()
     assert fixtures and not ignored, f"git ignores test fixtures: {ignored}"
+
+
+def test_first_line_is_defined_once() -> None:
+    """An exception's first line is `autotune.errors.first_line`; no module defines its own."""
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef) and node.name.lstrip("_") == "first_line":
+                found.append(path.relative_to(PACKAGE).as_posix())
+    assert found == ["errors.py"]
+
+
+def test_the_benchmarks_have_no_import_circle() -> None:
+    """A benchmark writes its results through the assembler; the assembler reads them through
+    ``benchmarks.report``, which imports neither."""
+    files = {_module_name(p): p for p in (ROOT / "benchmarks").glob("*.py")}
+    graph = {name: _imports(path, name, set(files)) for name, path in files.items()}
+    assert "benchmarks.report" in graph["benchmarks.assemble"]
+    assert find_circles(graph) == []
+
+
+def test_the_code_narrates_no_history() -> None:
+    """Docstrings and comments say what the code does and why; issues, commits and measured figures
+    live in git and benchmarks/RESULTS.md."""
+    import re
+
+    history = re.compile(r"issue [0-9]|commit [0-9a-f]{6,}|[0-9.]+ s against")
+    found = [
+        f"{path.relative_to(PACKAGE).as_posix()}:{number}"
+        for path in PACKAGE.rglob("*.py")
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if history.search(line)
+    ]
+    assert found == []

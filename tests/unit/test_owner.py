@@ -27,7 +27,8 @@ from autotune.study.owner import (
     this_pid_namespace,
     this_process,
 )
-from autotune.study.store import fail_interrupted_trials, open_storage
+from autotune.study.store import fail_interrupted_trials, open_storage, orphaned_trials
+from tests.unit.cli_helpers import run
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -119,6 +120,28 @@ def test_interrupted_trials_by_owner(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert fail_interrupted_trials(study) == [dead_here.number, old_stale.number]
     running = {t.number for t in study.trials if t.state == optuna.trial.TrialState.RUNNING}
     assert running == {other_ns.number, old_fresh.number}
+
+
+def test_a_listing_shows_an_orphaned_trial_as_interrupted_without_writing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, study = _study(tmp_path)
+    orphan, live = study.ask(), study.ask()
+    orphan.set_user_attr("worker", _dead_child().to_dict())
+    live.set_user_attr("worker", this_process().to_dict())
+    stored = [(t.state, t.user_attrs) for t in study.trials]
+    assert [t.number for t in orphaned_trials(study)] == [orphan.number]
+    monkeypatch.setenv("COLUMNS", "200")
+    assert run("show", "owners", "--storage", f"sqlite:///{tmp_path / 'owners.db'}") in (None, 0)
+    out = capsys.readouterr().out
+    assert "Trials of owners (1)" in out and "interrupted (owner gone)" in out
+    assert f"#{orphan.number} interrupted: its owner process is gone" in out
+    assert [(t.state, t.user_attrs) for t in study.trials] == stored  # nothing written
+    assert run("studies", "--storage", f"sqlite:///{tmp_path / 'owners.db'}") in (None, 0)
+    assert "running" in capsys.readouterr().out  # the live trial's
+    live.set_user_attr("worker", _dead_child().to_dict())
+    assert run("studies", "--storage", f"sqlite:///{tmp_path / 'owners.db'}") in (None, 0)
+    assert "running" not in capsys.readouterr().out
 
 
 _CHILD = """

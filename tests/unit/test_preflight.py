@@ -122,14 +122,15 @@ def test_a_ray_head_found_joinable_is_asked_once(monkeypatch: pytest.MonkeyPatch
 def test_what_the_store_alone_refuses_is_refused_before_the_training_stack(
     tmp_path: Path, command: str, stored: dict, words: str
 ) -> None:
-    from autotune.config import RUN_CONFIG_SCHEMA, SCHEMA_KEY, RunConfig
+    from autotune.config import SCHEMA_KEY, RunConfig
+    from autotune.schema import SCHEMA_VERSION
     from autotune.study.store import open_storage
 
     url = f"sqlite:///{tmp_path / 's.db'}"
     study = optuna.create_study(storage=open_storage(url), study_name="s", direction="maximize")
     config = RunConfig(storage=url, study="s").to_dict()
     if stored.get("schema"):
-        config.update({SCHEMA_KEY: RUN_CONFIG_SCHEMA + 1, "pipeline_stages": 4})
+        config.update({SCHEMA_KEY: SCHEMA_VERSION + 1, "pipeline_stages": 4})
     config["trust_remote_code"] = stored.get("trust_remote_code", False)
     if not stored.get("no_run_config"):
         study.set_user_attr("run_config", config)

@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 import optuna
 from optuna.trial import TrialState
 
-from autotune.errors import UsageError
+from autotune.config import cap_bytes
+from autotune.errors import UsageError, first_line
 from autotune.progress import TrialSummary, describe_params
 from autotune.records import read_study
-from autotune.study.store import ranked_trials, study_cap_bytes
+from autotune.study.store import ranked_trials
 
 # The figures, in page order: (file stem and div id, title).
 FIGURES = {
@@ -80,7 +81,7 @@ def memory_cap_bytes(study: optuna.Study) -> int | None:
     if not text:
         return None
     try:
-        return study_cap_bytes(study, str(text))
+        return cap_bytes(str(text), read_study(study).device_memory_bytes, study=study.study_name)
     except UsageError:
         return None
 
@@ -144,8 +145,7 @@ def _importances(study: optuna.Study) -> tuple[dict[str, float], str | None]:
         # optuna's default evaluator (PED-ANOVA in optuna 5, fANOVA before): no extra dependency.
         values = get_param_importances(study)
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return {}, f"Parameter importances could not be computed: {first}"
+        return {}, f"Parameter importances could not be computed: {first_line(exc)}"
     if not values:
         return {}, "Parameter importances: no knob varies across the completed trials."
     return {k: float(v) for k, v in values.items()}, None
