@@ -248,20 +248,16 @@ def remeasure_finalists(
     settings = plan.config.measure
     predicted = {f.number: predicted_cost(f, settings) for f in finalists}
     predicted[BASELINE] = predicted[BASELINE_AGAIN] = predicted_cost(baseline.as_trial(), settings)
-    # when the best finalist changes the training math, the best that keeps it stays in the rounds:
-    # the answer hands the math change back only when it measurably beats that one (`MATH_GAIN`)
-    keeper = (
-        next((f.number for f in finalists if not record_changes(record, f)), None)
-        if finalists and record_changes(record, finalists[0])
-        else None
-    )
-    contestants = fitting(
-        contestants, predicted, first_rounds, budget_s, reporter, keep=set() if keeper is None else {keeper}
-    )
+    # the trials that keep the training math; when the best finalist changes it, the best of them
+    # stays in the rounds: the answer hands the math change back only when it measurably beats
+    # that one (`MATH_GAIN`)
+    keeping = {f.number for f in finalists if not record_changes(record, f)}
+    keeper = next((f.number for f in finalists if f.number in keeping), None)
+    leader_changes = bool(finalists) and finalists[0].number not in keeping
+    keep = {keeper} if leader_changes and keeper is not None else set()
+    contestants = fitting(contestants, predicted, first_rounds, budget_s, reporter, keep=keep)
     max_rounds = planned_rounds(contestants, predicted, first_rounds, budget_s)
-    # the trials that keep the training math: the best of them stays in the rounds (the answer
-    # compares a math change with it, `MATH_GAIN`)
-    keeping = {f.number for f in finalists if f.number in contestants and not record_changes(record, f)}
+    keeping &= set(contestants)
     tokens = record.train_tokens  # with the user's run length, scores are the run's effective rate
     rounds = Rounds(contestants, looks=max_rounds - first_rounds + 1)
     named = ", ".join(_name(n) for n in contestants if n != BASELINE_AGAIN)

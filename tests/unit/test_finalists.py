@@ -232,11 +232,12 @@ def test_a_lead_more_rounds_can_decide_races_the_top_two_without_the_rest() -> N
     assert "either is as good" not in study.user_attrs["winner"]["verdict"]
 
 
-def test_the_fastest_math_keeping_trial_stays_while_the_leader_changes_the_math() -> None:
-    # Trial 0 (bf16) leads both fp32 trials by 2x: both are slower, but trial 1, the fastest that
-    # keeps the math, stays in the rounds: the answer compares the math change with it.
+def _precision_study(rows: dict[int, tuple[str, float]], timed: bool = False) -> optuna.Study:
+    """A study of trials of `rows` (number -> precision, tok/s) beside an fp32 baseline at 95 tok/s:
+    bf16 changes the training math, fp32 keeps it; `timed`: set-ups of 0.5 s and 0.1 s steps."""
+    timing = {"setup_s": 0.5, "step_time_median_s": 0.1} if timed else {}
     study = optuna.create_study(direction="maximize")
-    for number, (precision, rate) in {0: ("bf16", 200.0), 1: ("fp32", 100.0), 2: ("fp32", 90.0)}.items():
+    for number, (precision, rate) in rows.items():
         study.add_trial(
             optuna.trial.create_trial(
                 params={"precision": precision, "dataloader_num_workers": number + 1},
@@ -245,17 +246,20 @@ def test_the_fastest_math_keeping_trial_stays_while_the_leader_changes_the_math(
                     "dataloader_num_workers": optuna.distributions.IntDistribution(1, 64),
                 },
                 value=rate,
-                user_attrs={"tokens_per_s": rate, "feasible": True, "peak_memory_bytes": 1},
+                user_attrs={"tokens_per_s": rate, "feasible": True, "peak_memory_bytes": 1, **timing},
             )
         )
+    baseline = {"precision": "fp32", "dataloader_num_workers": 0}
     study.set_user_attr(
-        "baseline",
-        {
-            "params": {"precision": "fp32", "dataloader_num_workers": 0},
-            "tokens_per_s": 95.0,
-            "peak_memory_bytes": 1,
-        },
+        "baseline", {"params": baseline, "tokens_per_s": 95.0, "peak_memory_bytes": 1, **timing}
     )
+    return study
+
+
+def test_the_fastest_math_keeping_trial_stays_while_the_leader_changes_the_math() -> None:
+    # Trial 0 (bf16) leads both fp32 trials by 2x: both are slower, but trial 1, the fastest that
+    # keeps the math, stays in the rounds: the answer compares the math change with it.
+    study = _precision_study({0: ("bf16", 200.0), 1: ("fp32", 100.0), 2: ("fp32", 90.0)})
     script = _Script(
         {0: [200.0, 204.0, 198.0], 1: [100.0, 99.0, 101.0], 2: [90.0] * 3, BASELINE: [95.0, 96.0, 94.0]}
     )
@@ -269,36 +273,7 @@ def test_a_tight_budget_leaves_out_the_runner_up_before_the_best_math_keeping_tr
     # the math (fp32). A budget that pays for the rounds of three contestants besides the
     # baseline's pair and one more round of the leader, not four (each predicted at 1.15 s), leaves
     # out trial 1: the answer's comparison needs trial 2.
-    study = optuna.create_study(direction="maximize")
-    rows = {0: ("bf16", 200.0), 1: ("bf16", 190.0), 2: ("fp32", 100.0)}
-    for number, (precision, rate) in rows.items():
-        study.add_trial(
-            optuna.trial.create_trial(
-                params={"precision": precision, "dataloader_num_workers": number + 1},
-                distributions={
-                    "precision": optuna.distributions.CategoricalDistribution(["fp32", "bf16"]),
-                    "dataloader_num_workers": optuna.distributions.IntDistribution(1, 64),
-                },
-                value=rate,
-                user_attrs={
-                    "tokens_per_s": rate,
-                    "feasible": True,
-                    "peak_memory_bytes": 1,
-                    "setup_s": 0.5,
-                    "step_time_median_s": 0.1,
-                },
-            )
-        )
-    study.set_user_attr(
-        "baseline",
-        {
-            "params": {"precision": "fp32", "dataloader_num_workers": 0},
-            "tokens_per_s": 95.0,
-            "peak_memory_bytes": 1,
-            "setup_s": 0.5,
-            "step_time_median_s": 0.1,
-        },
-    )
+    study = _precision_study({0: ("bf16", 200.0), 1: ("bf16", 190.0), 2: ("fp32", 100.0)}, timed=True)
     clock = _Clock()
     script = _Script({0: [200.0] * 4, 1: [190.0] * 4, 2: [100.0] * 4, BASELINE: [95.0] * 4}, clock, 1.0)
     plan = _plan(finalists=2, rounds=2)
