@@ -351,6 +351,7 @@ class Baseline:
     padding_fraction: float | None = _key("padding_fraction")
     setup_s: float | None = _key("setup_s")
     warmup_excess_s: float | None = _key("warmup_excess_s")
+    first_step_s: float | None = _key("first_step_s")
     compile_s: float | None = _key("compile_s")
     probe_s: float | None = _key("probe_s")
     loss_curve: list[list[float]] | None = _key("loss_curve")

@@ -298,6 +298,14 @@ def remeasure_finalists(
                 number, round_number, position, measured, score(measured_record(measured), tokens) or 0.0
             )
             reporter.on_remeasure(number, round_number, measured["tokens_per_s"], None)
+        if round_number == 1 and budget_s is not None:
+            # the rounds the budget pays for, by what the first round's measurements cost, not by
+            # their predictions: fixed now, before any look at the rounds may end them
+            costs = {n: _cost(n, rounds, predicted) for n in contestants}
+            max_rounds = from_rank_zero(
+                planned_rounds(contestants, costs, first_rounds, budget_s) if is_rank_zero() else None
+            )
+            rounds.looks = max_rounds - first_rounds + 1
         fit = from_rank_zero(rounds.refit() if is_rank_zero() else None)
         rounds.fit = fit
         if fit is None:
@@ -382,10 +390,14 @@ def predicted_cost(record: TrialRecord, settings: MeasureSettings) -> float:
     if not step_s and measured.tokens_per_step and record.tokens_per_s:
         step_s = measured.tokens_per_step / record.tokens_per_s
     step_s = step_s or 0.0
-    # a round's warm-up steps, and what its search warm-up took beyond steady steps (a data-loader
-    # worker's start, the first kernels): a fresh process pays that again in every round
-    warmup_s = min(settings.warmup_steps, ROUND_EAGER_WARMUP_STEPS) * step_s
-    warmup_s += measured.warmup_excess_s or 0.0
+    # a round's warm-up steps: its fresh process's first step (a data-loader worker's start, the
+    # first kernels, as the search's first step took them), then steady ones; without a first step
+    # on record, every step of the search's warm-up beyond steady ones
+    eager = min(settings.warmup_steps, ROUND_EAGER_WARMUP_STEPS)
+    if measured.first_step_s is not None and eager >= 1:
+        warmup_s = measured.first_step_s + (eager - 1) * step_s
+    else:
+        warmup_s = eager * step_s + (measured.warmup_excess_s or 0.0)
     if record.compile.seconds:
         warmup_s = max(warmup_s, measured.warmup_s or 0.0)
     window = round_window(settings, None)

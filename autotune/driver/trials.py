@@ -15,6 +15,7 @@ from autotune.driver.accounting import TimeAccount
 from autotune.driver.finalists import finalists_budget_s, measure_baseline, remeasure_finalists
 from autotune.driver.stopping import stop_reason
 from autotune.driver.supervisor import MeasureFailed, Supervisor
+from autotune.driver.twin import math_keeping_twin
 from autotune.driver.wholerun import check_whole_run
 from autotune.errors import StoreError
 from autotune.executors.base import Executor
@@ -98,6 +99,7 @@ def run_trials(
                     measure_baseline(measure, plan, study, reporter)
             with account.stage("search"):
                 supervisor.run_search(target, stop_reason(plan, study, target))
+                try_math_keeping_twin(plan, study, supervisor, reporter)
             with account.stage("finalists"):  # FINALISTS_SHARE of the search at most
                 budget_s = finalists_budget_s(time.monotonic() - account.started_s)
                 remeasure_finalists(measure, plan, study, reporter, budget_s)
@@ -119,6 +121,25 @@ def run_trials(
         finally:
             if isinstance(ending, KeyboardInterrupt):
                 restore_retries()
+
+
+def try_math_keeping_twin(
+    plan: Plan, study: optuna.Study, supervisor: Supervisor, reporter: Reporter
+) -> None:
+    """Where the fastest trial changes the training math and its twin that keeps it was not
+    tried (`math_keeping_twin`), try that twin: one trial more, enqueued so that the next trial
+    job asks for it. The answer weighs a math change against the best that keeps the math."""
+    twin = from_rank_zero(math_keeping_twin(study, plan.space) if is_rank_zero() else None)
+    if twin is None:
+        return
+    target = measured_count(study) + 1
+    should_stop = stop_reason(plan, study, target)
+    if should_stop() is not None:
+        return  # every combination was tried (or the sampler proposes only skips)
+    reporter.on_note(twin.note())
+    if is_rank_zero():
+        study.enqueue_trial(twin.params, skip_if_exists=True)
+    supervisor.run_search(target, should_stop)
 
 
 def _fail_interrupted_on_the_way_out(

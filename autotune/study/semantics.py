@@ -21,7 +21,7 @@ BATCH, ACCUM = "per_device_train_batch_size", "gradient_accumulation_steps"
 # The changes (`SemanticChange.what`) that alter which samples an optimizer step trains on.
 EFFECTIVE_BATCH, DATA_ORDER = "effective batch per device", "data order"
 # The TrainingArguments knobs the math depends on (the base weights' format is a model kwarg).
-_MATH_KNOBS = (BATCH, ACCUM, "precision", "optim", "group_by_length")
+MATH_KNOBS = (BATCH, ACCUM, "precision", "optim", "group_by_length")
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ def baseline_math(study: StudyRecord) -> dict[str, Any]:
     """The baseline's batch split, precision and optimizer: the measured baseline's values, else
     what the base config (or the `TrainingArguments` defaults) amounts to."""
     base = base_knobs(study.base_args)
-    derived = {k: base[k] for k in _MATH_KNOBS}
+    derived = {k: base[k] for k in MATH_KNOBS}
     measured = study.baseline.params
     return {**derived, **{k: v for k, v in measured.items() if k in derived}}
 
@@ -139,7 +139,7 @@ def study_changes(
     `training_args` it applied, which hold values derived from them, such as the accumulation
     under a fixed global batch) against the study's baseline."""
     applied = dict(training_args or {})
-    chosen = {k: v for k, v in params.items() if k in (*_MATH_KNOBS, "base_weights")}
+    chosen = {k: v for k, v in params.items() if k in (*MATH_KNOBS, "base_weights")}
     chosen.update({k: applied[k] for k in (BATCH, ACCUM, "optim") if k in applied})
     if "precision" not in chosen and any(k in applied for k in ("bf16", "fp16", "tf32")):
         chosen["precision"] = precision_of(applied)

@@ -299,3 +299,35 @@ def test_optuna_dashboard_reads_the_store(first_run: Any) -> None:
     assert len(detail["trials"]) == len(result.study.trials)
     trial_attrs = {a["key"] for a in detail["trials"][0]["user_attrs"]}
     assert {"tokens_per_s", "peak_memory_bytes", "training_args"} <= trial_attrs
+
+
+def test_a_leader_that_changes_the_math_has_its_math_keeping_twin_tried(tmp_path: Path) -> None:
+    # The one trial asked for runs adafactor (another update rule) at 0.1 s a step, the baseline
+    # (AdamW, checkpointing on) 0.3 s. The search then tries the twin that keeps the math (AdamW,
+    # checkpointing off, as fast): one trial more, which the answer weighs the change against.
+    fast = {"optim": "adafactor"}, 0.1
+    twin = {"optim": "adamw_torch_fused", "activation_checkpointing": False}, 0.1
+    base = tmp_path / "base.json"
+    base.write_text('{"gradient_checkpointing": true}')
+    result = autotune.search(
+        model="tiny-gpt2",
+        space=write_space(
+            tmp_path, {"activation_checkpointing": [True, False], "optim": ["adamw_torch_fused", "adafactor"]}
+        ),
+        trials=1,
+        storage=f"sqlite:///{tmp_path / 'twin.db'}",
+        seq_len=16,
+        measure=FAST,
+        finalist_rounds=2,
+        base_args=str(base),
+        enqueue=[{"activation_checkpointing": False, "optim": "adafactor"}],
+        callbacks=[FixedStepTime(0.3, by_params=[fast, twin])],
+    )
+    measured = {t.number: t.params for t in result.trials if t.state == "COMPLETE"}
+    assert measured == {
+        0: {"activation_checkpointing": False, "optim": "adafactor"},
+        1: {"activation_checkpointing": False, "optim": "adamw_torch_fused"},
+    }
+    assert measured_count(result.study) == 2
+    # both are in the rounds: the math change is compared with its twin, not only with the defaults
+    assert {0, 1} <= {f["number"] for f in result.study.user_attrs["finalists"]}

@@ -34,9 +34,11 @@ from autotune.records import BEATS_DEFAULTS, KEEP_DEFAULTS, read_study, trial_re
 from autotune.study.store import read_trials
 
 
-def _study(rates: dict[int, float], baseline: bool = True) -> optuna.Study:
+def _study(rates: dict[int, float], baseline: bool = True, first_step_s: float | None = None) -> optuna.Study:
     """A study whose trials (data-loader workers as their numbers' tags: a knob that leaves the
-    training math alone) measured `rates` (number -> tok/s) in windows of 0.1 s steps."""
+    training math alone) measured `rates` (number -> tok/s) in windows of 0.1 s steps, each a
+    first step of `first_step_s` where given."""
+    first = {"first_step_s": first_step_s} if first_step_s is not None else {}
     study = optuna.create_study(direction="maximize")
     for number, rate in rates.items():
         study.add_trial(
@@ -50,6 +52,7 @@ def _study(rates: dict[int, float], baseline: bool = True) -> optuna.Study:
                     "peak_memory_bytes": 1,
                     "setup_s": 0.5,
                     "step_time_median_s": 0.1,
+                    **first,
                 },
             )
         )
@@ -62,6 +65,7 @@ def _study(rates: dict[int, float], baseline: bool = True) -> optuna.Study:
                 "peak_memory_bytes": 1,
                 "setup_s": 0.5,
                 "tokens_per_step": 10.0,
+                **first,
             },
         )
     return study
@@ -401,6 +405,32 @@ def test_the_rounds_stop_when_the_budget_is_spent() -> None:
     assert planned_rounds({0: 0, -1: 0, -2: 0}, {0: 1.15, -1: 1.15, -2: 1.15}, 2, 10.0) >= len(
         _rounds_of(study)[0]
     )
+
+
+def test_a_rounds_warm_up_is_predicted_from_the_searchs_first_step() -> None:
+    # A first step of 2 s (a data-loader worker's start), then 0.1 s steps: a round's two warm-up
+    # steps are predicted at 2.1 s, not at every settling step of the search's warm-up.
+    study = _study({0: 120.0}, first_step_s=2.0)
+    record = trial_record(0, {}, "COMPLETE", {**study.trials[0].user_attrs, "warmup_excess_s": 9.0})
+    assert predicted_cost(record, MeasureSettings()) == pytest.approx(0.5 + 2.1 + 3 * 0.1 + 0.15)
+    attrs = {**_study({0: 120.0}).trials[0].user_attrs, "warmup_excess_s": 9.0}
+    without = trial_record(0, {}, "COMPLETE", attrs)
+    assert predicted_cost(without, MeasureSettings()) == pytest.approx(0.5 + 9.2 + 3 * 0.1 + 0.15)
+
+
+def test_the_rounds_looks_are_planned_from_the_first_rounds_costs() -> None:
+    # Each measurement is predicted at 3.05 s (a 2 s first step) but takes 1 s: the 20 s budget
+    # pays, by the prediction, for the two rounds asked for only; by what round 1 cost, for 4 more
+    # rounds of the leader and the baseline's pair. The looks are set before round 2 is looked at.
+    clock = _Clock()
+    spread = _rates([0.3, -0.2, 0.25, -0.15, 0.3, -0.2])  # undecidable: the rounds go on
+    script = _Script({0: spread, BASELINE: [100.0] * 6}, clock, 1.0)
+    study = _study({0: 110.0}, first_step_s=2.0)
+    predicted = {n: 3.05 for n in (0, BASELINE, BASELINE_AGAIN)}
+    assert planned_rounds(predicted, predicted, 2, 20.0) == 2
+    remeasure_finalists(script, _plan(finalists=1, rounds=2), study, Reporter(), budget_s=20.0, clock=clock)
+    assert study.user_attrs["rounds_looks"] == 2 + (20 - 2 * 3) // 3 - 2 + 1
+    assert clock.now <= 20.0
 
 
 def test_a_round_the_time_left_cannot_pay_for_is_cut_to_the_leader_and_the_baseline() -> None:
