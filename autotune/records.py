@@ -190,6 +190,8 @@ class TrialRecord:
         training_args: the `TrainingArguments` kwargs it applied.
         model_kwargs: the model-load kwargs it applied.
         duplicate_of: the trial whose measurement it reused.
+        twin_of: the trial, the fastest, that changes the training math and whose twin that keeps
+            it this trial is (`autotune.driver.twin`).
         measurement, memory, compile, screening, failure: its facts, grouped.
         owner: the process that ran it (`autotune.study.owner.Owner`'s dict).
         trainable_params, total_params: the parameters the trial trained (an adapter's, under
@@ -208,6 +210,7 @@ class TrialRecord:
     training_args: dict[str, Any] | None = _key("training_args")
     model_kwargs: dict[str, Any] | None = _key("model_kwargs")
     duplicate_of: int | None = _key("duplicate_of")
+    twin_of: int | None = _key("twin_of")
     trainable_params: int | None = _key("trainable_params")
     total_params: int | None = _key("total_params")
     dominated_by: int | None = _key("dominated_by")
@@ -806,6 +809,8 @@ class StudyRecord:
         finalists: the finalists' rounds (the baseline's number is -1).
         rounds_looks: how many looks at the rounds their budget allowed, which every interval
             of them holds over together (None: a store from before the sequential rounds).
+        rounds_look: the look the rounds ended at, whose level their intervals take (None: a
+            store that did not record it, where every look took an equal part).
         winner: the re-measured leader (version 0's record of it).
         answer: the stored answer (None: not decided yet, or a version 0 store).
         time_breakdown: where the last search's time went (`autotune.driver.accounting`).
@@ -831,6 +836,7 @@ class StudyRecord:
     finalists: tuple[FinalistRecord, ...] = ()
     # the looks the rounds' intervals hold over together (`autotune.measure.rounds.look_level`)
     rounds_looks: int | None = _key("rounds_looks")
+    rounds_look: int | None = _key("rounds_look")
     winner: Winner | None = None
     answer: Answer | None = None
     time_breakdown: dict[str, Any] | None = _key("time_breakdown")
@@ -982,6 +988,12 @@ def _special(name: str, value: Any) -> Any:
 def read_trial(trial: Any) -> TrialRecord:
     """The record of an optuna `FrozenTrial`."""
     return trial_record(trial.number, trial.params, trial.state.name, trial.user_attrs)
+
+
+def queued_params(trial: Any) -> dict[str, Any]:
+    """The values of an optuna trial that waits in its study's queue (`enqueue_trial`), or is
+    running one: optuna keeps them as its fixed params until they are suggested."""
+    return {**trial.system_attrs.get("fixed_params", {}), **trial.params}
 
 
 def read_study(study: Any) -> StudyRecord:

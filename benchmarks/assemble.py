@@ -48,6 +48,7 @@ ORDER: tuple[tuple[str, str | None], ...] = (
     ("reliability", None),
     ("pool_load", "pool_load"),
     ("large_store", "large_store"),
+    ("hook_tests", "hook_tests"),
     ("screening_noise", None),
     ("gpu", "gpu"),
 )

@@ -120,16 +120,18 @@ out = {
     "finalists": [{"number": f.number, "rounds": f.rounds, "scores": f.scores or f.tokens_per_s,
                    "positions": getattr(f, "positions", None)} for f in record.finalists],
     "rounds_looks": getattr(record, "rounds_looks", None),
+    "rounds_look": getattr(record, "rounds_look", None),
 }
 try:  # this checkout's rounds model: what leaving disturbed windows out changed
     from autotune.driver.answer import rounds_fit
     from autotune.measure.rounds import cells_of, fit_rounds
     finalists = {f.number: f for f in record.finalists}
-    fit = rounds_fit(finalists, record.rounds_looks)
+    look = {"look": record.rounds_look} if hasattr(record, "rounds_look") else {}  # where recorded
+    fit = rounds_fit(finalists, record.rounds_looks, *look.values())
     if fit is not None and stated is not None and stated["trial"] is not None:
         cells = cells_of({n: f.scores_by_round() for n, f in finalists.items()},
                          {n: f.positions_by_round() for n, f in finalists.items()})
-        plain = fit_rounds(cells, robust=False, looks=record.rounds_looks)
+        plain = fit_rounds(cells, robust=False, looks=record.rounds_looks, **look)
         kept = plain.ratio(stated["trial"], -1) if plain is not None else None
         out["excluded"] = len(fit.excluded)
         out["without_exclusion"] = kept.to_dict() if kept is not None else None

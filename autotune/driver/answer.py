@@ -80,7 +80,7 @@ def decide(study: StudyRecord, trials: Sequence[TrialRecord], cap_bytes: int | N
         NO_TRIAL, "", None, baseline_tokens_per_s=base_tokens, memory_cap_bytes=cap_bytes, objective=objective
     )
     finalists = {f.number: f for f in study.finalists}
-    fit = rounds_fit(finalists, study.rounds_looks)
+    fit = rounds_fit(finalists, study.rounds_looks, study.rounds_look)
     common = replace(common, aa=aa_of(fit), finalists_time=finalists_time(study.time_breakdown))
     rounds = {t.number: finalists[t.number] for t in candidates if t.number in finalists}
     return _with_whole_run(
@@ -273,7 +273,7 @@ def _defaults(study: StudyRecord, cap_bytes: int | None) -> Choice | None:
     training_args, model_kwargs = trial_kwargs(baseline.params)
     finalists = {f.number: f for f in study.finalists}
     finalist = finalists.get(BASELINE)
-    fit = rounds_fit(finalists, study.rounds_looks)
+    fit = rounds_fit(finalists, study.rounds_looks, study.rounds_look)
     tokens = _throughput(BASELINE, finalists, fit) if finalist is not None else None
     peak = _median_peak(finalist) if finalist is not None else None
     return Choice(
@@ -376,12 +376,15 @@ def _with_whole_run(study: StudyRecord, answer: Answer, cap_bytes: int | None) -
 # -- the instrument and the rounds' cost ------------------------------------------------------------
 
 
-def rounds_fit(finalists: dict[int, FinalistRecord], looks: int | None) -> RoundsFit | None:
+def rounds_fit(
+    finalists: dict[int, FinalistRecord], looks: int | None, look: int | None = None
+) -> RoundsFit | None:
     """The model of the finalists' rounds (`fit_rounds`) from their stored records, its intervals
-    holding over the `looks` the rounds took (`StudyRecord.rounds_looks`)."""
+    those of the look `look` the rounds ended at, of the `looks` they could take
+    (`StudyRecord.rounds_looks`, `rounds_look`)."""
     scores = {n: f.scores_by_round() for n, f in finalists.items()}
     positions = {n: f.positions_by_round() for n, f in finalists.items()}
-    return fit_rounds(cells_of(scores, positions), looks=looks) if scores else None
+    return fit_rounds(cells_of(scores, positions), looks=looks, look=look) if scores else None
 
 
 def aa_of(fit: RoundsFit | None) -> AA | None:

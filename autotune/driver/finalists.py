@@ -159,6 +159,7 @@ class Rounds:
 
     contestants: dict[int, tuple[dict[str, Any], bool]]  # number -> (params, verbatim)
     looks: int = 1  # the looks the intervals hold over together (`autotune.measure.rounds.look_level`)
+    look: int = 1  # the look the last fit is (the first after the rounds asked for)
     scores: dict[int, dict[int, float]] = field(default_factory=dict)
     positions: dict[int, dict[int, int]] = field(default_factory=dict)
     throughput: dict[int, dict[int, float]] = field(default_factory=dict)
@@ -175,7 +176,7 @@ class Rounds:
         self.peaks.setdefault(number, {})[round_number] = measured.get("peak_memory_bytes")
 
     def refit(self) -> RoundsFit | None:
-        self.fit = fit_rounds(cells_of(self.scores, self.positions), looks=self.looks)
+        self.fit = fit_rounds(cells_of(self.scores, self.positions), looks=self.looks, look=self.look)
         return self.fit
 
     def records(self) -> list[FinalistRecord]:
@@ -306,6 +307,7 @@ def remeasure_finalists(
                 planned_rounds(contestants, costs, first_rounds, budget_s) if is_rank_zero() else None
             )
             rounds.looks = max_rounds - first_rounds + 1
+        rounds.look = max(1, round_number - first_rounds + 1)
         fit = from_rank_zero(rounds.refit() if is_rank_zero() else None)
         rounds.fit = fit
         if fit is None:
@@ -343,7 +345,11 @@ def _store(
     fit = rounds.fit
     by_number = {f.number: f for f in finalists}
     trials = [n for n in (fit.ranked() if fit is not None else _by_median(rounds.scores)) if n >= 0]
-    updates: dict[str, Any] = {"finalists": rounds.records(), "rounds_looks": rounds.looks}
+    updates: dict[str, Any] = {
+        "finalists": rounds.records(),
+        "rounds_looks": rounds.looks,
+        "rounds_look": rounds.look,
+    }
     if BASELINE in rounds.throughput:
         median = statistics.median(rounds.throughput[BASELINE].values())
         updates["baseline"] = replace(record.baseline, remeasured_median=median)

@@ -25,7 +25,7 @@ from autotune.executors.torchrun import TorchrunExecutor
 from autotune.measure.ranks import from_rank_zero, is_rank_zero
 from autotune.plan.resolved import Plan
 from autotune.progress import Reporter
-from autotune.records import Baseline, read_study, write_study
+from autotune.records import Baseline, read_study, trial_facts, write_study
 from autotune.study.owner import member_seed, this_process
 from autotune.study.retry import end_retries_within, restore_retries
 from autotune.study.store import fail_interrupted_trials, measured_count
@@ -138,7 +138,7 @@ def try_math_keeping_twin(
         return  # every combination was tried (or the sampler proposes only skips)
     reporter.on_note(twin.note())
     if is_rank_zero():
-        study.enqueue_trial(twin.params, skip_if_exists=True)
+        study.enqueue_trial(twin.params, user_attrs=trial_facts(twin_of=twin.of), skip_if_exists=True)
     supervisor.run_search(target, should_stop)
 
 

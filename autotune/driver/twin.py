@@ -16,7 +16,7 @@ from typing import Any
 
 import optuna
 
-from autotune.records import TrialRecord, read_study, trial_record
+from autotune.records import TrialRecord, queued_params, read_study, trial_record
 from autotune.space.searchspace import SearchSpace
 from autotune.study.choices import same_as_baseline
 from autotune.study.semantics import MATH_KNOBS, baseline_math, record_changes, study_changes
@@ -54,10 +54,8 @@ def math_keeping_twin(study: optuna.Study, space: SearchSpace) -> Twin | None:
     sampled = {k: v for k, v in leader.params.items() if k in space.knobs}
     math = [k for k in MATH_KNOBS if k in sampled and sampled[k] != base[k]]
     waiting = (optuna.trial.TrialState.WAITING, optuna.trial.TrialState.RUNNING)
-    # an enqueued trial's values are its fixed params until it runs
     tried = [t.params for t in read_trials(study)] + [
-        {**t.system_attrs.get("fixed_params", {}), **t.params}
-        for t in study.get_trials(deepcopy=False, states=waiting)
+        queued_params(t) for t in study.get_trials(deepcopy=False, states=waiting)
     ]
     for size in range(1, len(math) + 1):
         for restored in combinations(math, size):

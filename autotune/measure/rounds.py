@@ -40,13 +40,26 @@ BASELINE_AGAIN = -2
 
 # The chance that any interval the rounds state misses the truth, over all the looks taken at them.
 ERROR_RATE = 0.05
+# The share of it spent on the first look: most answers are decided there, after the rounds asked
+# for; the later looks share the rest.
+FIRST_LOOK_SHARE = 0.5
 
 
-def look_level(looks: int | None) -> float:
-    """The confidence level of each look's intervals where the rounds may be looked at `looks`
-    times: together they hold the truth with probability 1 - `ERROR_RATE` however the looks end
-    the rounds (repeated confidence intervals, a Bonferroni bound over the looks). None: one look."""
-    return 1 - ERROR_RATE / max(1, looks or 1)
+def look_level(looks: int | None, look: int | None = None) -> float:
+    """The confidence level of the intervals of look `look` (1: the first) where the rounds may be
+    looked at `looks` times: together they hold the truth with probability 1 - `ERROR_RATE`
+    however the looks end the rounds (repeated confidence intervals, a Bonferroni bound over the
+    looks). The first look spends `FIRST_LOOK_SHARE` of the error rate, the later ones the rest in
+    equal parts; `look` None (a store that did not record it): every look an equal part. `looks`
+    None: one look."""
+    count = max(1, looks or 1)
+    if count == 1:
+        return 1 - ERROR_RATE
+    if look is None:
+        return 1 - ERROR_RATE / count
+    if look <= 1:
+        return 1 - ERROR_RATE * FIRST_LOOK_SHARE
+    return 1 - ERROR_RATE * (1 - FIRST_LOOK_SHARE) / (count - 1)
 
 
 # The position slope is fitted only where it widens the contestants' comparisons by at most this
@@ -183,10 +196,12 @@ def cells_of(
     ]
 
 
-def fit_rounds(cells: Iterable[Cell], robust: bool = True, looks: int | None = None) -> RoundsFit | None:
+def fit_rounds(
+    cells: Iterable[Cell], robust: bool = True, looks: int | None = None, look: int | None = None
+) -> RoundsFit | None:
     """The rounds' model fitted to `cells` (the A/A check and, with `robust`, disturbed cells left
-    out), its intervals at the level of `looks` looks (`look_level`); None without a degree of
-    freedom left for the noise."""
+    out), its intervals at the level of look `look` of `looks` (`look_level`); None without a
+    degree of freedom left for the noise."""
     cells = [c for c in cells if c.value > 0]
     fitted = _fit(cells, fold=True)
     if fitted is None:
@@ -202,7 +217,7 @@ def fit_rounds(cells: Iterable[Cell], robust: bool = True, looks: int | None = N
             fitted = refit
     aa = _aa_check(list(fitted.cells), fitted.slope is not None)
     return replace(
-        fitted, excluded=tuple(excluded), aa=aa, robust_sigma=robust_sigma, level=look_level(looks)
+        fitted, excluded=tuple(excluded), aa=aa, robust_sigma=robust_sigma, level=look_level(looks, look)
     )
 
 

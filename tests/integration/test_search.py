@@ -15,7 +15,7 @@ from transformers import TrainingArguments
 
 import autotune
 from autotune.driver.answer import rounds_fit
-from autotune.records import read_study
+from autotune.records import read_study, read_trial
 from autotune.study.store import measured_count
 from tests.helpers import FAST, FAST_RUN, FakeOOM, FixedStepTime, KnobProbe, write_space
 
@@ -328,6 +328,6 @@ def test_a_leader_that_changes_the_math_has_its_math_keeping_twin_tried(tmp_path
         0: {"activation_checkpointing": False, "optim": "adafactor"},
         1: {"activation_checkpointing": False, "optim": "adamw_torch_fused"},
     }
-    assert measured_count(result.study) == 2
+    assert measured_count(result.study) == 2 and read_trial(result.study.trials[1]).twin_of == 0
     # both are in the rounds: the math change is compared with its twin, not only with the defaults
     assert {0, 1} <= {f["number"] for f in result.study.user_attrs["finalists"]}

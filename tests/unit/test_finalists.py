@@ -176,10 +176,10 @@ def test_a_trial_of_the_baselines_configuration_is_not_a_finalist() -> None:
 
 
 def test_an_undecided_speedup_races_the_leader_and_the_baseline_until_decided() -> None:
-    # Trial 0 about 1.15x the baseline, spread 4-5% a round: undecided after the two rounds asked
+    # Trial 0 about 1.15x the baseline, spread 10% and more a round: undecided after the two rounds asked
     # for; the rounds go on for trial 0 and the baseline's pair alone (trial 1 is out, decided
     # slower), and stop once the speedup is decided (and its interval within CLAIM_HALF_WIDTH).
-    logs = [0.10, 0.19, 0.13, 0.16, 0.12, 0.15, 0.14, 0.13, 0.15, 0.14, 0.14, 0.14]
+    logs = [0.03, 0.26, 0.13, 0.16, 0.12, 0.15, 0.14, 0.13, 0.15, 0.14, 0.14, 0.14]
     baseline = _rates([0.0, -0.02, 0.01, 0.0, 0.01, -0.01, 0.0, 0.01, -0.01, 0.0, 0.0, 0.0])
     script = _Script({0: _rates(logs), 1: [60.0] * 12, BASELINE: baseline})
     study = _study({0: 115.0, 1: 60.0})
@@ -452,9 +452,11 @@ def test_the_looks_the_budget_allows_set_every_intervals_level() -> None:
     script = _Script({0: _rates([0.2, 0.22, 0.19]), BASELINE: [100.0, 101.0, 99.0]})
     study = _study({0: 120.0})
     remeasure_finalists(script, _plan(finalists=1, rounds=2), study, Reporter())
-    looks = study.user_attrs["rounds_looks"]
-    fit = rounds_fit({f.number: f for f in read_study(study).finalists}, looks)
-    assert fit is not None and fit.level == look_level(looks) == 1 - 0.05 / looks
+    looks, look = study.user_attrs["rounds_looks"], study.user_attrs["rounds_look"]
+    fit = rounds_fit({f.number: f for f in read_study(study).finalists}, looks, look)
+    # the first look spends half the error rate, the later ones the rest in equal parts
+    assert looks > 1 and fit is not None and fit.level == look_level(looks, look)
+    assert fit.level == (0.975 if look == 1 else 1 - 0.025 / (looks - 1))
     answer = _answer(study)
     assert answer.choice is not None and answer.choice.speedup is not None
     stated = answer.choice.speedup
@@ -497,6 +499,15 @@ def test_a_rounds_window_is_as_long_as_its_question_needs() -> None:
 def test_a_study_without_rounds_looks_reads_as_one_look() -> None:
     fit = fit_rounds([], looks=None)
     assert fit is None and look_level(None) == 0.95
+
+
+def test_the_looks_spend_the_error_rate_half_on_the_first_and_hold_it_together() -> None:
+    assert look_level(1, 1) == look_level(1) == 0.95  # one look: all of it
+    for looks in (2, 3, 5, 11):
+        levels = [look_level(looks, look) for look in range(1, looks + 1)]
+        assert levels[0] == pytest.approx(0.975)
+        assert sum(1 - level for level in levels) == pytest.approx(0.05)  # the Bonferroni bound
+        assert look_level(looks) == pytest.approx(1 - 0.05 / looks)  # a store without its look
 
 
 def test_a_rounds_prediction_pays_the_search_warm_up_excess_again() -> None:
