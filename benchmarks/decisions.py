@@ -462,12 +462,28 @@ def render(data: dict[str, Any]) -> str:
         "decisions",
         command="`, then `".join(data.get("commands") or [data["command"]]),
         summary=table(headers, rows),
+        not_run=_not_run(runs, data),
         check=_check(data.get("check")),
         searches=_searches(runs),
         heldout=_heldout(data.get("heldout"), runs),
         coverage=_coverage(data.get("coverage")),
         robust=_robust(runs),
         **data["machine"],
+    )
+
+
+def _not_run(runs: list[dict[str, Any]], data: dict[str, Any]) -> str:
+    """A line naming the parts this run has no figures of (their figures, not this machine's,
+    stay in the history of ``results/decisions.json``)."""
+    names = {"check": "the spaces' check", "slow": "the slow-step search", "heldout": "the held-out search"}
+    ran = {r["part"] for r in runs} | ({"check"} if data.get("check") else set())
+    missing = [names[p] for p in names if p not in ran]
+    if not missing:
+        return ""
+    parts = " ".join(f"--only {p}" for p in names if names[p] in missing)
+    return (
+        f"\nNot in this run: {' and '.join(missing)} (`python -m benchmarks.decisions --before "
+        f"{data.get('before')} {parts}` adds them); its cost figures are the A/A and power searches' only.\n"
     )
 
 

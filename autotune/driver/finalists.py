@@ -417,9 +417,10 @@ def predicted_cost(record: TrialRecord, settings: MeasureSettings) -> float:
 
 
 def _cost(number: int, rounds: Rounds, predicted: dict[int, float]) -> float:
-    """One measurement of `number`: the mean of what its rounds took, else its prediction."""
+    """One measurement of `number`: the most its rounds took (a round that costs more than the
+    mean would overrun the budget), else its prediction."""
     spent = rounds.costs.get(number)
-    return statistics.fmean(spent) if spent else predicted.get(number, PROCESS_START_S)
+    return max(spent) if spent else predicted.get(number, PROCESS_START_S)
 
 
 def fitting(

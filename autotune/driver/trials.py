@@ -129,12 +129,13 @@ def try_math_keeping_twin(
     """Where the fastest trial changes the training math and its twin that keeps it was not
     tried (`math_keeping_twin`), try that twin: one trial more, enqueued so that the next trial
     job asks for it. The answer weighs a math change against the best that keeps the math."""
+    # under a launcher every rank runs this: what is read from the study, and decided, is rank 0's
     twin = from_rank_zero(math_keeping_twin(study, plan.space) if is_rank_zero() else None)
     if twin is None:
         return
-    target = measured_count(study) + 1
+    target = from_rank_zero(measured_count(study) + 1 if is_rank_zero() else None)
     should_stop = stop_reason(plan, study, target)
-    if should_stop() is not None:
+    if from_rank_zero(should_stop() if is_rank_zero() else None) is not None:
         return  # every combination was tried (or the sampler proposes only skips)
     reporter.on_note(twin.note())
     if is_rank_zero():

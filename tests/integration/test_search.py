@@ -224,8 +224,11 @@ def test_the_baseline_is_remeasured_with_the_finalists(
     # two rounds asked for, and no round more is run (an answer that keeps the defaults, proven or
     # not, needs none). The finalists' budget is the test's, not a share of this machine's wall
     # time: on a loaded machine the processes' start-ups would leave 30% of a short search no
-    # room for round 2 (the budget's own rules: tests/unit/test_finalists.py).
+    # room for round 2 (the budget's own rules: tests/unit/test_finalists.py). One torch thread per
+    # trial process: beside another job, torch's threads would wait on descheduled ones at every
+    # step, and a step's own work would outgrow the time the test sets it.
     monkeypatch.setattr("autotune.driver.trials.finalists_budget_s", lambda spent_s: 600.0)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
     slow = [
         FixedStepTime(
             0.15,
