@@ -16,11 +16,11 @@ from typing import Any
 
 import optuna
 
-from autotune.records import TrialRecord, queued_params, read_study, trial_record
+from autotune.records import queued_params, read_study, trial_record
 from autotune.space.searchspace import SearchSpace
 from autotune.study.choices import same_as_baseline
 from autotune.study.semantics import MATH_KNOBS, baseline_math, record_changes, study_changes
-from autotune.study.store import ranked_trials, read_trials
+from autotune.study.store import best_trial, read_trials
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,8 @@ def math_keeping_twin(study: optuna.Study, space: SearchSpace) -> Twin | None:
     trial of the study has tried it (nor is it the baseline's). None: the fastest keeps the math,
     or no such configuration is left to try."""
     record = read_study(study)
-    leader = next(iter(ranked_trials(study)), None)
-    if leader is None or not record.baseline.params or not _measured(leader):
+    leader = best_trial(study)
+    if leader is None or not record.baseline.params:
         return None
     if not record_changes(record, leader):
         return None
@@ -73,9 +73,3 @@ def math_keeping_twin(study: optuna.Study, space: SearchSpace) -> Twin | None:
 
 def _tried(params: dict[str, Any], tried: list[dict[str, Any]]) -> bool:
     return any(all(other.get(k) == v for k, v in params.items()) for other in tried)
-
-
-def _measured(trial: TrialRecord) -> bool:
-    """Whether the ranking's first is a measured trial (it puts the unmeasured last)."""
-    measured = trial.state == "COMPLETE" and trial.tokens_per_s is not None
-    return measured and trial.is_feasible and not trial.reused
