@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from autotune.answer.model import Answer, Choice
 from autotune.config import MeasureSettings, RunConfig, parse_memory_cap
 from autotune.errors import AutotuneError, SpaceError, StoreError, UsageError, WorkloadError
 from autotune.progress import Reporter
-from autotune.records import Answer, Choice, StudyRecord, TrialRecord, read_study, read_trial
+from autotune.records import StudyRecord, TrialRecord, read_study, read_trial
 from autotune.space import SearchSpace, load_space
 
 if TYPE_CHECKING:  # imported lazily below; named here for type checkers and the API reference

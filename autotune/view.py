@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from autotune.answer.model import NO_TRIAL
 from autotune.progress import (
     PHASE_NAMES,
     STAGE_NAMES,
@@ -25,7 +26,6 @@ from autotune.progress import (
     format_value,
     short_name,
 )
-from autotune.records import NO_TRIAL
 from autotune.study import outcomes
 
 console = Console(width=None if sys.stdout.isatty() else 150)
@@ -306,7 +306,8 @@ def print_answer(out: Console, result: Any, *, time_line: bool = True, config_js
     beside it, its loss and predicted run, the search's time, its changes to the training math)
     and, with `config_json`, the config itself: what `autotune export --format json` writes. The
     end of a search and ``autotune show`` print the same answer."""
-    from autotune.study.export import answer_lines, export_config  # optuna: not for `--help`
+    from autotune.export.config import export_config
+    from autotune.export.words import answer_lines
 
     summary = estimate_summary(result.trials)
     if summary:

@@ -30,9 +30,10 @@ from typing import Any
 
 import yaml
 
+from autotune.answer.model import Answer
 from autotune.measure.stats import paired_speedup
 from autotune.progress import format_value, short_name
-from autotune.records import Answer, read_study
+from autotune.records import read_study
 from benchmarks.assemble import store
 from benchmarks.harness import Bench, machine
 from benchmarks.report import fill, section, summary, table

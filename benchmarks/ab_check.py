@@ -22,9 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from autotune.answer.model import Answer, Interval
 from autotune.measure.stats import Speedup, paired_speedup
 from autotune.progress import describe_params
-from autotune.records import Answer, Interval, read_study
+from autotune.records import read_study
 from benchmarks.aa_check import finalists_share, jsonable
 from benchmarks.assemble import store
 from benchmarks.fresh_contenders import rates_of, rotated_rounds

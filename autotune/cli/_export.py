@@ -36,10 +36,12 @@ def export_command(
 ) -> None:
     """Export a study's answer (or its answer under --memory-cap) as a ready-to-use config: the
     defaults when nothing beat them measurably, with the best measured named beside them."""
+    from autotune.answer.decide import study_answer
     from autotune.config import RunConfig
-    from autotune.driver.answer import study_answer
     from autotune.errors import UsageError
-    from autotune.study.export import FORMATS, export_config, notes, render, resolve_cap
+    from autotune.export.config import export_config, resolve_cap
+    from autotune.export.formats import notes
+    from autotune.export.render import FORMATS, render
     from autotune.study.store import load_existing_study
     from autotune.view import console
 

@@ -69,12 +69,12 @@ def show_command(
     """Show a study's trials, best first (knob values, tokens/s, samples/s, peak memory, state,
     reason), then its answer as the search gave it and where the search's time went. A trial left
     running by a process that is gone is listed as interrupted (owner gone)."""
+    from autotune.answer.choices import same_as_baseline
+    from autotune.answer.decide import study_answer
     from autotune.config import RunConfig
-    from autotune.driver.answer import study_answer
     from autotune.driver.result import SearchResult
     from autotune.errors import UsageError
     from autotune.records import read_study
-    from autotune.study.choices import same_as_baseline
     from autotune.study.store import best_trial, load_existing_study, orphaned_records, ranked_trials
     from autotune.view import console, print_answer, time_breakdown_table, trials_table
 

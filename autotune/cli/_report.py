@@ -21,10 +21,10 @@ def report_command(
     ] = False,
 ) -> None:
     """Write an HTML report of a study: history, throughput vs memory, importances, trial table."""
+    from autotune.answer.decide import study_answer
     from autotune.config import RunConfig
-    from autotune.driver.answer import study_answer
     from autotune.errors import UsageError
-    from autotune.study.report import write_report
+    from autotune.report import write_report
     from autotune.study.store import load_existing_study
     from autotune.view import console
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import optuna
 
+from autotune.answer.choices import same_as_baseline
 from autotune.config import MeasureSettings
 from autotune.measure.ranks import distributed, from_rank_zero, is_rank_zero
 from autotune.measure.rounds import RoundsFit, cells_of, fit_rounds, round_order
@@ -41,7 +42,6 @@ from autotune.records import (
     read_study,
     write_study,
 )
-from autotune.study.choices import same_as_baseline
 from autotune.study.objective import score
 from autotune.study.semantics import record_changes
 from autotune.study.store import ranked_trials
@@ -227,7 +227,7 @@ def remeasure_finalists(
 ) -> None:
     """Re-measure the best few trials and the baseline in rotated rounds (see the module
     docstring) and store the rounds with the study (``finalists``), from which the answer is
-    decided (`autotune.driver.answer`).
+    decided (`autotune.answer.decide`).
 
     Args:
         budget_s: the finalists' wall seconds at most (None: `MAX_ROUNDS` alone bounds them). The

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autotune.driver.answer import study_answer
+from autotune.answer.decide import study_answer
 from autotune.driver.result import SearchResult
 from autotune.driver.stopping import stop_reason
 from autotune.driver.study import header

@@ -7,8 +7,9 @@ from typing import Any
 
 import optuna
 
+from autotune.answer.model import Answer
 from autotune.config import RunConfig
-from autotune.records import Answer, TrialRecord, read_study
+from autotune.records import TrialRecord, read_study
 
 
 @dataclass
@@ -22,7 +23,7 @@ class SearchResult:
         best: the best measured trial (the one the finalists' re-measurement put first), or None
             if none completed. Not necessarily the answer: see `answer`.
         ran: how many trials this call measured (0 when the budget was already spent).
-        answer: what the study hands back (`autotune.driver.answer.decide`): the configuration to
+        answer: what the study hands back (`autotune.answer.decide.decide`): the configuration to
             use (the defaults when nothing beat them measurably), its verdict and figures, and the
             alternative beside it.
     """
@@ -63,7 +64,7 @@ class SearchResult:
     @property
     def baseline_like(self) -> list[int]:
         """The trials that ran the baseline's own configuration (the baseline, not contestants)."""
-        from autotune.study.choices import same_as_baseline
+        from autotune.answer.choices import same_as_baseline
 
         record = read_study(self.study)
         return [t.number for t in self.trials if same_as_baseline(record, t)]

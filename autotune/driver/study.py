@@ -8,7 +8,7 @@ from typing import Any
 
 import optuna
 
-from autotune.driver.answer import decide
+from autotune.answer.decide import decide
 from autotune.driver.result import SearchResult
 from autotune.errors import StoreError
 from autotune.measure.ranks import is_rank_zero
@@ -60,7 +60,7 @@ def open_study(
 
 
 def finish(study: optuna.Study, config: Any, done_before: int, reporter: Reporter) -> SearchResult:
-    """Decide the study's answer from its records (`autotune.driver.answer.decide`), store it
+    """Decide the study's answer from its records (`autotune.answer.decide.decide`), store it
     (rank zero of a launched group), and tell the reporter the result."""
     trials = read_trials(study)
     answer = decide(read_study(study), trials)

@@ -32,6 +32,7 @@ from typing import Any
 from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_callback import DefaultFlowCallback, PrinterCallback, ProgressCallback
 
+from autotune.answer.model import Answer
 from autotune.config import _RESERVED_ARGS
 from autotune.driver.result import SearchResult
 from autotune.driver.study import finish, open_study
@@ -44,7 +45,7 @@ from autotune.options import KEYWORDS, run_config, with_option_keywords
 from autotune.plan.build import plan_for
 from autotune.preflight import check_before_creating
 from autotune.progress import Reporter
-from autotune.records import Answer, read_study
+from autotune.records import read_study
 from autotune.scratch import temporary_folder
 from autotune.space.defaults import training_arguments
 from autotune.space.knobs import fp8_trial

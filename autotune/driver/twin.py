@@ -3,7 +3,7 @@
 A search's fastest trial may change the training math (another optimizer, precision or effective
 batch) and owe most of its speed to a knob that keeps it, such as checkpointing off. The answer
 hands a math change back only where it measurably beats the best configuration that keeps the
-math (`autotune.driver.answer`), so that configuration must have been measured. A sampler's few
+math (`autotune.answer.decide`), so that configuration must have been measured. A sampler's few
 trials may never have tried it: the search then tries the twin itself, one trial more, before
 the finalists' rounds. Pure but for reading the study.
 """
@@ -16,9 +16,9 @@ from typing import Any
 
 import optuna
 
+from autotune.answer.choices import same_as_baseline
 from autotune.records import queued_params, read_study, trial_record
 from autotune.space.searchspace import SearchSpace
-from autotune.study.choices import same_as_baseline
 from autotune.study.semantics import MATH_KNOBS, baseline_math, record_changes, study_changes
 from autotune.study.store import best_trial, read_trials
 

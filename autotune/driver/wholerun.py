@@ -10,8 +10,8 @@ checkpoint save. Each step's peak is measured as a trial's is, and judged agains
 (`judged`).
 
 - The defaults (the baseline's configuration) are checked once per study: defaults that fail are
-  no answer to fall back on, as defaults over the cap are not (`autotune.driver.answer`).
-- Then the answer as the records decide it now (`autotune.driver.answer.decide`): a trial not
+  no answer to fall back on, as defaults over the cap are not (`autotune.answer.decide`).
+- Then the answer as the records decide it now (`autotune.answer.decide.decide`): a trial not
   checked yet is checked; one that fails for memory (a step over the cap, out of memory, or its
   process killed) is infeasible from then on, reason ``whole_run_over_cap`` with the failed step
   (`autotune.study.outcomes.with_whole_run`), and the answer is decided again: the next finalist,
@@ -31,12 +31,12 @@ from typing import Any
 
 import optuna
 
-from autotune.driver.answer import decide
+from autotune.answer.decide import decide
+from autotune.export.words import whole_run_text
 from autotune.measure.ranks import distributed, from_rank_zero, is_rank_zero
 from autotune.plan.resolved import Plan
 from autotune.progress import Reporter, format_bytes
 from autotune.records import BASELINE, WHOLE_RUN_STEPS, WholeRun, add_whole_run, read_study
-from autotune.study.export import whole_run_text
 from autotune.study.outcomes import ERROR, KILLED, OOM
 from autotune.study.store import read_trials
 

@@ -17,9 +17,10 @@ import pytest
 from rich.console import Console
 
 import autotune
+from autotune.answer.decide import MATH_GAIN
+from autotune.answer.model import BEATS_DEFAULTS, KEEP_DEFAULTS, KEEPS_MATH
 from autotune.cli import main
-from autotune.driver.answer import MATH_GAIN
-from autotune.records import BEATS_DEFAULTS, KEEP_DEFAULTS, KEEPS_MATH, read_study
+from autotune.records import read_study
 from autotune.space.knobs import trial_kwargs
 from tests.helpers import FAST, FixedStepTime, write_space
 

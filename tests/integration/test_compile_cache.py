@@ -10,11 +10,12 @@ import optuna
 import pytest
 
 import autotune
+from autotune.answer.decide import study_answer
 from autotune.cli import main
-from autotune.driver.answer import study_answer
+from autotune.export.config import export_config
+from autotune.export.words import expected_lines
 from autotune.progress import describe_time_breakdown
 from autotune.records import read_study, read_trial
-from autotune.study.export import expected_lines, export_config
 from autotune.study.objective import compile_s, run_compile_s
 from tests.helpers import FAST_RUN, write_space
 

@@ -12,18 +12,12 @@ import pytest
 import yaml
 from transformers import HfArgumentParser, Trainer, TrainingArguments
 
-from autotune.driver.answer import study_answer
+from autotune.answer.decide import study_answer
 from autotune.errors import UsageError
-from autotune.study.export import (
-    export_config,
-    notes,
-    render,
-    to_accelerate,
-    to_flags,
-    to_json,
-    to_python,
-    to_yaml,
-)
+from autotune.export.config import export_config
+from autotune.export.formats import notes, to_flags, to_json, to_python, to_yaml
+from autotune.export.launchers import to_accelerate
+from autotune.export.render import render
 from autotune.study.store import summarize_trial
 from autotune.workloads.workload import resolve_workload
 from tests.unit.test_export import make_study, trial_spec

@@ -10,9 +10,10 @@ from pathlib import Path
 import optuna
 import pytest
 
+from autotune.answer.decide import study_answer
+from autotune.answer.model import KEEP_DEFAULTS
 from autotune.cli import main
-from autotune.driver.answer import study_answer
-from autotune.records import KEEP_DEFAULTS, SCHEMA_VERSION, read_study, read_trial
+from autotune.records import SCHEMA_VERSION, read_study, read_trial
 from autotune.study.store import measured_count
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "store_v0.db"

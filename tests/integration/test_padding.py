@@ -173,7 +173,9 @@ def test_graded_checkpointing_recomputes_every_nth_layer(searched: Any) -> None:
 
 
 def test_the_export_of_a_padding_free_trial_names_its_collator(searched: Any) -> None:
-    from autotune.study.export import export_config, notes, render
+    from autotune.export.config import export_config
+    from autotune.export.formats import notes
+    from autotune.export.render import render
 
     _, result = searched
     config = export_config(result.study, _trial(result, 1))

@@ -15,9 +15,10 @@ import torch
 from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
 
 import autotune
-from autotune.driver.answer import study_answer
+from autotune.answer.decide import study_answer
+from autotune.export.config import export_config
+from autotune.export.words import answer_lines
 from autotune.records import TrialRecord, read_study
-from autotune.study.export import answer_lines, export_config
 from autotune.study.owner import Owner
 from autotune.workloads.presets import PRESETS, preset_config
 from tests.helpers import FAST_RUN, write_space

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import autotune
-from autotune.study.export import export_config
+from autotune.export.config import export_config
 from tests.helpers import FAST, IN_PROCESS, DivergeLoss, SlowCompile, write_space
 
 pytestmark = pytest.mark.timeout(300)

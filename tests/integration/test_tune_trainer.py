@@ -18,9 +18,9 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 
 import autotune
-from autotune.driver.answer import study_answer
+from autotune.answer.decide import study_answer
+from autotune.export.config import export_config
 from autotune.plan.build import plan_from_study
-from autotune.study.export import export_config
 from autotune.study.owner import Owner, is_alive
 from tests.helpers import FAST_RUN, write_space
 from tests.local_models import sentences, write_model

@@ -8,11 +8,11 @@ from pathlib import Path
 import optuna
 import pytest
 
+from autotune.answer.decide import finalists_time
 from autotune.driver.accounting import PHASES, TimeAccount, breakdown, job_phases
-from autotune.driver.answer import finalists_time
+from autotune.export.words import finalists_time_text
 from autotune.progress import PHASE_NAMES, describe_time_breakdown
 from autotune.records import measured_record
-from autotune.study.export import finalists_time_text
 
 
 def test_compile_is_counted_out_of_the_warm_up() -> None:

@@ -18,8 +18,8 @@ from typing import Any
 import optuna
 import pytest
 
+from autotune.answer.decide import decide
 from autotune.config import MeasureSettings
-from autotune.driver.answer import decide
 from autotune.driver.finalists import BASELINE, remeasure_finalists
 from autotune.progress import Reporter
 from autotune.records import read_study

@@ -14,24 +14,16 @@ import typer
 import yaml
 
 from autotune import cli
+from autotune.answer.decide import study_answer
+from autotune.answer.model import BEATS_DEFAULTS, NO_TRIAL, NOT_REMEASURED
 from autotune.cli._export import export_command
-from autotune.driver.answer import study_answer
 from autotune.errors import UsageError
+from autotune.export.config import export_config, resolve_cap
+from autotune.export.formats import notes, to_flags, to_json, to_python, to_yaml
+from autotune.export.launchers import to_accelerate
+from autotune.export.render import FORMATS, render
 from autotune.measure.stats import t95
-from autotune.records import BEATS_DEFAULTS, NO_TRIAL, NOT_REMEASURED
 from autotune.space.knobs import ATTENTION, COMPILE_BACKENDS, OPTIMIZERS, PRECISIONS, trial_kwargs
-from autotune.study.export import (
-    FORMATS,
-    export_config,
-    notes,
-    render,
-    resolve_cap,
-    to_accelerate,
-    to_flags,
-    to_json,
-    to_python,
-    to_yaml,
-)
 from autotune.study.store import summarize_trial
 
 MiB = 2**20

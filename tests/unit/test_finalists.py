@@ -10,8 +10,9 @@ from typing import Any
 import optuna
 import pytest
 
+from autotune.answer.decide import decide, rounds_fit
+from autotune.answer.model import BEATS_DEFAULTS, KEEP_DEFAULTS
 from autotune.config import MeasureSettings
-from autotune.driver.answer import decide, rounds_fit
 from autotune.driver.finalists import (
     BASELINE,
     BASELINE_AGAIN,
@@ -30,7 +31,7 @@ from autotune.driver.finalists import (
 )
 from autotune.measure.rounds import fit_rounds, look_level, round_order
 from autotune.progress import Reporter
-from autotune.records import BEATS_DEFAULTS, KEEP_DEFAULTS, read_study, trial_record
+from autotune.records import read_study, trial_record
 from autotune.study.store import read_trials
 
 

@@ -18,6 +18,8 @@ import torch
 from transformers import BitsAndBytesConfig
 
 import autotune.space.availability as availability
+from autotune.export.launchers import accelerate_dict
+from autotune.export.words import launch_lines
 from autotune.space.availability import (
     OPTIONAL_PACKAGES,
     RUNS_ON,
@@ -28,7 +30,6 @@ from autotune.space.availability import (
     value_unavailable,
 )
 from autotune.space.knobs import QLORA_QUANTIZATION, data_choices, fp8_trial, trial_kwargs
-from autotune.study.export import accelerate_dict, launch_lines
 from autotune.study.semantics import semantic_changes
 from autotune.trial import apply
 from autotune.workloads.workload import load_kwargs, resolve_workload, unquantized

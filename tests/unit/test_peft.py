@@ -205,7 +205,7 @@ def test_the_defaults_read_reentrant_from_the_checkpointing_kwargs():
 
 
 def test_the_parameters_line_writes_counts_as_people_do_and_only_under_an_adapter() -> None:
-    from autotune.study.export import parameters_text
+    from autotune.export.config import parameters_text
 
     line = parameters_text({"trainable": 3_584, "total": 358_208})
     assert line is not None and line.startswith("parameters: 3,584 trainable of 358k (1.0%, a peft adapter)")

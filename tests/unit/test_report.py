@@ -17,12 +17,13 @@ import typer
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
+from autotune.answer.decide import study_answer
 from autotune.cli._report import report_command
-from autotune.driver.answer import study_answer
 from autotune.errors import UsageError
+from autotune.export.config import export_config
+from autotune.export.words import answer_lines
 from autotune.records import FinalistRecord, write_study
-from autotune.study.export import answer_lines, export_config
-from autotune.study.report import build_report, collect, write_report
+from autotune.report import build_report, collect, write_report
 
 MIB = 2**20
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 
 from autotune import records
+from autotune.answer import model
+from autotune.answer.decide import decide
 from autotune.config import RunConfig
-from autotune.driver.answer import decide
 from autotune.driver.wholerun import judged
 from autotune.errors import UsageError
+from autotune.export.words import whole_run_text
 from autotune.records import WholeRun, study_attrs
-from autotune.study.export import whole_run_text
 from autotune.study.outcomes import WHOLE_RUN_OVER_CAP, with_whole_run
 from autotune.trial.wholerun import check_args, largest_peaks, longest_indices
 from tests.unit.test_answer import BASELINE_PARAMS, params, rounds, study, trial
@@ -99,13 +100,13 @@ def test_the_answer_falls_to_the_next_finalist_and_states_its_whole_run() -> Non
     read = [with_whole_run(t, checked.whole_run_of(t.number)) for t in trials]
     answer = decide(checked, read)
     assert answer.choice is not None and answer.choice.trial == 1
-    assert answer.rule == records.BEATS_DEFAULTS
+    assert answer.rule == model.BEATS_DEFAULTS
     assert answer.whole_run is not None and answer.whole_run.peak_bytes == 700 * MiB
     assert answer.whole_run.headroom_bytes == 324 * MiB
     assert answer.whole_run_note is not None and "trial 0 failed its whole-run check" in answer.whole_run_note
     assert "its eval step peaked at 1.07 GiB" in answer.whole_run_note
     # stored and read back with the answer
-    assert records.Answer.from_dict(answer.to_dict()) == answer
+    assert model.Answer.from_dict(answer.to_dict()) == answer
     # a re-selection under a cap that holds trial 0's whole run hands it back again
     recapped = decide(checked, read, 1200 * MiB)
     assert recapped.choice is not None and recapped.choice.trial == 0

@@ -29,11 +29,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from autotune.measure.rounds import RoundsFit, cells_of, fit_rounds, level
-from autotune.measure.stats import MATH_GAIN, MIN_GAIN, Speedup
-from autotune.records import (
+from autotune.answer.choices import fits, measured_in_full, one_window, same_as_baseline, search_choice
+from autotune.answer.model import (
     AA,
-    BASELINE,
     BEATS_DEFAULTS,
     DEFAULTS_OVER_CAP,
     KEEP_DEFAULTS,
@@ -42,15 +40,12 @@ from autotune.records import (
     NOT_REMEASURED,
     Answer,
     Choice,
-    FinalistRecord,
     Interval,
-    StudyRecord,
-    TrialRecord,
-    WholeRun,
-    read_study,
 )
+from autotune.measure.rounds import RoundsFit, cells_of, fit_rounds, level
+from autotune.measure.stats import MATH_GAIN, MIN_GAIN, Speedup
+from autotune.records import BASELINE, FinalistRecord, StudyRecord, TrialRecord, WholeRun, read_study
 from autotune.space.knobs import trial_kwargs
-from autotune.study.choices import fits, measured_in_full, one_window, same_as_baseline, search_choice
 from autotune.study.objective import score
 from autotune.study.semantics import record_changes
 
@@ -511,5 +506,5 @@ def study_answer(study: optuna.Study, cap_bytes: int | None = None) -> Answer:
 
     record = read_study(study)
     if cap_bytes is None and record.answer is not None:
-        return record.answer
+        return Answer.from_dict(record.answer)
     return decide(record, read_trials(study), cap_bytes)

@@ -11,8 +11,8 @@ Modules: `data` (what the report shows, read from the study), `figures` (the plo
 
 from __future__ import annotations
 
-from autotune.study.report.data import FIGURES, ReportData, collect, memory_cap_bytes, pareto_front
-from autotune.study.report.page import build_report, write_report
+from autotune.report.data import FIGURES, ReportData, collect, memory_cap_bytes, pareto_front
+from autotune.report.page import build_report, write_report
 
 __all__ = [
     "FIGURES",

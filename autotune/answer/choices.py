@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 
-from autotune.records import Choice, Interval, StudyRecord, TrialRecord
+from autotune.answer.model import Choice, Interval
+from autotune.records import StudyRecord, TrialRecord
 from autotune.space.knobs import trial_kwargs
 from autotune.study.objective import score
 from autotune.study.outcomes import OVER_MEMORY_CAP

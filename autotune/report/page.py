@@ -13,6 +13,9 @@ from typing import Any
 
 import optuna
 
+from autotune.answer.model import Answer
+from autotune.export.config import export_config
+from autotune.export.words import answer_lines
 from autotune.progress import (
     TrialSummary,
     describe_params,
@@ -22,11 +25,10 @@ from autotune.progress import (
     format_value,
     short_name,
 )
-from autotune.records import Answer, FinalistRecord, read_study
-from autotune.study.export import answer_lines, export_config
-from autotune.study.report.data import FIGURES, ReportData, collect, is_duplicate, is_feasible
-from autotune.study.report.figures import plotly_figures
-from autotune.study.report.pngs import write_pngs
+from autotune.records import FinalistRecord, read_study
+from autotune.report.data import FIGURES, ReportData, collect, is_duplicate, is_feasible
+from autotune.report.figures import plotly_figures
+from autotune.report.pngs import write_pngs
 from autotune.study.store import best_trial, measured_count
 
 
@@ -112,7 +114,7 @@ def _notes(data: ReportData) -> dict[str, str]:
 
 def _header(study: optuna.Study, data: ReportData, answer: Answer | None) -> str:
     record = read_study(study)
-    answer = answer or record.answer
+    answer = answer or (Answer.from_dict(record.answer) if record.answer else None)
     workload = record.workload or {}
     model = workload.get("model", "unknown")
     model_text = model

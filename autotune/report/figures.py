@@ -9,7 +9,7 @@ import html
 from typing import Any
 
 from autotune.progress import format_bytes, format_rate, short_name
-from autotune.study.report.data import FIGURES, Point, ReportData, available
+from autotune.report.data import FIGURES, Point, ReportData, available
 
 MIB = 2**20
 FEASIBLE_COLOUR = "#1f77b4"

@@ -8,8 +8,8 @@ from typing import Any
 
 from autotune.errors import UsageError
 from autotune.progress import short_name
-from autotune.study.report.data import ReportData, available
-from autotune.study.report.figures import (
+from autotune.report.data import ReportData, available
+from autotune.report.figures import (
     AXES,
     CAP_COLOUR,
     FEASIBLE_COLOUR,

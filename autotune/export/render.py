@@ -1,0 +1,33 @@
+"""Which renderer writes which export format (`render`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from autotune.errors import UsageError
+from autotune.export.formats import to_flags, to_json, to_python, to_yaml
+from autotune.export.launchers import to_accelerate, to_deepspeed
+
+FORMATS = ("json", "yaml", "flags", "accelerate", "python", "deepspeed")
+
+RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "json": to_json,
+    "yaml": to_yaml,
+    "flags": to_flags,
+    "accelerate": to_accelerate,
+    "python": to_python,
+    "deepspeed": to_deepspeed,
+}
+
+
+def render(config: dict[str, Any], fmt: str) -> str:
+    """`config` in format `fmt` (one of `FORMATS`).
+
+    Raises:
+        UsageError: an unknown format, or one the trial has nothing for (`to_deepspeed`).
+    """
+    renderer = RENDERERS.get(fmt)
+    if renderer is None:
+        raise UsageError(f"unknown export format {fmt!r}", f"use one of {', '.join(FORMATS)}")
+    return renderer(config)
