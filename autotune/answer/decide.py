@@ -27,11 +27,11 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from autotune.answer.choices import fits, measured_in_full, one_window, same_as_baseline, search_choice
+from autotune.answer.instrument import aa_of, finalists_time, rounds_fit
 from autotune.answer.model import (
-    AA,
     BEATS_DEFAULTS,
     DEFAULTS_OVER_CAP,
     KEEP_DEFAULTS,
@@ -42,7 +42,8 @@ from autotune.answer.model import (
     Choice,
     Interval,
 )
-from autotune.measure.rounds import RoundsFit, cells_of, fit_rounds, level
+from autotune.answer.verdict import unpaid_math_change, verdict_line
+from autotune.measure.rounds import RoundsFit, level
 from autotune.measure.stats import MATH_GAIN, MIN_GAIN, Speedup
 from autotune.records import BASELINE, FinalistRecord, StudyRecord, TrialRecord, WholeRun, read_study
 from autotune.space.knobs import trial_kwargs
@@ -182,9 +183,9 @@ def _from_rounds(
     named = choice(alternative) if alternative is not None and alternative is not pick else None
     if named is not None and alternative is not None:
         gain = paired(alternative, pick if pick is not None else baseline)
-    verdict = _verdict(rule, chosen, named, _interval(gain), baseline is not None)
+    verdict = verdict_line(rule, chosen, named, _interval(gain), baseline is not None)
     if rule == KEEP_DEFAULTS and unpaid is not None and named is not None:
-        verdict = _unpaid_math_change(named, *unpaid)
+        verdict = unpaid_math_change(named, *unpaid)
     return replace(
         common,
         rule=rule,
@@ -248,7 +249,7 @@ def _from_search(
     elif chosen.is_defaults and (rule != KEEPS_MATH or not base or rate(leader) / base <= 1 + MIN_GAIN):
         rule = KEEP_DEFAULTS  # the leader did not even beat the defaults
     named = search_choice(study, alternative) if alternative is not None and alternative is not pick else None
-    text = _verdict(rule, chosen, named, None, False)
+    text = verdict_line(rule, chosen, named, None, False)
     if rule != NOT_REMEASURED:
         text += " (search windows only: not re-measured)"
     return replace(common, rule=rule, verdict=text, choice=chosen, alternative=named)
@@ -368,134 +369,11 @@ def _with_whole_run(study: StudyRecord, answer: Answer, cap_bytes: int | None) -
     return replace(answer, whole_run=check, whole_run_note="; ".join(notes) or None)
 
 
-# -- the instrument and the rounds' cost ------------------------------------------------------------
-
-
-def rounds_fit(
-    finalists: dict[int, FinalistRecord], looks: int | None, look: int | None = None
-) -> RoundsFit | None:
-    """The model of the finalists' rounds (`fit_rounds`) from their stored records, its intervals
-    those of the look `look` the rounds ended at, of the `looks` they could take
-    (`StudyRecord.rounds_looks`, `rounds_look`)."""
-    scores = {n: f.scores_by_round() for n, f in finalists.items()}
-    positions = {n: f.positions_by_round() for n, f in finalists.items()}
-    return fit_rounds(cells_of(scores, positions), looks=looks, look=look) if scores else None
-
-
-def aa_of(fit: RoundsFit | None) -> AA | None:
-    """The A/A figure the answer states: the model's check of itself (None: no rounds measured the
-    baseline twice)."""
-    if fit is None or fit.aa is None:
-        return None
-    check = fit.aa
-    return AA(
-        offset=math.log(check.ratio),
-        spread=check.se if math.isfinite(check.se) else 0.0,
-        rounds=check.rounds,
-        largest=check.largest,
-        pooled=fit.sigma,
-        pooled_df=fit.df,
-        low=check.low if math.isfinite(check.high) else None,
-        high=check.high if math.isfinite(check.high) else None,
-        scale=check.scale,
-        slope=fit.slope,
-        excluded=len(fit.excluded),
-    )
-
-
-def finalists_time(breakdown: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The finalists' part of a search's time breakdown (`autotune.driver.accounting`): their
-    wall seconds and share of the search, and their measurements' set-up, warm-up and window
-    seconds; None where the search ran no finalists."""
-    if not breakdown:
-        return None
-    stages = breakdown.get("stages") or {}
-    seconds = float(stages.get("finalists_s") or 0.0)
-    if seconds <= 0:
-        return None
-    wall = float(breakdown.get("wall_s") or 0.0)
-    jobs = (breakdown.get("by_stage") or {}).get("finalists") or {}
-    return {
-        "seconds": seconds,
-        "share": seconds / wall if wall > 0 else None,
-        "wall_s": wall,
-        **{k: jobs[k] for k in ("measurements", "setup_s", "compile_s", "warmup_s", "window_s") if k in jobs},
-    }
-
-
 # -- the baseline ------------------------------------------------------------------------------
 
 
 def _baseline_rate(study: StudyRecord, tokens: float | None) -> float | None:
     return score(study.baseline.as_trial(), tokens) if study.baseline.measured else None
-
-
-# -- in words --------------------------------------------------------------------------------------
-
-
-def _verdict(rule: str, chosen: Choice, named: Choice | None, gain: Interval | None, paired: bool) -> str:
-    speed = chosen.speedup.describe() if chosen.speedup and not chosen.is_defaults else None
-    if rule == KEEP_DEFAULTS:
-        best = f" (the best measured, {named.label}, {_gain(named, gain)})" if named else ""
-        return f"nothing beat the defaults measurably{best}: keep them"
-    if rule == KEEPS_MATH and named is not None and chosen.is_defaults:
-        return (
-            f"keep the defaults: {named.label} is faster ({_gain(named, gain)}) but changes the training "
-            f"math, which takes a measured gain over {1 + MATH_GAIN:.2f}x: named as the alternative"
-        )
-    if rule == KEEPS_MATH and named is not None:
-        text = f"{chosen.label} keeps the training math"
-        if speed:
-            text += f" and beats the defaults: {speed}"
-        return (
-            f"{text}; {named.label} is faster still ({_gain(named, gain, 'than ' + chosen.label)}) "
-            f"but changes the training math, which takes a measured gain over {1 + MATH_GAIN:.2f}x: "
-            "named as the alternative"
-        )
-    if rule == NOT_REMEASURED:
-        return f"{chosen.label}, the search window's best (not re-measured: its figures are one window's)"
-    if rule == DEFAULTS_OVER_CAP:
-        against = f" ({speed} the defaults' speed)" if speed else ""
-        return (
-            f"the defaults do not fit under the memory cap: {chosen.label} is the fastest that does{against}"
-        )
-    if chosen.is_defaults:
-        return "keep the defaults"
-    if speed and paired:
-        text = f"{chosen.label} beats the defaults: {speed}"
-        if named is not None and gain is not None and gain.value > 0:
-            lead = Interval(
-                1 / gain.value,
-                1 / gain.high if gain.high else None,
-                1 / gain.low if gain.low else None,
-                gain.rounds,
-            )
-            text += (
-                f"; it changes the training math, and beats {named.label}, which keeps it, by "
-                f"{lead.describe()}: more than the {1 + MATH_GAIN:.2f}x a math change must gain"
-            )
-        return text
-    return f"{chosen.label}, re-measured (the baseline was not re-measured beside it)"
-
-
-def _unpaid_math_change(named: Choice, keeper: Choice, lead: Interval | None) -> str:
-    """Keep the defaults: the best that keeps the math did not beat them measurably, and the faster
-    `named` changes the math without beating that one by `MATH_GAIN` (`lead`)."""
-    by = f" by {lead.describe()}" if lead is not None else ""
-    return (
-        f"nothing that keeps the training math beat the defaults measurably (the best, {keeper.label}, "
-        f"{_gain(keeper, None)}): keep them; {named.label} is faster ({_gain(named, None)}) but "
-        f"changes the training math, and beats {keeper.label}, which keeps it,{by}: not measurably "
-        f"the {1 + MATH_GAIN:.2f}x a math change must gain: named as the alternative"
-    )
-
-
-def _gain(named: Choice, gain: Interval | None, over: str = "over the defaults") -> str:
-    if gain is not None:
-        return f"{gain.describe()} {over}"
-    if named.speedup is not None:
-        return f"{named.speedup.describe()} over the defaults"
-    return "not compared"
 
 
 def study_answer(study: optuna.Study, cap_bytes: int | None = None) -> Answer:

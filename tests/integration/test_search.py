@@ -14,7 +14,7 @@ import torch
 from transformers import TrainingArguments
 
 import autotune
-from autotune.answer.decide import rounds_fit
+from autotune.answer.instrument import rounds_fit
 from autotune.records import read_study, read_trial
 from autotune.study.store import measured_count
 from tests.helpers import FAST, FAST_RUN, FakeOOM, FixedStepTime, KnobProbe, write_space

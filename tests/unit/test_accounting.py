@@ -8,7 +8,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.answer.decide import finalists_time
+from autotune.answer.instrument import finalists_time
 from autotune.driver.accounting import PHASES, TimeAccount, breakdown, job_phases
 from autotune.export.words import finalists_time_text
 from autotune.progress import PHASE_NAMES, describe_time_breakdown

@@ -10,7 +10,8 @@ from typing import Any
 import optuna
 import pytest
 
-from autotune.answer.decide import decide, rounds_fit
+from autotune.answer.decide import decide
+from autotune.answer.instrument import rounds_fit
 from autotune.answer.model import BEATS_DEFAULTS, KEEP_DEFAULTS
 from autotune.config import MeasureSettings
 from autotune.driver.finalists import (
