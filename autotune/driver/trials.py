@@ -12,7 +12,8 @@ import optuna
 from transformers import TrainerCallback
 
 from autotune.driver.accounting import TimeAccount
-from autotune.driver.finalists import finalists_budget_s, measure_baseline, remeasure_finalists
+from autotune.driver.finalists import measure_baseline, remeasure_finalists
+from autotune.driver.sequential import finalists_budget_s
 from autotune.driver.stopping import stop_reason
 from autotune.driver.supervisor import MeasureFailed, Supervisor
 from autotune.driver.twin import math_keeping_twin

@@ -14,9 +14,8 @@ from autotune.answer.decide import decide
 from autotune.answer.instrument import rounds_fit
 from autotune.answer.model import BEATS_DEFAULTS, KEEP_DEFAULTS
 from autotune.config import MeasureSettings
-from autotune.driver.finalists import (
-    BASELINE,
-    BASELINE_AGAIN,
+from autotune.driver.finalists import BASELINE, BASELINE_AGAIN, remeasure_finalists
+from autotune.driver.sequential import (
     CLAIM_HALF_WIDTH,
     FINALISTS_SHARE,
     FIRST_ROUND_CI,
@@ -27,7 +26,6 @@ from autotune.driver.finalists import (
     finalists_budget_s,
     planned_rounds,
     predicted_cost,
-    remeasure_finalists,
     round_window,
 )
 from autotune.measure.rounds import fit_rounds, look_level, round_order
