@@ -33,7 +33,8 @@ from autotune.study.outcomes import (
     with_whole_run,
 )
 from autotune.study.owner import OWNER_ATTR, Owner, is_dead_here
-from autotune.study.retry import RetryingRDBStorage, retry_transient, store_retry_s
+from autotune.study.rdb import RetryingRDBStorage
+from autotune.study.retry import retry_transient, store_retry_s
 from autotune.urls import display_url, engine_url, password_of, sqlite_file, without_password
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)

@@ -35,7 +35,7 @@ from autotune.progress import Reporter
 from autotune.records import read_trial, trial_facts
 from autotune.scratch import temporary_folder
 from autotune.study.outcomes import DISK_FULL, DUPLICATE_RUNNING
-from autotune.study.retry import RetryingRDBStorage
+from autotune.study.rdb import RetryingRDBStorage
 from autotune.study.sampler import search_sampler
 from autotune.study.store import distinct_params, measured_count, running_trials, was_trained
 from autotune.trial.compile_cache import shared_compile_cache, study_compile_cache

@@ -54,7 +54,7 @@ from autotune.space.knobs import Value, data_choices, fp8_trial, trial_kwargs
 from autotune.study.objective import run_tokens, score
 from autotune.study.outcomes import DISK_FULL, TrialOutcome, fail_running_trial, record_outcome
 from autotune.study.owner import this_process
-from autotune.study.retry import RetryingRDBStorage
+from autotune.study.rdb import RetryingRDBStorage
 from autotune.study.semantics import loss_compared, study_changes
 from autotune.trial import apply, memory, wholerun
 from autotune.trial.compile_cache import CompileMeter, study_compile_cache

@@ -14,7 +14,7 @@ from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from autotune.study import bulk
-from autotune.study.retry import RetryingRDBStorage
+from autotune.study.rdb import RetryingRDBStorage
 
 
 def _study(url: str) -> optuna.Study:

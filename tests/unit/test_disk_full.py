@@ -21,6 +21,7 @@ from autotune.errors import StoreError, StoreFull
 from autotune.progress import Reporter
 from autotune.study import retry
 from autotune.study.outcomes import DISK_FULL, STORE_LOST
+from autotune.study.rdb import RetryingRDBStorage
 from autotune.study.retry import end_retries_within, is_transient, restore_retries, retry_transient
 from autotune.study.store import open_storage
 from autotune.trial.feasibility import PastTrial, find_duplicate
@@ -138,7 +139,7 @@ def test_a_heartbeat_that_finds_the_store_full_is_kept_for_the_trial(
     storage = open_storage(url)
     study = optuna.create_study(storage=storage, study_name="h")
     trial = study.ask()
-    backend = retry.RetryingRDBStorage.of(storage)
+    backend = RetryingRDBStorage.of(storage)
     assert backend is not None
     backend.raise_if_full()  # nothing yet
     monkeypatch.setattr(RDBStorage, "record_heartbeat", _full_heartbeat)

@@ -21,7 +21,8 @@ from optuna.trial import TrialState
 
 from autotune.errors import StoreError
 from autotune.study import retry
-from autotune.study.retry import RetryingRDBStorage, is_transient, retry_transient
+from autotune.study.rdb import RetryingRDBStorage
+from autotune.study.retry import is_transient, retry_transient
 from autotune.study.store import _engine_kwargs, open_storage
 from autotune.urls import engine_url
 from tests.helpers import FakeClock, terminate_connections
