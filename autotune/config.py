@@ -758,7 +758,7 @@ def stored_paths(config: RunConfig) -> dict[str, str | None]:
         if config.model not in PRESETS:
             paths["model"] = _absolute(config.model)
     if _absolute(config.space) != config.space:
-        from autotune.space.searchspace import builtin_spaces
+        from autotune.space.loading import builtin_spaces
 
         if config.space not in builtin_spaces():
             paths["space"] = _absolute(config.space)

@@ -9,7 +9,8 @@ import pytest
 
 from autotune.errors import SpaceError
 from autotune.measure.estimate import fitting_rungs
-from autotune.space.searchspace import LADDER_RUNGS, SearchSpace, parse_space
+from autotune.space.loading import parse_space
+from autotune.space.searchspace import LADDER_RUNGS, SearchSpace
 
 
 def _space(batches: list[object]) -> SearchSpace:
