@@ -11,9 +11,9 @@ from typing import Any, cast
 import optuna
 
 from autotune.config import RunConfig
-from autotune.measure.callback import ScreenReference
 from autotune.measure.flops import matmul_precision, mfu
 from autotune.measure.ranks import is_rank_zero
+from autotune.measure.screen import ScreenReference
 from autotune.plan.resolved import Plan, trial_world_size
 from autotune.records import TrialRecord, read_study, read_trial
 from autotune.space.defaults import tf32_matmuls
@@ -78,7 +78,7 @@ def with_mfu(
 
 def screen_reference(study: optuna.Study | None, config: RunConfig) -> ScreenReference | None:
     """The study's best so far (its completed trials and its baseline), which a search trial is
-    screened against (`autotune.measure.callback.ScreenReference`): the best tokens/s, and with
+    screened against (`autotune.measure.screen.ScreenReference`): the best tokens/s, and with
     the user's run length (`run_tokens`) the shortest predicted run of it (`predicted_run_s`), each
     with the machine probe its trial recorded around its window. None where nothing is measured yet, for
     trials outside an optuna study, or with screening off (`MeasureSettings.screen_ratio` 0: the

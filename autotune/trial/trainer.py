@@ -29,13 +29,14 @@ from transformers.trainer_callback import PrinterCallback
 from transformers.trainer_utils import HPSearchBackend, default_compute_objective
 
 from autotune.disk import disk_full_line
-from autotune.measure.callback import ScreenedOut, ThroughputCallback
+from autotune.measure.callback import ThroughputCallback
 from autotune.measure.deadline import step_deadlines
 from autotune.measure.estimate import MemoryEstimate
 from autotune.measure.estimator import MemoryEstimator
 from autotune.measure.flops import flops_per_token, model_shape
 from autotune.measure.memory import release_device_memory
 from autotune.measure.ranks import distributed, from_rank_zero, gather, is_rank_zero
+from autotune.measure.screen import ScreenedOut
 from autotune.plan.resolved import Plan, trial_world_size
 from autotune.progress import Reporter
 from autotune.records import (

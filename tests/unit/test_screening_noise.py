@@ -18,8 +18,9 @@ import pytest
 
 from autotune.config import MeasureSettings, RunConfig
 from autotune.measure import callback as callback_module
-from autotune.measure.callback import REPROBE_S, ScreenedOut, ScreenReference, ThroughputCallback
+from autotune.measure.callback import REPROBE_S, ThroughputCallback
 from autotune.measure.drift import MAX_SLOWDOWN
+from autotune.measure.screen import ScreenedOut, ScreenReference
 from autotune.progress import Reporter
 from autotune.records import Baseline, trial_attrs, trial_record, write_study
 from autotune.trial.measured import screen_reference
