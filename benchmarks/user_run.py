@@ -28,7 +28,7 @@ def main() -> None:
     import torch
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
-    from autotune.space.knobs import trial_kwargs
+    from autotune.space.mapping import trial_kwargs
     from autotune.workloads.workload import resolve_workload
 
     workload = resolve_workload(spec["model"], spec.get("seq_len"))

@@ -10,7 +10,7 @@ import math
 
 from autotune.answer.model import Choice, Interval
 from autotune.records import StudyRecord, TrialRecord
-from autotune.space.knobs import trial_kwargs
+from autotune.space.mapping import trial_kwargs
 from autotune.study.objective import score
 from autotune.study.outcomes import OVER_MEMORY_CAP
 from autotune.study.semantics import record_changes

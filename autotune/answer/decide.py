@@ -46,7 +46,7 @@ from autotune.answer.verdict import unpaid_math_change, verdict_line
 from autotune.measure.rounds import RoundsFit, level
 from autotune.measure.stats import MATH_GAIN, MIN_GAIN, Speedup
 from autotune.records import BASELINE, FinalistRecord, StudyRecord, TrialRecord, WholeRun, read_study
-from autotune.space.knobs import trial_kwargs
+from autotune.space.mapping import trial_kwargs
 from autotune.study.objective import score
 from autotune.study.semantics import record_changes
 

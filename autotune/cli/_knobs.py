@@ -117,7 +117,7 @@ _LANDS = {"args": "`TrainingArguments`", "model": "model-load kwargs", "data": "
 
 def _landing(knob: Knob) -> str:
     """Where a knob's values land, read from the mapping trials use: the fields its values set."""
-    from autotune.space.knobs import trial_kwargs
+    from autotune.space.mapping import trial_kwargs
 
     if knob.target == "data":
         return _LANDS["data"]

@@ -21,7 +21,7 @@ from autotune.errors import UsageError
 from autotune.progress import format_bytes
 from autotune.records import TrialRecord, read_study
 from autotune.space.defaults import training_args_defaults
-from autotune.space.knobs import fp8_trial
+from autotune.space.mapping import fp8_trial
 from autotune.study.objective import defaults_run_facts
 from autotune.study.semantics import study_changes
 from autotune.study.store import read_trials, trial_run_facts

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.errors import UsageError
-from autotune.space.knobs import CATALOGUE, DDP_KNOBS, Value, precision_of
+from autotune.space.knobs import CATALOGUE, DDP_KNOBS, Value
+from autotune.space.mapping import precision_of
 
 if TYPE_CHECKING:
     from transformers import TrainingArguments
@@ -126,7 +127,7 @@ def base_knobs(base_args: Mapping[str, Any] | None = None) -> dict[str, Value]:
 
 def knobs_of(args: Mapping[str, Any]) -> dict[str, Value]:
     """The knob values that `TrainingArguments` field values amount to: the inverse of
-    `autotune.space.knobs.trial_kwargs` for the knobs that land in `TrainingArguments`."""
+    `autotune.space.mapping.trial_kwargs` for the knobs that land in `TrainingArguments`."""
     backend = args.get("torch_compile_backend")
     compile_backend = str(backend or "inductor") if args.get("torch_compile") or backend else "off"
     values: dict[str, Value] = {

@@ -12,8 +12,9 @@ from typing import Any
 import yaml
 
 from autotune.errors import SpaceError
-from autotune.space.knobs import CATALOGUE, Value, trial_kwargs
-from autotune.space.knobs import precision_of as precision_of  # importable from here, as before
+from autotune.space.knobs import CATALOGUE, Value
+from autotune.space.mapping import precision_of as precision_of
+from autotune.space.mapping import trial_kwargs
 from autotune.space.searchspace import BATCH, LADDER, SearchSpace, SizeRule, possible_values, sampling_order
 
 _TOP_LEVEL_KEYS = ("description", "knobs")

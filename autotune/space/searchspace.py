@@ -29,7 +29,7 @@ from typing import Any
 from autotune.errors import SpaceError, UsageError
 from autotune.space.defaults import base_knobs
 from autotune.space.knobs import CATALOGUE, Value, optimizer_family
-from autotune.space.knobs import precision_of as precision_of  # importable from here, as before
+from autotune.space.mapping import precision_of as precision_of
 
 BATCH = "per_device_train_batch_size"
 LADDER = "fits"  # the last value of a batch list: go on while larger batches fit

@@ -21,7 +21,8 @@ from accelerate.state import AcceleratorState
 
 from autotune.measure.ranks import distributed
 from autotune.space.defaults import training_arguments
-from autotune.space.knobs import Value, trial_kwargs
+from autotune.space.knobs import Value
+from autotune.space.mapping import trial_kwargs
 from autotune.workloads.workload import Workload
 
 
@@ -85,7 +86,7 @@ def padded_to_multiple(collator: Any, multiple: int) -> Any:
 
 
 def with_fp8(accelerator_args: dict[str, Any]) -> dict[str, Any]:
-    """The `Accelerator` kwargs of an fp8 trial (`autotune.space.knobs.fp8_trial`): accelerate's
+    """The `Accelerator` kwargs of an fp8 trial (`autotune.space.mapping.fp8_trial`): accelerate's
     ``mixed_precision="fp8"`` with torchao's float8 recipe (its Linear layers whose dimensions are
     multiples of 16 become ``Float8Linear``; the rest runs in bf16 autocast)."""
     from accelerate.utils import AORecipeKwargs

@@ -51,7 +51,8 @@ from autotune.records import (
 )
 from autotune.space import SearchSpace, precision_of
 from autotune.space.defaults import training_arguments
-from autotune.space.knobs import Value, data_choices, fp8_trial, trial_kwargs
+from autotune.space.knobs import Value
+from autotune.space.mapping import data_choices, fp8_trial, trial_kwargs
 from autotune.study.objective import run_tokens, score
 from autotune.study.outcomes import DISK_FULL, TrialOutcome, fail_running_trial, record_outcome
 from autotune.study.owner import this_process

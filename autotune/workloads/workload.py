@@ -29,7 +29,7 @@ from autotune.workloads.presets import PRESETS, Preset, preset_config
 from autotune.workloads.synthetic import SyntheticTokens
 from autotune.workloads.tasks import AUTO_CLASS, MODEL_MAPPING, TASKS, Task, task_of
 
-# The model-load kwarg of a quantized base (`autotune.space.knobs.QLORA_QUANTIZATION`).
+# The model-load kwarg of a quantized base (`autotune.space.mapping.QLORA_QUANTIZATION`).
 QUANTIZED = "quantization_config"
 
 __all__ = [

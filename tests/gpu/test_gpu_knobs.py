@@ -256,7 +256,7 @@ def test_four_bit_base_builds_quantized_and_trains_its_unquantized_layers() -> N
     bitsandbytes quantizer), trained for a few steps on what stays trainable (embeddings, norms, the
     head): the search offers 4bit only under adapters (--peft, issue 32 item 1, another branch), so
     the Trainer's own QLoRA path is checked once --peft exists."""
-    from autotune.space.knobs import trial_kwargs
+    from autotune.space.mapping import trial_kwargs
     from autotune.workloads.workload import resolve_workload
 
     workload = resolve_workload("tiny-llama", seq_len=64)

@@ -21,7 +21,7 @@ from autotune.answer.decide import MATH_GAIN
 from autotune.answer.model import BEATS_DEFAULTS, KEEP_DEFAULTS, KEEPS_MATH
 from autotune.cli import main
 from autotune.records import read_study
-from autotune.space.knobs import trial_kwargs
+from autotune.space.mapping import trial_kwargs
 from tests.helpers import FAST, FixedStepTime, write_space
 
 pytestmark = pytest.mark.timeout(600)

@@ -201,7 +201,7 @@ def test_a_sharded_winner_exports_the_accelerate_config_of_its_strategy(
     from accelerate.commands.config.config_args import load_config_from_file
     from accelerate.utils import DistributedType
 
-    from autotune.space.knobs import trial_kwargs
+    from autotune.space.mapping import trial_kwargs
 
     args, _ = trial_kwargs({"data_parallel": strategy, "per_device_train_batch_size": 8, "precision": "bf16"})
     config = {

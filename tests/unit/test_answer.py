@@ -20,7 +20,7 @@ from autotune.answer.decide import MATH_GAIN, MIN_GAIN, decide
 from autotune.answer.model import Answer
 from autotune.records import FinalistRecord, StudyRecord, TrialRecord, study_attrs, study_record, trial_record
 from autotune.schema import SCHEMA_VERSION
-from autotune.space.knobs import trial_kwargs
+from autotune.space.mapping import trial_kwargs
 
 MiB = 2**20
 BASELINE_PARAMS: dict[str, Any] = {

@@ -18,7 +18,8 @@ from transformers import TrainingArguments
 
 from autotune.errors import UsageError
 from autotune.space.defaults import base_knobs, knob_defaults, knobs_of, training_args_defaults
-from autotune.space.knobs import CATALOGUE, DDP_KNOBS, trial_kwargs
+from autotune.space.knobs import CATALOGUE, DDP_KNOBS
+from autotune.space.mapping import trial_kwargs
 
 BASE = {"optim": "adafactor", "bf16": True, "per_device_train_batch_size": 4, "torch_compile": True}
 

@@ -23,7 +23,8 @@ from autotune.export.formats import notes, to_flags, to_json, to_python, to_yaml
 from autotune.export.launchers import to_accelerate
 from autotune.export.render import FORMATS, render
 from autotune.measure.stats import t95
-from autotune.space.knobs import ATTENTION, COMPILE_BACKENDS, OPTIMIZERS, PRECISIONS, trial_kwargs
+from autotune.space.knobs import ATTENTION, COMPILE_BACKENDS, OPTIMIZERS, PRECISIONS
+from autotune.space.mapping import trial_kwargs
 from autotune.study.store import summarize_trial
 
 MiB = 2**20

@@ -29,7 +29,7 @@ from autotune.space.availability import (
     detect_hardware,
     value_unavailable,
 )
-from autotune.space.knobs import QLORA_QUANTIZATION, data_choices, fp8_trial, trial_kwargs
+from autotune.space.mapping import QLORA_QUANTIZATION, data_choices, fp8_trial, trial_kwargs
 from autotune.study.semantics import semantic_changes
 from autotune.trial import apply
 from autotune.workloads.workload import load_kwargs, resolve_workload, unquantized

@@ -15,10 +15,9 @@ from autotune.space.knobs import (
     OPTIMIZER_FAMILY,
     OPTIMIZERS,
     PRECISIONS,
-    data_choices,
     optimizer_family,
-    trial_kwargs,
 )
+from autotune.space.mapping import data_choices, trial_kwargs
 
 TRAINING_ARGS_FIELDS = {f.name for f in dataclasses.fields(transformers.TrainingArguments)}
 
@@ -28,7 +27,7 @@ PRECISION_FLAGS = {
     "fp16": {"bf16": False, "fp16": True, "tf32": False},
     "bf16": {"bf16": True, "fp16": False, "tf32": False},
     "bf16+tf32": {"bf16": True, "fp16": False, "tf32": True},
-    # fp8: bf16 arguments; the Accelerator is made fp8 (`autotune.space.knobs.fp8_trial`)
+    # fp8: bf16 arguments; the Accelerator is made fp8 (`autotune.space.mapping.fp8_trial`)
     "fp8": {"bf16": True, "fp16": False, "tf32": False},
 }
 

@@ -15,7 +15,8 @@ from autotune.errors import UsageError
 from autotune.measure.estimate import DTYPE_BYTES, estimate_memory, static_bytes
 from autotune.measure.flops import flops_per_token
 from autotune.space.defaults import knob_defaults
-from autotune.space.knobs import CATALOGUE, trial_kwargs
+from autotune.space.knobs import CATALOGUE
+from autotune.space.mapping import trial_kwargs
 from autotune.workloads.adapters import exported_config, load_peft, parameter_counts
 from autotune.workloads.workload import resolve_workload
 from tests.unit.cli_helpers import run
