@@ -207,3 +207,16 @@ def fail_running_trial(study: optuna.Study, trial_id: int, outcome: TrialOutcome
         return bool(storage.set_trial_state_values(trial_id, state=TrialState.FAIL))
     except UpdateFinishedTrialError:
         return False
+
+
+def fail_group_trial(storage: Any, study_name: str, number: int, outcome: TrialOutcome) -> None:
+    """On a rank other than 0 of a DDP group (rank 0 records its own trials), fail the group's
+    running trial `number` with this rank's `outcome`. Best effort: the supervisor or a resume
+    fails it otherwise."""
+    import optuna
+
+    try:
+        study = optuna.load_study(study_name=study_name, storage=storage)
+        fail_running_trial(study, study.trials[number]._trial_id, outcome)
+    except Exception:
+        pass

@@ -11,7 +11,7 @@ from typing import Any, cast
 import optuna
 
 from autotune.config import RunConfig
-from autotune.measure.flops import matmul_precision, mfu
+from autotune.measure.flops import flops_per_token, matmul_precision, mfu, model_shape
 from autotune.measure.ranks import is_rank_zero
 from autotune.measure.screen import ScreenReference
 from autotune.plan.resolved import Plan, trial_world_size
@@ -74,6 +74,33 @@ def with_mfu(
         mfu=mfu(rate, flops_per_token, hardware.name, applied, devices=devices),
     )
     return replace(record, measurement=measurement)
+
+
+def with_parameters(record: TrialRecord, estimator: Any) -> TrialRecord:
+    """The record with the parameters its model trains (an adapter's, under peft) and has
+    (`estimator`: the trial's `autotune.measure.estimator.MemoryEstimator`)."""
+    try:
+        trainable, total = estimator.trainable_params, estimator.n_params
+    except Exception:  # a model whose parameters cannot be counted records none
+        return record
+    return replace(record, trainable_params=trainable, total_params=total)
+
+
+def with_model_mfu(
+    record: TrialRecord, estimator: Any, workload: Any, hardware: Any, precision: str, devices: int
+) -> TrialRecord:
+    """`with_mfu` with the FLOPs per token of the trial's model (its shape from the workload's
+    config, its parameters from `estimator`); the record as it is where they cannot be counted."""
+    if record.tokens_per_s is None:
+        return record
+    try:
+        layers, hidden = model_shape(workload.config)
+        per_token = flops_per_token(
+            estimator.n_params, layers, hidden, workload.seq_len, estimator.trainable_params
+        )
+    except Exception:  # a model whose parameters cannot be counted gets no MFU
+        return record
+    return with_mfu(record, per_token, hardware, precision, devices)
 
 
 def screen_reference(study: optuna.Study | None, config: RunConfig) -> ScreenReference | None:
