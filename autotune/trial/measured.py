@@ -10,7 +10,6 @@ from typing import Any, cast
 
 import optuna
 
-from autotune.config import RunConfig
 from autotune.measure.flops import flops_per_token, matmul_precision, mfu, model_shape
 from autotune.measure.ranks import is_rank_zero
 from autotune.measure.screen import ScreenReference
@@ -103,20 +102,23 @@ def with_model_mfu(
     return with_mfu(record, per_token, hardware, precision, devices)
 
 
-def screen_reference(study: optuna.Study | None, config: RunConfig) -> ScreenReference | None:
+def screen_reference(
+    study: optuna.Study | None, screen_ratio: float, train_tokens: int | None, train_steps: int | None
+) -> ScreenReference | None:
     """The study's best so far (its completed trials and its baseline), which a search trial is
     screened against (`autotune.measure.screen.ScreenReference`): the best tokens/s, and with
     the user's run length (`run_tokens`) the shortest predicted run of it (`predicted_run_s`), each
     with the machine probe its trial recorded around its window. None where nothing is measured yet, for
-    trials outside an optuna study, or with screening off (`MeasureSettings.screen_ratio` 0: the
-    promotion line is off too).
+    trials outside an optuna study, or with screening off (`screen_ratio` 0, as
+    `MeasureSettings.screen_ratio`: the promotion line is off too). `train_tokens`, `train_steps`:
+    the user's run length, as the run options give it.
 
     The set-up a trial's run is granted is the least any measured run took: every configuration
     loads the same model and data and builds the same Trainer before its first step, so none
     starts sooner than the quickest measured; zero would leave every trial of a short run, where
     set-up is most of the time, unscreenable. Its compilation is granted none (see
     `ScreenReference`): when a trial is judged its warm-up, which holds compilation, is not over."""
-    if study is None or config.measure.screen_ratio <= 0:
+    if study is None or screen_ratio <= 0:
         return None
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     baseline = read_study(study).baseline
@@ -127,7 +129,7 @@ def screen_reference(study: optuna.Study | None, config: RunConfig) -> ScreenRef
         return None
     fastest = max(measured, key=lambda r: float(r.tokens_per_s or 0.0))
     reference = ScreenReference(float(fastest.tokens_per_s or 0.0), fastest.measurement.probe_s)
-    tokens = run_tokens(config.train_tokens, config.train_steps, baseline)
+    tokens = run_tokens(train_tokens, train_steps, baseline)
     if tokens is None:
         return reference
     runs = [(seconds, r) for r in measured if (seconds := predicted_run_s(r, tokens))]

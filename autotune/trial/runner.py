@@ -257,7 +257,9 @@ class TrialRunner(Trainer):
         # Screening compares with the study's best (throughput; with the run's length, its predicted
         # time) as rank 0 reads it when the trial begins.
         self.measurement.screen_against = from_rank_zero(
-            screen_reference(study, config) if is_rank_zero() else None
+            screen_reference(study, config.measure.screen_ratio, config.train_tokens, config.train_steps)
+            if is_rank_zero()
+            else None
         )
         try:
             record = self._measure(trial)
