@@ -84,7 +84,8 @@ def gpu_knobs(
 
     import autotune
     from autotune.config import MeasureSettings
-    from autotune.space.availability import detect_hardware, model_support, value_unavailable
+    from autotune.space.availability import detect_hardware, model_support
+    from autotune.space.knobs import value_unavailable
 
     hardware = detect_hardware()
     support = model_support(resolve_workload(model).model_class())

@@ -45,14 +45,8 @@ def knobs_command(
             )
         typer.echo(knobs_markdown(), nl=False)
         return
-    from autotune.space.availability import (
-        RUNS_ON,
-        ModelSupport,
-        detect_hardware,
-        model_support,
-        value_unavailable,
-    )
-    from autotune.space.knobs import CATALOGUE
+    from autotune.space.availability import ModelSupport, detect_hardware, model_support
+    from autotune.space.knobs import CATALOGUE, RUNS_ON, value_unavailable
     from autotune.view import console
 
     hardware = detect_hardware()
@@ -149,8 +143,7 @@ def _md(text: str) -> str:
 def knobs_markdown() -> str:
     """The knob catalogue as markdown: one row per knob, then where each value that does not run
     everywhere runs. The same on every machine (availability here is the table format's)."""
-    from autotune.space.availability import RUNS_ON
-    from autotune.space.knobs import CATALOGUE
+    from autotune.space.knobs import CATALOGUE, RUNS_ON
 
     lines = [
         "# Knob reference",

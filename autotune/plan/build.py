@@ -13,7 +13,8 @@ from autotune.config import RunConfig, cap_bytes, load_base_args
 from autotune.plan.resolved import Plan, study_fingerprint, trial_world_size
 from autotune.records import StudyRecord
 from autotune.space import SearchSpace, builtin_spaces, load_space, parse_space
-from autotune.space.availability import detect_hardware, model_support, value_unavailable
+from autotune.space.availability import detect_hardware, model_support
+from autotune.space.knobs import value_unavailable
 from autotune.study.fingerprint import check_resume
 from autotune.study.store import default_study_name, open_storage
 from autotune.study.stored import stored_run_config

@@ -12,7 +12,7 @@ import importlib.util
 import inspect
 import re
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -186,7 +186,7 @@ def _reads_packed_positions(model_class: Any) -> bool:
 Rule = Callable[[Any, Hardware, ModelSupport], "str | None"]
 
 
-def _precision(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
+def precision_rule(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
     if value in ("tf32", "bf16+tf32") and not (hw.cuda and hw.ampere_or_newer):
         return "tf32 needs an NVIDIA Ampere (sm_80) or newer GPU"
     if value in ("bf16", "bf16+tf32") and not hw.bf16:
@@ -200,7 +200,7 @@ def _precision(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
     return None
 
 
-def _optimizer(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
+def optimizer_rule(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
     if value == "adamw_torch_fused" and not hw.fused_adamw:
         return "this torch's AdamW has no fused implementation"
     needs = {
@@ -218,7 +218,7 @@ def _optimizer(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
     return None
 
 
-def _compile(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
+def compile_rule(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
     if value == "inductor" and hw.cuda and "triton" not in hw.packages:
         return "inductor on CUDA needs the triton package"
     if value == "inductor" and not hw.cuda and not hw.cxx_compiler:
@@ -228,31 +228,31 @@ def _compile(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
     return None
 
 
-def _compile_mode(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
+def compile_mode_rule(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
     if value != "default" and not hw.cuda:
         return f"mode {value} tunes GPU kernels or CUDA graphs: no effect without a CUDA GPU"
     return None
 
 
-def _checkpointing(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
+def checkpointing_rule(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
     if value and not model.gradient_checkpointing:
         return f"{model.name} does not support activation checkpointing"
     return None
 
 
-def _pin_memory(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
+def pin_memory_rule(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
     if value and not hw.cuda:
         return "pinned memory only speeds up copies to a GPU (TrainingArguments turns it off on CPU)"
     return None
 
 
-def _empty_cache(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
+def empty_cache_rule(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
     if value and not hw.cuda:
         return "emptying the device cache does nothing without a GPU"
     return None
 
 
-def _padding_free(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
+def padding_free_rule(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
     if not value:
         return None
     if not model.padded:
@@ -267,7 +267,7 @@ def _padding_free(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
     return None
 
 
-def _strategy(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
+def strategy_rule(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
     strategy = str(value)
     if strategy.startswith("fsdp") and not hw.cuda:
         # accelerate switches to FSDP for GPU-type set-ups only: on CPU the Trainer would train as
@@ -278,19 +278,13 @@ def _strategy(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
     return None
 
 
-def _group_by_length(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
+def group_by_length_rule(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
     if value and not model.padded:
         return "the samples are all the same length: nothing to group"
     return None
 
 
 # --- GPU-only knobs and per-batch padding ---------------------------------------------------------
-# Where the GPU-only values run, for `autotune knobs` (each rule below says why not, value by value).
-RUNS_ON: dict[tuple[str, object], str] = {
-    ("precision", "fp8"): "CUDA GPU of compute capability 8.9+ (Ada, Hopper, Blackwell) with torchao",
-    ("base_weights", "4bit"): "CUDA GPU with bitsandbytes, under adapters (--peft)",
-    ("use_liger_kernel", True): "CUDA GPU with liger-kernel, for the model types it patches",
-}
 _GPU_EXTRA = "pip install 'hf-autotune[gpu]'"
 
 
@@ -308,7 +302,7 @@ def _fp8(hw: Hardware) -> str | None:
     return None
 
 
-def _base_weights(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
+def base_weights_rule(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
     if value == "bf16" and not hw.bf16:
         return f"{hw.name} has no bf16 support"
     if value != "4bit":
@@ -325,7 +319,7 @@ def _base_weights(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
     return None
 
 
-def _liger(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
+def liger_rule(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
     if not value:
         return None
     if "liger_kernel" not in hw.packages:
@@ -337,7 +331,7 @@ def _liger(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
     return None
 
 
-def _pad_multiple(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
+def pad_multiple_rule(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
     if int(value) > 1 and not model.padded:
         return (
             "the samples are all the same length (packed into blocks of seq_len): no batch is padded; "
@@ -346,13 +340,7 @@ def _pad_multiple(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
     return None
 
 
-def value_unavailable(knob: str, value: object, hw: Hardware, model: ModelSupport) -> str | None:
-    """Why one knob value cannot run here (None if it can). Rules on a single value only."""
-    rule = _RULES.get(knob)
-    return rule(value, hw, model) if rule is not None else None
-
-
-def _attention(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
+def attention_rule(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
     if value == "sdpa" and not model.sdpa:
         return f"{model.name} does not support sdpa attention"
     if value == "flash_attention_2":
@@ -369,45 +357,4 @@ def _attention(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
             return f"{model.name} does not support flex_attention"
         if not hw.cuda:
             return "flex_attention has no backward pass on CPU"
-    return None
-
-
-_RULES: dict[str, Rule] = {
-    "precision": _precision,
-    "optim": _optimizer,
-    "torch_compile": _compile,
-    "torch_compile_mode": _compile_mode,
-    "attn_implementation": _attention,
-    "activation_checkpointing": _checkpointing,
-    "dataloader_pin_memory": _pin_memory,
-    "torch_empty_cache_steps": _empty_cache,
-    "padding_free": _padding_free,
-    "group_by_length": _group_by_length,
-    "data_parallel": _strategy,
-    "base_weights": _base_weights,
-    "use_liger_kernel": _liger,
-    "pad_to_multiple_of": _pad_multiple,
-}
-
-
-def combination_unavailable(
-    values: Mapping[str, object], hw: Hardware, model: ModelSupport
-) -> tuple[str, str] | None:
-    """The first knob of a trial that cannot run here, with the reason; None if all can.
-
-    Single-value rules first, then rules on combinations.
-    """
-    for knob, value in values.items():
-        reason = value_unavailable(knob, value, hw, model)
-        if reason is not None:
-            return knob, reason
-    precision = values.get("precision", "fp32")
-    if values.get("attn_implementation") == "flash_attention_2" and precision in ("fp32", "tf32"):
-        return (
-            "attn_implementation",
-            "flash_attention_2 runs in fp16 or bf16 only, not with precision " + str(precision),
-        )
-    multiple = values.get("pad_to_multiple_of", 1)
-    if isinstance(multiple, int) and multiple > 1 and values.get("padding_free"):
-        return ("pad_to_multiple_of", "padding-free batches are one flattened row: no padding to round up")
     return None

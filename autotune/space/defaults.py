@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.errors import UsageError
-from autotune.space.knobs import CATALOGUE, DDP_KNOBS, Value
-from autotune.space.mapping import precision_of
+from autotune.space.knobs import CATALOGUE, Value
+from autotune.space.mapping import MAPPED_ARGS, precision_of
 
 if TYPE_CHECKING:
     from transformers import TrainingArguments
@@ -130,33 +130,31 @@ def knobs_of(args: Mapping[str, Any]) -> dict[str, Value]:
     `autotune.space.mapping.trial_kwargs` for the knobs that land in `TrainingArguments`."""
     backend = args.get("torch_compile_backend")
     compile_backend = str(backend or "inductor") if args.get("torch_compile") or backend else "off"
+    # the knobs whose field is not their own, read back by their mappers' inverses
     values: dict[str, Value] = {
-        "per_device_train_batch_size": int(args["per_device_train_batch_size"]),
-        "gradient_accumulation_steps": int(args["gradient_accumulation_steps"]),
         "precision": precision_of(args),
-        "optim": str(getattr(args["optim"], "value", args["optim"])),  # an OptimizerNames once built
         "torch_compile": compile_backend,
-        "activation_checkpointing": bool(args.get("activation_checkpointing")),
-        "dataloader_num_workers": int(args["dataloader_num_workers"]),
-        "dataloader_pin_memory": bool(args["dataloader_pin_memory"]),
         "torch_empty_cache_steps": int(args.get("torch_empty_cache_steps") or 0),
         "group_by_length": args.get("train_sampling_strategy") == "group_by_length",
         "data_parallel": strategy_of(args),
-        "use_liger_kernel": bool(args.get("use_liger_kernel")),
     }
+    for knob in CATALOGUE.values():
+        if knob.target != "args" or knob.name in MAPPED_ARGS:
+            continue
+        if knob.requires is not None and values.get(knob.requires[0]) not in knob.requires[1]:
+            continue
+        # DDP's own settings only where the base config sets them: TrainingArguments leaves them
+        # None, which lets the Trainer and torch decide (find unused parameters unless
+        # checkpointing, 25 MiB buckets, no static graph, buffers broadcast), and a baseline run
+        # that way is what users get.
+        if knob.ranks_only and args.get(knob.name) is None:
+            continue
+        values[knob.name] = knob.read(args.get(knob.name))
     if values["activation_checkpointing"]:
         kwargs = args.get("activation_checkpointing_kwargs") or {}
         values["checkpoint_every_n_layers"] = int(kwargs.get("every_n_layers", 1))
         # transformers passes {"use_reentrant": False} when the kwargs give torch nothing else
         values["gradient_checkpointing_reentrant"] = bool(kwargs.get("use_reentrant", False))
-    if compile_backend == "inductor":
-        values["torch_compile_mode"] = str(args.get("torch_compile_mode") or "default")
-    # DDP's own settings only where the base config sets them: TrainingArguments leaves them None,
-    # which lets the Trainer and torch decide (find unused parameters unless checkpointing, 25 MiB
-    # buckets, no static graph, buffers broadcast), and a baseline run that way is what users get.
-    for name in DDP_KNOBS:
-        if args.get(name) is not None:
-            values[name] = args[name]
     return values
 
 

@@ -12,8 +12,12 @@ The driver rebuilds `TrainingArguments` from those kwargs for every trial, so th
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
+
+from autotune.space import availability
+from autotune.space.availability import Hardware, ModelSupport
 
 Value = bool | int | float | str
 
@@ -74,6 +78,11 @@ class Knob:
         measured_kind: whether its value is part of a configuration's kind for the memory
             estimate: what changes the peak that the estimate's probe does not try, so peaks are
             learned per value (`MEASURED_KIND_KNOBS`).
+        available: why a value cannot run on this hardware for this model, or None
+            (`autotune.space.availability`'s rule for it; `value_unavailable`); None: it always can.
+        runs_on: (value, where it runs) for values that run on some GPUs only (`RUNS_ON`).
+        unset: its value where its `TrainingArguments` field is left unset (None), as `read`
+            takes it (the compile mode's ``default``).
     """
 
     name: str
@@ -86,6 +95,19 @@ class Knob:
     ranks_only: bool = False
     label: str | None = None
     measured_kind: bool = False
+    available: availability.Rule | None = None
+    runs_on: tuple[tuple[Value, str], ...] = ()
+    unset: Value | None = None
+
+    def read(self, raw: Any) -> Value:
+        """The knob's value that a `TrainingArguments` field value amounts to (None: `unset`)."""
+        raw = getattr(raw, "value", raw)  # an enum once built (OptimizerNames)
+        raw = self.unset if raw is None else raw
+        if self.kind == "bool":
+            return bool(raw)
+        if self.kind in ("int", "count"):
+            return int(raw)
+        return str(raw)
 
     def check(self, value: object) -> str | None:
         """Return why `value` is not legal for this knob, or None if it is."""
@@ -131,6 +153,8 @@ CATALOGUE: dict[str, Knob] = {
             choices=PRECISIONS,
             changes_semantics=True,
             label="prec",
+            available=availability.precision_rule,
+            runs_on=(("fp8", "CUDA GPU of compute capability 8.9+ (Ada, Hopper, Blackwell) with torchao"),),
         ),
         Knob(
             "optim",
@@ -140,6 +164,7 @@ CATALOGUE: dict[str, Knob] = {
             choices=OPTIMIZERS,
             changes_semantics=True,
             label="optim",
+            available=availability.optimizer_rule,
         ),
         Knob(
             "torch_compile",
@@ -149,6 +174,7 @@ CATALOGUE: dict[str, Knob] = {
             choices=COMPILE_BACKENDS,
             label="compile",
             measured_kind=True,
+            available=availability.compile_rule,
         ),
         Knob(
             "torch_compile_mode",
@@ -159,6 +185,8 @@ CATALOGUE: dict[str, Knob] = {
             requires=("torch_compile", ("inductor",)),
             label="mode",
             measured_kind=True,
+            available=availability.compile_mode_rule,
+            unset="default",
         ),
         Knob(
             "attn_implementation",
@@ -167,6 +195,7 @@ CATALOGUE: dict[str, Knob] = {
             "attention kernel chosen when the model is built",
             choices=ATTENTION,
             label="attn",
+            available=availability.attention_rule,
         ),
         Knob(
             "activation_checkpointing",
@@ -174,6 +203,7 @@ CATALOGUE: dict[str, Knob] = {
             "bool",
             "recompute activations in the backward pass: less memory, more compute",
             label="ckpt",
+            available=availability.checkpointing_rule,
         ),
         Knob(
             "checkpoint_every_n_layers",
@@ -198,6 +228,7 @@ CATALOGUE: dict[str, Knob] = {
             "flatten each batch into one row without padding (DataCollatorWithFlattening): no compute "
             "on padding; variable-length causal-LM examples only",
             measured_kind=True,
+            available=availability.padding_free_rule,
         ),
         Knob(
             "group_by_length",
@@ -206,6 +237,7 @@ CATALOGUE: dict[str, Knob] = {
             "batch samples of similar length together (train_sampling_strategy=group_by_length): "
             "less padding, a different data order",
             changes_semantics=True,
+            available=availability.group_by_length_rule,
         ),
         Knob(
             "dataloader_num_workers",
@@ -221,6 +253,7 @@ CATALOGUE: dict[str, Knob] = {
             "bool",
             "page-locked host memory for faster copies to the GPU",
             label="pin",
+            available=availability.pin_memory_rule,
         ),
         Knob(
             "torch_empty_cache_steps",
@@ -228,6 +261,7 @@ CATALOGUE: dict[str, Knob] = {
             "count",
             "empty the device cache every N steps (0: never): less fragmentation, some speed",
             label="empty_cache",
+            available=availability.empty_cache_rule,
         ),
         Knob(
             "data_parallel",
@@ -238,6 +272,7 @@ CATALOGUE: dict[str, Knob] = {
             choices=STRATEGIES,
             ranks_only=True,
             measured_kind=True,
+            available=availability.strategy_rule,
         ),
         Knob(
             "ddp_find_unused_parameters",
@@ -298,6 +333,8 @@ CATALOGUE.update(
                 changes_semantics=True,
                 label="weights",
                 measured_kind=True,
+                available=availability.base_weights_rule,
+                runs_on=(("4bit", "CUDA GPU with bitsandbytes, under adapters (--peft)"),),
             ),
             Knob(
                 "use_liger_kernel",
@@ -307,6 +344,8 @@ CATALOGUE.update(
                 "less memory, speed measured (CUDA GPU, liger-kernel, supported model types)",
                 label="liger",
                 measured_kind=True,
+                available=availability.liger_rule,
+                runs_on=((True, "CUDA GPU with liger-kernel, for the model types it patches"),),
             ),
             Knob(
                 "pad_to_multiple_of",
@@ -316,6 +355,7 @@ CATALOGUE.update(
                 "shapes for a compiled model, aligned tensor cores; per-batch padded data only",
                 label="pad_to",
                 measured_kind=True,
+                available=availability.pad_multiple_rule,
             ),
         )
     }
@@ -342,3 +382,39 @@ def short_name(name: str) -> str:
     """The short column name of a knob in tables and trial lines (its `Knob.label`)."""
     knob = CATALOGUE.get(name)
     return knob.label if knob is not None and knob.label else name
+
+
+# Where the GPU-only values run, for `autotune knobs` (each knob's rule says why not, value by value).
+RUNS_ON: dict[tuple[str, object], str] = {
+    (knob.name, value): where for knob in CATALOGUE.values() for value, where in knob.runs_on
+}
+
+
+def value_unavailable(knob: str, value: object, hw: Hardware, model: ModelSupport) -> str | None:
+    """Why one knob value cannot run here (None if it can). Rules on a single value only."""
+    found = CATALOGUE.get(knob)
+    rule = found.available if found is not None else None
+    return rule(value, hw, model) if rule is not None else None
+
+
+def combination_unavailable(
+    values: Mapping[str, object], hw: Hardware, model: ModelSupport
+) -> tuple[str, str] | None:
+    """The first knob of a trial that cannot run here, with the reason; None if all can.
+
+    Single-value rules first, then rules on combinations.
+    """
+    for knob, value in values.items():
+        reason = value_unavailable(knob, value, hw, model)
+        if reason is not None:
+            return knob, reason
+    precision = values.get("precision", "fp32")
+    if values.get("attn_implementation") == "flash_attention_2" and precision in ("fp32", "tf32"):
+        return (
+            "attn_implementation",
+            "flash_attention_2 runs in fp16 or bf16 only, not with precision " + str(precision),
+        )
+    multiple = values.get("pad_to_multiple_of", 1)
+    if isinstance(multiple, int) and multiple > 1 and values.get("padding_free"):
+        return ("pad_to_multiple_of", "padding-free batches are one flattened row: no padding to round up")
+    return None

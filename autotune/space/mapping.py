@@ -121,6 +121,8 @@ _ARGS_MAPPERS: dict[str, Callable[[Value], dict[str, Any]]] = {
     "group_by_length": _group_by_length_args,
     "data_parallel": _strategy_args,
 }
+# The knobs of `TrainingArguments` whose field is not the knob's own (`_ARGS_MAPPERS`).
+MAPPED_ARGS = frozenset(_ARGS_MAPPERS)
 # Model knobs whose value does not land as a model-load kwarg of the same name.
 _MODEL_MAPPERS: dict[str, Callable[[Value], dict[str, Any]]] = {"base_weights": _base_weights_kwargs}
 

@@ -16,7 +16,7 @@ from autotune.measure.estimate import MemoryEstimate
 from autotune.measure.ranks import from_rank_zero, is_rank_zero
 from autotune.plan.resolved import Plan
 from autotune.space import precision_of
-from autotune.space.availability import combination_unavailable
+from autotune.space.knobs import combination_unavailable
 from autotune.study.outcomes import DUPLICATE, DUPLICATE_RUNNING, OOM_PREDICTED, UNUSED_PARAMETERS_KNOWN
 from autotune.study.store import FINISHED, trained_count
 from autotune.trial.errors import (

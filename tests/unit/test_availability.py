@@ -15,12 +15,10 @@ from autotune.space.availability import (
     OPTIONAL_PACKAGES,
     Hardware,
     ModelSupport,
-    combination_unavailable,
     detect_hardware,
     model_support,
-    value_unavailable,
 )
-from autotune.space.knobs import CATALOGUE
+from autotune.space.knobs import CATALOGUE, combination_unavailable, value_unavailable
 
 ALL_PACKAGES = frozenset(OPTIONAL_PACKAGES)
 

@@ -20,15 +20,8 @@ from transformers import BitsAndBytesConfig
 import autotune.space.availability as availability
 from autotune.export.launchers import accelerate_dict
 from autotune.export.words import launch_lines
-from autotune.space.availability import (
-    OPTIONAL_PACKAGES,
-    RUNS_ON,
-    Hardware,
-    ModelSupport,
-    combination_unavailable,
-    detect_hardware,
-    value_unavailable,
-)
+from autotune.space.availability import OPTIONAL_PACKAGES, Hardware, ModelSupport, detect_hardware
+from autotune.space.knobs import RUNS_ON, combination_unavailable, value_unavailable
 from autotune.space.mapping import QLORA_QUANTIZATION, data_choices, fp8_trial, trial_kwargs
 from autotune.study.semantics import semantic_changes
 from autotune.trial import apply
