@@ -32,7 +32,7 @@ import torch
 from autotune.config import MeasureSettings, RunConfig
 from autotune.driver.search import search
 from autotune.logs import quiet_libraries
-from autotune.measure.memory import frozen_heap
+from autotune.measure.peak import frozen_heap
 from autotune.plan.build import plan_search
 from autotune.plan.resolved import Plan, baseline_values
 from autotune.progress import Reporter, TrialSummary

@@ -247,7 +247,7 @@ class EvalMemory(TrainerCallback):
     def on_prediction_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         import os
 
-        from autotune.measure.memory import rss_bytes
+        from autotune.measure.peak import rss_bytes
 
         if os.path.exists(self.marker):
             return

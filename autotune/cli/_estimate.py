@@ -29,9 +29,9 @@ def estimate_command(
     """Print the estimated peak memory of each configuration of the space, before running any."""
     from autotune.config import RunConfig
     from autotune.logs import quiet_libraries
-    from autotune.measure.estimate import clearly_over
     from autotune.measure.estimator import MemoryEstimator
-    from autotune.measure.memory import frozen_heap
+    from autotune.measure.memory_model import clearly_over
+    from autotune.measure.peak import frozen_heap
     from autotune.plan.build import plan_search
     from autotune.progress import format_bytes, short_name
     from autotune.view import console

@@ -127,7 +127,7 @@ def resume_command(
     """Continue a stored study with the run configuration it was started with."""
     apply_store_retry(store_retry_s)
     from autotune.config import RunConfig
-    from autotune.study.stored import stored_run_config
+    from autotune.study.resumable import stored_run_config
 
     url = RunConfig(storage=storage).storage_url
     # What the store alone refuses is refused before the training stack's imports (seconds).

@@ -40,7 +40,7 @@ from autotune.driver.trials import run_trials
 from autotune.errors import UsageError, first_line
 from autotune.executors.warm import start_forkserver
 from autotune.logs import quiet_libraries
-from autotune.measure.memory import release_device_memory
+from autotune.measure.peak import release_device_memory
 from autotune.options import KEYWORDS, run_config, with_option_keywords
 from autotune.plan.build import plan_for
 from autotune.preflight import check_before_creating

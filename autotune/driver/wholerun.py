@@ -4,7 +4,7 @@ A trial's window trains with evaluation and saving off, on the batches it happen
 run also meets the data's longest batch, evaluates and saves checkpoints: batch finders that never
 look at those hand back batches that run out of memory in the real run. So after the finalists'
 rounds, and before the answer is decided and stored, each configuration it may hand back runs in a
-job of its own (a fresh worker under the cap, as a trial; `autotune.trial.wholerun`): one optimizer
+job of its own (a fresh worker under the cap, as a trial; `autotune.trial.whole_run_steps`): one optimizer
 step on the longest batch, one evaluation step (``--eval-batch-size``, default the train batch), one
 checkpoint save. Each step's peak is measured as a trial's is, and judged against the cap here
 (`judged`).

@@ -12,7 +12,7 @@ from typing import Any
 import optuna
 
 from autotune.executors.base import Ended, Executor
-from autotune.measure.memory import frozen_heap
+from autotune.measure.peak import frozen_heap
 from autotune.plan.resolved import Plan
 from autotune.progress import Reporter
 from autotune.scratch import temporary_folder

@@ -28,7 +28,7 @@ from autotune.config import MeasureSettings
 from autotune.errors import AutotuneError
 from autotune.measure import drift
 from autotune.measure.deadline import StepDeadline
-from autotune.measure.memory import PeakMemoryMeter
+from autotune.measure.peak import PeakMemoryMeter
 from autotune.measure.ranks import from_rank_zero
 from autotune.measure.screen import ScreenedOut, ScreenReference
 from autotune.measure.stats import summarize_window, warmup_done, window_done

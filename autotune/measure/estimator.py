@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from autotune.measure.estimate import (
+from autotune.measure.memory_model import (
     DTYPE_BYTES,
     MeasuredPeak,
     MemoryEstimate,
@@ -28,7 +28,7 @@ from autotune.measure.estimate import (
     estimate_memory,
     precision_class,
 )
-from autotune.measure.memory import PeakMemoryMeter, release_device_memory, rss_bytes
+from autotune.measure.peak import PeakMemoryMeter, release_device_memory, rss_bytes
 from autotune.records import TrialRecord
 from autotune.space.availability import model_support
 from autotune.space.defaults import base_knobs, default_attention

@@ -16,8 +16,8 @@ from autotune.space import SearchSpace, builtin_spaces, load_space, parse_space
 from autotune.space.availability import detect_hardware, model_support
 from autotune.space.knobs import value_unavailable
 from autotune.study.fingerprint import check_resume
+from autotune.study.resumable import stored_run_config
 from autotune.study.store import default_study_name, open_storage
-from autotune.study.stored import stored_run_config
 from autotune.workloads.adapters import load_peft
 from autotune.workloads.data import DataSource
 from autotune.workloads.workload import Workload, resolve_workload
@@ -130,7 +130,7 @@ def plan_from_study(
     handed it over (the Python API's own Trainer pieces), instead of the one the configuration names.
 
     Raises:
-        UsageError: what `autotune.study.stored.stored_run_config` refuses, or a mismatch.
+        UsageError: what `autotune.study.resumable.stored_run_config` refuses, or a mismatch.
     """
     study, record, config = stored_run_config(
         study_name, storage_url, existing, trust_remote_code, own_workload=workload is not None

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from autotune.config import RunConfig
-from autotune.measure.estimate import dtype_name
+from autotune.measure.memory_model import dtype_name
 from autotune.space import SearchSpace
 from autotune.space.availability import Hardware, ModelSupport
 from autotune.space.defaults import knob_defaults

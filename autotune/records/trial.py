@@ -306,7 +306,7 @@ class WholeRun:
         train_tokens: the padded width of its widest batch: the longest sample's tokens where
             batches are padded (a padding-free batch: all its tokens in one row).
         eval_samples: samples in the evaluation step (every process's).
-        memory_source: how the peaks were read (`autotune.measure.memory`).
+        memory_source: how the peaks were read (`autotune.measure.peak`).
         seconds: the check's wall time, its worker's start included.
     """
 

@@ -8,7 +8,7 @@ also reads the user's own Trainer pieces from the file its supervisor wrote), bu
 has measured one trial. Pre-checked trials that train nothing (unavailable, duplicates, predicted
 out of memory) cost milliseconds and may come first. A ``measure`` job instead measures given knob
 values once (the baseline, a finalist); a ``whole_run`` job runs them once as a whole run does
-(`autotune.trial.wholerun`).
+(`autotune.trial.whole_run_steps`).
 
 `serve_job` is what a fresh trial process does with its job: run it and send back its messages.
 """
@@ -27,7 +27,7 @@ import optuna
 
 from autotune.disk import disk_full_line
 from autotune.logs import quiet_libraries
-from autotune.measure.memory import frozen_heap
+from autotune.measure.peak import frozen_heap
 from autotune.measure.ranks import from_rank_zero, is_rank_zero
 from autotune.plan.build import plan_from_study
 from autotune.plan.resolved import Plan

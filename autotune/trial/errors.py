@@ -11,7 +11,7 @@ from optuna.trial import FrozenTrial
 from autotune.disk import is_disk_full
 from autotune.errors import AutotuneError, StoreError
 from autotune.measure.callback import TrialTimeout
-from autotune.measure.estimate import SAFETY_MARGIN
+from autotune.measure.memory_model import SAFETY_MARGIN
 from autotune.measure.screen import ScreenedOut
 from autotune.records import TrialRecord, measured_record
 from autotune.study import outcomes

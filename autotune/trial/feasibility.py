@@ -14,7 +14,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
-from autotune.measure.estimate import clearly_over
+from autotune.measure.memory_model import clearly_over
 from autotune.study.outcomes import (
     DUPLICATE,
     DUPLICATE_RUNNING,

@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from autotune.measure.estimate import SAFETY_MARGIN, MemoryEstimate, fitting_rungs, relative_error
 from autotune.measure.estimator import MemoryEstimator
-from autotune.measure.memory import release_device_memory
+from autotune.measure.memory_model import SAFETY_MARGIN, MemoryEstimate, fitting_rungs, relative_error
+from autotune.measure.peak import release_device_memory
 from autotune.plan.resolved import Plan
 from autotune.records import TrialRecord, add_activation_probes, read_study, read_trial
 

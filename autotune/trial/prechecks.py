@@ -12,7 +12,7 @@ from typing import Any
 
 import optuna
 
-from autotune.measure.estimate import MemoryEstimate
+from autotune.measure.memory_model import MemoryEstimate
 from autotune.measure.ranks import from_rank_zero, is_rank_zero
 from autotune.plan.resolved import Plan
 from autotune.space import precision_of

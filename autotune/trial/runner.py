@@ -31,9 +31,9 @@ from transformers.trainer_callback import PrinterCallback
 from autotune.disk import disk_full_line
 from autotune.measure.callback import ThroughputCallback
 from autotune.measure.deadline import step_deadlines
-from autotune.measure.estimate import MemoryEstimate
 from autotune.measure.estimator import MemoryEstimator
-from autotune.measure.memory import release_device_memory
+from autotune.measure.memory_model import MemoryEstimate
+from autotune.measure.peak import release_device_memory
 from autotune.measure.ranks import distributed, from_rank_zero, gather, is_rank_zero
 from autotune.measure.screen import ScreenedOut
 from autotune.plan.resolved import Plan, trial_world_size
@@ -56,7 +56,7 @@ from autotune.study.outcomes import DISK_FULL, TrialOutcome, fail_group_trial, r
 from autotune.study.owner import this_process
 from autotune.study.rdb import RetryingRDBStorage
 from autotune.study.semantics import loss_compared, study_changes
-from autotune.trial import apply, memory, wholerun
+from autotune.trial import apply, memory, whole_run_steps
 from autotune.trial.compile_cache import CompileMeter, study_compile_cache
 from autotune.trial.errors import (
     AGREED_ENDS,
@@ -123,7 +123,7 @@ class TrialRunner(Trainer):
         self.owner = this_process()
         self.job_id: str | None = None  # the worker job (set by workers): how a supervisor finds the trial
         # while a whole-run check runs: its steps, and the data it draws the longest samples from
-        self._whole_run: wholerun.WholeRunSteps | None = None
+        self._whole_run: whole_run_steps.WholeRunSteps | None = None
         self._full_data: Any = None
         model_init: Callable[..., Any] = self._build_model
         # Trainer builds a model in __init__ and each trial builds its own: the first only has to
@@ -183,11 +183,11 @@ class TrialRunner(Trainer):
             self._agreed_precheck(trial, values)  # before any model, args or accelerator work
         kwargs = apply.merged_args(self.base_args, args_kwargs)
         if self._whole_run is not None:  # one step, evaluated and saved, on the longest samples
-            kwargs = wholerun.check_args(kwargs, self.plan.config.eval_batch_size)
+            kwargs = whole_run_steps.check_args(kwargs, self.plan.config.eval_batch_size)
         apply.rebuild_args(self.args, kwargs)
         if self._whole_run is not None:
             lengths = self.workload.sample_lengths()
-            self.train_dataset, self.eval_dataset = wholerun.check_datasets(
+            self.train_dataset, self.eval_dataset = whole_run_steps.check_datasets(
                 self._full_data, lengths, self.args
             )
         self.data_collator = apply.trial_collator(self.workload, data_choices(values))

@@ -18,7 +18,7 @@ from autotune.records import (
     trial_attrs,
 )
 from autotune.space.knobs import Value
-from autotune.trial import wholerun
+from autotune.trial import whole_run_steps
 from autotune.trial.errors import (
     failure_reason,
     one_line,
@@ -65,7 +65,7 @@ class AutotuneTrainer(TrialRunner):
     def whole_run_check(
         self, params: dict[str, Value], number: int, verbatim: bool = False
     ) -> dict[str, Any]:
-        """Run a configuration once as a whole run does (`autotune.trial.wholerun`): one optimizer
+        """Run a configuration once as a whole run does (`autotune.trial.whole_run_steps`): one optimizer
         step on the longest samples of the data, the Trainer's evaluation and checkpoint save at
         that step (into this process's scratch folder). Returns each step's peak (every rank's
         largest), the step that failed and why (out of memory, or an error), and the batches' sizes.
@@ -81,7 +81,7 @@ class AutotuneTrainer(TrialRunner):
         if verbatim:
             self._verbatim_values = dict(params)
             self.hp_space = lambda trial: {}
-        steps = wholerun.WholeRunSteps(self.measurement.meter)
+        steps = whole_run_steps.WholeRunSteps(self.measurement.meter)
         self._full_data, self._whole_run = self.train_dataset, steps
         self.pop_callback(self.measurement)  # no window, no screening: the check times nothing
         self.add_callback(steps)
@@ -105,4 +105,4 @@ class AutotuneTrainer(TrialRunner):
             self._verbatim_values = None
             self._compiled_before = self._compiled_before or bool(self.args.torch_compile)
             self._release()
-        return wholerun.findings(steps, gather(steps.step_peaks), self.args, *failure)
+        return whole_run_steps.findings(steps, gather(steps.step_peaks), self.args, *failure)

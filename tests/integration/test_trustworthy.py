@@ -13,7 +13,7 @@ import torch
 from transformers import TrainerCallback
 
 import autotune
-from autotune.measure.memory import rss_bytes
+from autotune.measure.peak import rss_bytes
 from tests.helpers import FAST, FAST_RUN, IN_PROCESS, FakeOOM, KnobProbe, write_space
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autotune.measure.estimate import (
+from autotune.measure.memory_model import (
     SAFETY_MARGIN,
     clearly_over,
     dtype_name,

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from autotune.measure.estimate import MeasuredPeak, activations_from_peaks, static_bytes
 from autotune.measure.estimator import MemoryEstimator
+from autotune.measure.memory_model import MeasuredPeak, activations_from_peaks, static_bytes
 from autotune.records import TrialRecord, trial_record
 
 MiB = 2**20

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from autotune.errors import SpaceError
-from autotune.measure.estimate import fitting_rungs
+from autotune.measure.memory_model import fitting_rungs
 from autotune.space.loading import parse_space
 from autotune.space.searchspace import LADDER_RUNGS, SearchSpace
 

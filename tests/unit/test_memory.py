@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from autotune.measure.memory import NvmlSampler, PeakMemoryMeter
+from autotune.measure.peak import NvmlSampler, PeakMemoryMeter
 
 
 def test_cpu_meter_sees_a_real_allocation_between_reset_and_read() -> None:
@@ -83,7 +83,7 @@ def test_frozen_heap_keeps_old_objects_out_of_collections_and_new_garbage_collec
     import gc
     import weakref
 
-    from autotune.measure.memory import frozen_heap
+    from autotune.measure.peak import frozen_heap
 
     class Node:
         pass

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from autotune.errors import UsageError
-from autotune.measure.estimate import DTYPE_BYTES, estimate_memory, static_bytes
 from autotune.measure.flops import flops_per_token
+from autotune.measure.memory_model import DTYPE_BYTES, estimate_memory, static_bytes
 from autotune.space.defaults import knob_defaults
 from autotune.space.knobs import CATALOGUE
 from autotune.space.mapping import trial_kwargs

@@ -19,7 +19,7 @@ from autotune.executors.base import watchdog_seconds
 from autotune.executors.forkserver import WorkerProcess
 from autotune.executors.processes import Slot, worker_slots
 from autotune.executors.torchrun import rank_exitcode as _rank_exitcode
-from autotune.measure.estimate import static_bytes
+from autotune.measure.memory_model import static_bytes
 from autotune.space.availability import Hardware
 from autotune.study.owner import Owner, is_alive, start_ticks, this_process
 from autotune.study.store import fail_interrupted_trials, open_storage

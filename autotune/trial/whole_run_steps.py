@@ -6,7 +6,7 @@ saves checkpoints, and each of those can need more memory than the window ever s
 the stock training loop for one optimizer step with the Trainer's own evaluation and saving at that
 step (its public arguments: ``eval_strategy``, ``save_strategy``), on the longest samples of the
 data, and measures the peak of each step (`WholeRunSteps`, with the trial's own meter:
-`autotune.measure.memory.PeakMemoryMeter`). The verdict against the cap is the supervisor's
+`autotune.measure.peak.PeakMemoryMeter`). The verdict against the cap is the supervisor's
 (`autotune.driver.wholerun`).
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-from autotune.measure.memory import PeakMemoryMeter
+from autotune.measure.peak import PeakMemoryMeter
 from autotune.records import WHOLE_RUN_STEPS
 from autotune.space.defaults import training_args_defaults
 
