@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from autotune.answer.model import Answer, Choice
-from autotune.config import MeasureSettings, RunConfig, parse_memory_cap
 from autotune.errors import AutotuneError, SpaceError, StoreError, UsageError, WorkloadError
+from autotune.options import MeasureSettings, RunConfig, parse_memory_cap
 from autotune.progress import Reporter
 from autotune.records import StudyRecord, TrialRecord, read_study, read_trial
 from autotune.space import SearchSpace, load_space

@@ -1,7 +1,7 @@
 """The one schema version of what autotune stores with a study, and the one check of it.
 
 A study holds its facts (`autotune.records`: the study's and its trials' user attrs, stamped
-``schema_version``) and its run configuration (`autotune.config.RunConfig.to_dict`, stamped
+``schema_version``) and its run configuration (`autotune.options.RunConfig.to_dict`, stamped
 ``schema`` and the ``autotune_version`` that wrote it). Both carry this one number, raised whenever
 something is stored that an older autotune would misread: a key added, a value whose meaning
 changed, facts moved to keys of their own. Older stores read as they are: their facts with the

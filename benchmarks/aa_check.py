@@ -348,7 +348,7 @@ def main() -> None:
             searches.append(row)
             claim = "CLAIMS a speedup" if row["claims_speedup"] else "no claim"
             print(f"[search {seed}] {row['wall_s']:.0f} s, {claim}: {row['verdict']}", flush=True)
-    from autotune.config import RunConfig
+    from autotune.options import RunConfig
 
     run = RunConfig()
     result = {

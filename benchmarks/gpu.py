@@ -83,7 +83,7 @@ def gpu_knobs(
     import tempfile
 
     import autotune
-    from autotune.config import MeasureSettings
+    from autotune.options import MeasureSettings
     from autotune.space.availability import detect_hardware, model_support
     from autotune.space.knobs import value_unavailable
 

@@ -29,10 +29,10 @@ from typing import Any
 
 import torch
 
-from autotune.config import MeasureSettings, RunConfig
 from autotune.driver.search import search
 from autotune.logs import quiet_libraries
 from autotune.measure.peak import frozen_heap
+from autotune.options import MeasureSettings, RunConfig
 from autotune.plan.build import plan_search
 from autotune.plan.resolved import Plan, baseline_values
 from autotune.progress import Reporter, TrialSummary

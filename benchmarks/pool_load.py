@@ -97,8 +97,8 @@ def _server_facts() -> dict[str, Any]:
 
 def create_study(url: str, name: str, space: Path, trials: int) -> None:
     """The study `autotune search` would make, with no trial run yet."""
-    from autotune.config import MeasureSettings, RunConfig
     from autotune.driver.study import open_study
+    from autotune.options import MeasureSettings, RunConfig
     from autotune.plan.build import plan_search
     from autotune.progress import Reporter
 

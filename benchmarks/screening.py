@@ -138,7 +138,7 @@ def search_slowed(space: str, storage: str, ratio: float | None, args: list[str]
     """The CLI's search of `args` through `autotune.search`, with bf16 steps slowed tenfold when
     `simulate`. `ratio` None: the code on ``PYTHONPATH`` predates screening (and its options)."""
     import autotune
-    from autotune.config import MeasureSettings
+    from autotune.options import MeasureSettings
     from benchmarks.slow_bf16 import SlowBf16
 
     values = dict(zip(args[::2], args[1::2], strict=True))

@@ -10,7 +10,7 @@ import torch
 import yaml
 from transformers import TrainerCallback
 
-from autotune.config import MeasureSettings
+from autotune.options import MeasureSettings
 
 # Enough steps to pass through warm-up into a measured window, few enough for a test.
 # No screening: what a test measures must not depend on which configurations this machine runs

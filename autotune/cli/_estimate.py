@@ -27,11 +27,11 @@ def estimate_command(
     peft: PeftOpt = None,
 ) -> None:
     """Print the estimated peak memory of each configuration of the space, before running any."""
-    from autotune.config import RunConfig
     from autotune.logs import quiet_libraries
     from autotune.measure.estimator import MemoryEstimator
     from autotune.measure.memory_model import clearly_over
     from autotune.measure.peak import frozen_heap
+    from autotune.options import RunConfig
     from autotune.plan.build import plan_search
     from autotune.progress import format_bytes, short_name
     from autotune.view import console

@@ -37,11 +37,11 @@ def export_command(
     """Export a study's answer (or its answer under --memory-cap) as a ready-to-use config: the
     defaults when nothing beat them measurably, with the best measured named beside them."""
     from autotune.answer.decide import study_answer
-    from autotune.config import RunConfig
     from autotune.errors import UsageError
     from autotune.export.config import export_config, resolve_cap
     from autotune.export.formats import notes
     from autotune.export.render import FORMATS, render
+    from autotune.options import RunConfig
     from autotune.study.store import load_existing_study
     from autotune.view import console
 

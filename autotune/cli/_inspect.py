@@ -14,7 +14,7 @@ def studies_command(storage: StorageOpt = None) -> None:
     import optuna
     from rich.table import Table
 
-    from autotune.config import RunConfig
+    from autotune.options import RunConfig
     from autotune.progress import format_rate
     from autotune.records import read_study
     from autotune.study.store import best_trial, measured_count, open_storage, orphaned_trials, running_trials
@@ -71,9 +71,9 @@ def show_command(
     running by a process that is gone is listed as interrupted (owner gone)."""
     from autotune.answer.choices import same_as_baseline
     from autotune.answer.decide import study_answer
-    from autotune.config import RunConfig
     from autotune.driver.result import SearchResult
     from autotune.errors import UsageError
+    from autotune.options import RunConfig
     from autotune.records import read_study
     from autotune.study.store import best_trial, load_existing_study, orphaned_records, ranked_trials
     from autotune.view import console, print_answer, time_breakdown_table, trials_table
@@ -126,7 +126,7 @@ def resume_command(
 ) -> None:
     """Continue a stored study with the run configuration it was started with."""
     apply_store_retry(store_retry_s)
-    from autotune.config import RunConfig
+    from autotune.options import RunConfig
     from autotune.study.resumable import stored_run_config
 
     url = RunConfig(storage=storage).storage_url

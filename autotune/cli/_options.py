@@ -12,8 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from autotune.config import GROUPS
-from autotune.options import BY_NAME, help_text
+from autotune.options import BY_NAME, GROUPS, help_text
 
 
 def run_option(name: str, help: str | None = None, *, panel: bool = False, **settings: Any) -> Any:

@@ -22,8 +22,8 @@ def report_command(
 ) -> None:
     """Write an HTML report of a study: history, throughput vs memory, importances, trial table."""
     from autotune.answer.decide import study_answer
-    from autotune.config import RunConfig
     from autotune.errors import UsageError
+    from autotune.options import RunConfig
     from autotune.report import write_report
     from autotune.study.store import load_existing_study
     from autotune.view import console

@@ -12,8 +12,7 @@ import typing
 from typing import Annotated, Any
 
 from autotune.cli._options import DebugOpt, StoreRetryOpt, apply_store_retry, run_option
-from autotune.config import GROUPS
-from autotune.options import BY_NAME, OPTIONS, Option, run_config
+from autotune.options import BY_NAME, GROUPS, OPTIONS, Option, run_config
 
 
 def search_command(**given: Any) -> None:

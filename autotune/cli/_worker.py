@@ -41,7 +41,7 @@ def worker_command(
     match the study's hardware and library versions. The supervisor that created the study
     measures the baseline and re-measures the finalists; a worker only measures trials.
     """
-    from autotune.config import RunConfig
+    from autotune.options import RunConfig
     from autotune.study.resumable import stored_run_config
 
     apply_store_retry(store_retry_s)

@@ -17,13 +17,13 @@ from typing import Any
 
 import optuna
 
-from autotune.config import RunConfig
 from autotune.driver.result import SearchResult
 from autotune.driver.study import finish, open_study
 from autotune.driver.trials import run_trials
 from autotune.errors import AutotuneError, UsageError
 from autotune.logs import quiet_libraries
 from autotune.measure.ranks import from_rank_zero, init_group, is_rank_zero
+from autotune.options import RunConfig
 from autotune.plan.build import plan_search
 from autotune.progress import Reporter
 from autotune.trial.errors import one_line

@@ -8,7 +8,7 @@ from typing import Any
 import optuna
 
 from autotune.answer.model import Answer
-from autotune.config import RunConfig
+from autotune.options import RunConfig
 from autotune.records import TrialRecord, read_study
 
 

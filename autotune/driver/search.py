@@ -13,12 +13,11 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from autotune.config import RunConfig
 from autotune.driver.result import SearchResult
 from autotune.driver.study import finish, open_study
 from autotune.executors.warm import start_forkserver_for
 from autotune.logs import quiet_libraries
-from autotune.options import run_config, with_option_keywords
+from autotune.options import RunConfig, run_config, with_option_keywords
 from autotune.plan.build import plan_search
 from autotune.preflight import check_before_creating
 from autotune.progress import Reporter

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.config import MeasureSettings
 from autotune.measure.rounds import RoundsFit, cells_of, fit_rounds
 from autotune.measure.stats import MATH_GAIN, MIN_GAIN, Speedup, t_quantile
+from autotune.options import MeasureSettings
 from autotune.progress import Reporter
 from autotune.records import (
     BASELINE,

@@ -16,6 +16,7 @@ from autotune.plan.resolved import Plan, data_notes, study_fingerprint, trial_wo
 from autotune.progress import Reporter
 from autotune.records import read_study, write_study
 from autotune.study.fingerprint import check_resume
+from autotune.study.paths import stored_run_config
 from autotune.study.store import (
     best_trial,
     fail_interrupted_trials,
@@ -88,7 +89,7 @@ def describe_study(study: optuna.Study, plan: Plan, fingerprint: dict[str, Any])
     write_study(
         study,
         fingerprint=fingerprint,
-        run_config=plan.config.to_dict(),
+        run_config=stored_run_config(plan.config),
         workload=plan.workload.describe(),
         space=plan.space.describe(),
         memory_cap=plan.config.memory_cap,

@@ -33,7 +33,6 @@ from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_callback import DefaultFlowCallback, PrinterCallback, ProgressCallback
 
 from autotune.answer.model import Answer
-from autotune.config import _RESERVED_ARGS
 from autotune.driver.result import SearchResult
 from autotune.driver.study import finish, open_study
 from autotune.driver.trials import run_trials
@@ -42,6 +41,7 @@ from autotune.executors.warm import start_forkserver
 from autotune.logs import quiet_libraries
 from autotune.measure.peak import release_device_memory
 from autotune.options import KEYWORDS, run_config, with_option_keywords
+from autotune.plan.base_args import RESERVED_ARGS
 from autotune.plan.build import plan_for
 from autotune.preflight import check_before_creating
 from autotune.progress import Reporter
@@ -164,7 +164,7 @@ def tune(
         )
     workload = user_workload(trainer, callbacks)
     user_kwargs = given_training_args(trainer.args)
-    base = {k: v for k, v in user_kwargs.items() if k not in _RESERVED_ARGS}
+    base = {k: v for k, v in user_kwargs.items() if k not in RESERVED_ARGS}
     config = run_config(
         None,
         model=workload.name,

@@ -16,8 +16,8 @@ import optuna
 
 from autotune.answer.choices import measured_in_full, search_choice
 from autotune.answer.model import BEATS_DEFAULTS, CHOSEN, KEEPS_MATH, Answer
-from autotune.config import cap_bytes
 from autotune.errors import UsageError
+from autotune.options import cap_bytes
 from autotune.progress import format_bytes
 from autotune.records import TrialRecord, read_study
 from autotune.space.defaults import training_args_defaults

@@ -24,7 +24,6 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-from autotune.config import MeasureSettings
 from autotune.errors import AutotuneError
 from autotune.measure import drift
 from autotune.measure.deadline import StepDeadline
@@ -32,6 +31,7 @@ from autotune.measure.peak import PeakMemoryMeter
 from autotune.measure.ranks import from_rank_zero
 from autotune.measure.screen import ScreenedOut, ScreenReference
 from autotune.measure.stats import summarize_window, warmup_done, window_done
+from autotune.options import MeasureSettings
 from autotune.progress import Reporter
 
 # A probe taken in a trial confirms its screening verdicts for this long; then the probe runs again.

@@ -9,7 +9,8 @@ from typing import Any
 
 import optuna
 
-from autotune.config import RunConfig, cap_bytes, load_base_args
+from autotune.options import RunConfig, cap_bytes
+from autotune.plan.base_args import load_base_args
 from autotune.plan.resolved import Plan, study_fingerprint, trial_world_size
 from autotune.records import StudyRecord
 from autotune.space import SearchSpace, builtin_spaces, load_space, parse_space

@@ -9,8 +9,8 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from autotune.config import RunConfig
 from autotune.measure.memory_model import dtype_name
+from autotune.options import RunConfig
 from autotune.space import SearchSpace
 from autotune.space.availability import Hardware, ModelSupport
 from autotune.space.defaults import knob_defaults

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 import optuna
 from optuna.trial import TrialState
 
-from autotune.config import cap_bytes
 from autotune.errors import UsageError, first_line
+from autotune.options import cap_bytes
 from autotune.progress import TrialSummary, describe_params
 from autotune.records import read_study
 from autotune.study.store import ranked_trials

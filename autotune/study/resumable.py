@@ -10,10 +10,11 @@ from typing import Any
 
 import optuna
 
-from autotune.config import RunConfig, refuse_stored_remote_code
 from autotune.errors import UsageError
+from autotune.options import RunConfig
 from autotune.records import StudyRecord, read_study
 from autotune.study.store import load_existing_study
+from autotune.study.trust import refuse_stored_remote_code
 
 
 def refuse_user_trainer_study(study_name: str, record: StudyRecord) -> None:

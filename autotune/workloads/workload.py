@@ -246,7 +246,7 @@ def resolve_workload(
         data: the user's dataset; None: synthetic tokens.
         tokenizer: tokenizer for `data`; default the model's.
         pad_to_multiple_of: classification batches are padded to a multiple of this.
-        packing: ``"blocks"`` or ``"examples"`` for language-model text (`autotune.config.RunConfig`).
+        packing: ``"blocks"`` or ``"examples"`` for language-model text (`autotune.options.RunConfig`).
 
     Raises:
         WorkloadError: nothing of that name, an unreachable hub, a task the model has no class

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import autotune
-from autotune.config import MeasureSettings
+from autotune.options import MeasureSettings
 from tests.helpers import TrainedOn, write_space
 from tests.local_models import write_model, write_text
 

@@ -17,7 +17,7 @@ import optuna
 import pytest
 import sqlalchemy
 
-from autotune.config import SCHEMA_KEY, MeasureSettings, RunConfig
+from autotune.options import SCHEMA_KEY, MeasureSettings, RunConfig
 from autotune.schema import SCHEMA_VERSION
 from autotune.study.store import measured_count, open_storage, was_trained
 from autotune.urls import engine_url

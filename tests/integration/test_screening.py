@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import autotune
-from autotune.config import MeasureSettings
 from autotune.measure import drift
+from autotune.options import MeasureSettings
 from tests.helpers import IN_PROCESS, SlowParams, write_space
 
 pytestmark = pytest.mark.timeout(300)

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 import autotune
-from autotune.config import MeasureSettings
 from autotune.measure import drift
+from autotune.options import MeasureSettings
 from autotune.records import read_study
 from tests.helpers import IN_PROCESS, SlowParams, Throttle, write_space
 

@@ -11,8 +11,8 @@ import autotune
 import autotune.driver.search
 from autotune.cli import main
 from autotune.cli._render import err_console
-from autotune.config import MeasureSettings, RunConfig
 from autotune.errors import StoreError, UsageError
+from autotune.options import MeasureSettings, RunConfig
 from autotune.space import builtin_spaces
 from autotune.view import RichReporter
 from tests.unit.cli_helpers import run

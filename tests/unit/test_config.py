@@ -6,17 +6,18 @@ import re
 
 import pytest
 
-from autotune.config import (
+from autotune.errors import UsageError
+from autotune.options import (
     DEFAULT_STORAGE,
     STORAGE_ENV,
     MeasureSettings,
     MemoryCap,
     RunConfig,
     parse_memory_cap,
-    refuse_stored_remote_code,
 )
-from autotune.errors import UsageError
 from autotune.schema import SCHEMA_VERSION
+from autotune.study.paths import stored_run_config
+from autotune.study.trust import refuse_stored_remote_code
 
 # --- parse_memory_cap ------------------------------------------------------------------------------
 
@@ -234,7 +235,7 @@ def test_local_paths_are_stored_absolute_and_hub_ids_as_given(tmp_path, monkeypa
         base_args="base.json",
         space="space.yaml",
     )
-    data = config.to_dict()
+    data = stored_run_config(config)
     assert data["model"] == str(tmp_path / "models" / "mine")
     assert data["dataset"] == str(tmp_path / "corpus.jsonl")
     assert data["base_args"] == str(tmp_path / "base.json")
@@ -243,7 +244,7 @@ def test_local_paths_are_stored_absolute_and_hub_ids_as_given(tmp_path, monkeypa
     assert config.model == "models/mine"  # the config itself (and the study name it derives) unchanged
     monkeypatch.chdir("/")
     assert RunConfig.from_dict(data).model == str(tmp_path / "models" / "mine")  # found from anywhere
-    hub = RunConfig(model="org/name", dataset="wikitext").to_dict()
+    hub = stored_run_config(RunConfig(model="org/name", dataset="wikitext"))
     assert (hub["model"], hub["dataset"]) == ("org/name", "wikitext")
 
 
@@ -251,7 +252,7 @@ def test_presets_and_shipped_spaces_win_over_local_files_of_their_name(tmp_path,
     monkeypatch.chdir(tmp_path)
     (tmp_path / "tiny-gpt2").mkdir()
     (tmp_path / "quick").write_text("")
-    data = RunConfig(model="tiny-gpt2", space="quick").to_dict()
+    data = stored_run_config(RunConfig(model="tiny-gpt2", space="quick"))
     assert (data["model"], data["space"]) == ("tiny-gpt2", "quick")
 
 
@@ -269,14 +270,14 @@ def test_stored_remote_code_needs_the_workers_own_opt_in():
 
 def test_a_compile_cache_folder_is_stored_absolute_before_it_exists(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    data = RunConfig(compile_cache="cache/compile").to_dict()
+    data = stored_run_config(RunConfig(compile_cache="cache/compile"))
     assert data["compile_cache"] == str(tmp_path / "cache" / "compile")
-    assert RunConfig().to_dict()["compile_cache"] is None
+    assert stored_run_config(RunConfig())["compile_cache"] is None
     assert RunConfig.from_dict(data).compile_cache == str(tmp_path / "cache" / "compile")
 
 
 def test_cap_bytes_is_the_one_conversion_of_a_cap() -> None:
-    from autotune.config import cap_bytes
+    from autotune.options import cap_bytes
 
     assert cap_bytes(None, 1000) is None
     assert cap_bytes("90%", 1000) == 900 and cap_bytes("1KiB", 0, study="s") == 1024

@@ -19,8 +19,8 @@ import optuna
 import pytest
 
 from autotune.answer.decide import decide
-from autotune.config import MeasureSettings
 from autotune.driver.finalists import BASELINE, remeasure_finalists
+from autotune.options import MeasureSettings
 from autotune.progress import Reporter
 from autotune.records import read_study
 from autotune.study.store import read_trials

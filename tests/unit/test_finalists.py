@@ -13,7 +13,6 @@ import pytest
 from autotune.answer.decide import decide
 from autotune.answer.instrument import rounds_fit
 from autotune.answer.model import BEATS_DEFAULTS, KEEP_DEFAULTS
-from autotune.config import MeasureSettings
 from autotune.driver.finalists import BASELINE, BASELINE_AGAIN, remeasure_finalists
 from autotune.driver.sequential import (
     CLAIM_HALF_WIDTH,
@@ -29,6 +28,7 @@ from autotune.driver.sequential import (
     round_window,
 )
 from autotune.measure.rounds import fit_rounds, look_level, round_order
+from autotune.options import MeasureSettings
 from autotune.progress import Reporter
 from autotune.records import read_study, trial_record
 from autotune.study.store import read_trials

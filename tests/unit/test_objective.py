@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from autotune.config import RunConfig
 from autotune.errors import UsageError
+from autotune.options import RunConfig
 from autotune.records import Baseline, TrialRecord, measured_record, study_record, trial_attrs
 from autotune.study.objective import (
     LossComparison,

@@ -21,14 +21,16 @@ import autotune
 import autotune.driver.search
 from autotune.cli import app
 from autotune.cli._render import err_console
-from autotune.config import GROUPS, MeasureSettings, RunConfig
 from autotune.errors import StoreError, UsageError
 from autotune.options import (
     BY_NAME,
+    GROUPS,
     KEYWORDS,
     OPTIONS,
     REFERENCE,
     REGENERATE,
+    MeasureSettings,
+    RunConfig,
     command_line_text,
     flagged,
     help_text,

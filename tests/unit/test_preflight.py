@@ -122,7 +122,7 @@ def test_a_ray_head_found_joinable_is_asked_once(monkeypatch: pytest.MonkeyPatch
 def test_what_the_store_alone_refuses_is_refused_before_the_training_stack(
     tmp_path: Path, command: str, stored: dict, words: str
 ) -> None:
-    from autotune.config import SCHEMA_KEY, RunConfig
+    from autotune.options import SCHEMA_KEY, RunConfig
     from autotune.schema import SCHEMA_VERSION
     from autotune.study.store import open_storage
 

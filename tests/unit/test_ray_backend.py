@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from autotune.config import RunConfig
 from autotune.errors import UsageError
 from autotune.executors import ray as ray_search
+from autotune.options import RunConfig
 from tests.unit.cli_helpers import run
 
 

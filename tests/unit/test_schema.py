@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.config import RunConfig
 from autotune.errors import UsageError
+from autotune.options import RunConfig
 from autotune.records import study_attrs, study_record
 from autotune.schema import SCHEMA_VERSION, check_schema
 

@@ -68,7 +68,7 @@ def test_a_search_killed_with_sigkill_leaves_folders_the_next_one_removes(tmp_pa
     """A real search process is killed while its worker trains: its log folder stays behind,
     stamped; the next folder made there (the next search's first) removes it."""
     script = (
-        "import autotune; from autotune.config import MeasureSettings; "
+        "import autotune; from autotune.options import MeasureSettings; "
         "autotune.search(model='tiny-gpt2', seq_len=16, trials=1, "
         f"storage='sqlite:///{tmp_path / 'k.db'}', output_dir={str(tmp_path)!r}, finalists=0, "
         # a window that goes on until the test kills the search

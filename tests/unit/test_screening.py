@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from autotune.config import MeasureSettings
 from autotune.errors import UsageError
 from autotune.measure import callback as callback_module
 from autotune.measure import deadline as deadline_module
 from autotune.measure.callback import ThroughputCallback
 from autotune.measure.deadline import StepDeadline, step_deadlines
 from autotune.measure.screen import ScreenedOut, ScreenReference
+from autotune.options import MeasureSettings
 from autotune.progress import Reporter
 from autotune.study import outcomes
 from autotune.trial.errors import AGREED_ENDS, failure_reason

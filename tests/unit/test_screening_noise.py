@@ -16,11 +16,11 @@ from types import SimpleNamespace
 import optuna
 import pytest
 
-from autotune.config import MeasureSettings
 from autotune.measure import callback as callback_module
 from autotune.measure.callback import REPROBE_S, ThroughputCallback
 from autotune.measure.drift import MAX_SLOWDOWN
 from autotune.measure.screen import ScreenedOut, ScreenReference
+from autotune.options import MeasureSettings
 from autotune.progress import Reporter
 from autotune.records import Baseline, trial_attrs, trial_record, write_study
 from autotune.trial.measured import screen_reference

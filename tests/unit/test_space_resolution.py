@@ -10,8 +10,9 @@ import re
 import optuna
 import pytest
 
-from autotune.config import RunConfig, load_base_args
 from autotune.errors import SpaceError, UsageError
+from autotune.options import RunConfig
+from autotune.plan.base_args import load_base_args
 from autotune.space import SearchSpace, SizeRule, global_batch_splits, load_space, parse_space, precision_of
 from tests.helpers import write_file as write
 

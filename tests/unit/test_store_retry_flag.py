@@ -46,7 +46,7 @@ def test_search_passes_the_bound_to_its_store_and_workers(seen: list[str | None]
 def _stored_study(url: str, name: str) -> None:
     import optuna
 
-    from autotune.config import RunConfig
+    from autotune.options import RunConfig
 
     study = optuna.create_study(storage=url, study_name=name)
     study.set_user_attr("run_config", RunConfig(storage=url, study=name).to_dict())

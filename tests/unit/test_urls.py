@@ -8,8 +8,8 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from autotune import urls
-from autotune.config import RunConfig
 from autotune.errors import UsageError
+from autotune.options import RunConfig
 from autotune.urls import display_url, engine_url, sqlite_file
 
 

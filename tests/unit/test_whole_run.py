@@ -12,10 +12,10 @@ import pytest
 from autotune import records
 from autotune.answer import model
 from autotune.answer.decide import decide
-from autotune.config import RunConfig
 from autotune.driver.wholerun import judged
 from autotune.errors import UsageError
 from autotune.export.words import whole_run_text
+from autotune.options import RunConfig
 from autotune.records import WholeRun, study_attrs
 from autotune.study.outcomes import WHOLE_RUN_OVER_CAP, with_whole_run
 from autotune.trial.whole_run_steps import check_args, largest_peaks, longest_indices

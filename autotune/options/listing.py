@@ -1,7 +1,7 @@
 """The run options, read from their one declaration.
 
 Each option is a field of `RunConfig`, or of `MeasureSettings` (its ``measure``), declared once with
-`autotune.config.option`: name, type, default, help, group and flag. Everything else is derived
+`autotune.options.declare.option`: name, type, default, help, group and flag. Everything else is derived
 here: the keywords `search()` and `tune()` take (`KEYWORDS`, `run_config`), the flags an error
 names on the command line (`command_line_text`) and the reference, docs/reference/options.md
 (`reference`; regenerate it, with the manual's other generated pages, by
@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from autotune.config import GROUPS, MeasureSettings, RunConfig
 from autotune.errors import AutotuneError, UsageError
+from autotune.options.declare import GROUPS
+from autotune.options.run import RunConfig
+from autotune.options.settings import MeasureSettings
 
 REFERENCE = Path("docs") / "reference" / "options.md"
 # The one command that writes every generated page of the manual (autotune/cli/reference.py).
@@ -244,9 +246,9 @@ def reference() -> str:
     lines = [
         "# Run options",
         "",
-        f"<!-- Generated from autotune/config.py by `{REGENERATE}`: edit the declarations there. -->",
+        f"<!-- Generated from autotune/options/ by `{REGENERATE}`: edit the declarations there. -->",
         "",
-        "Every option of a search is declared once, as a field of `RunConfig` in `autotune/config.py`",
+        "Every option of a search is declared once, as a field of `RunConfig` in `autotune/options/run.py`",
         "(those of how a trial is measured: of `MeasureSettings`, its `measure`). The option's name is",
         "a keyword of `autotune.search(...)`, and of `autotune.tune(trainer, ...)` but for what `tune`",
         "takes from the Trainer or its own parameters (`autotune.driver.tune.OPTIONS`); a",
