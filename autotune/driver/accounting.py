@@ -24,7 +24,7 @@ from typing import Any
 
 import optuna
 
-from autotune.records import TrialRecord, measured_record, read_trial, write_study
+from autotune.records import TrialRecord, read_trial, write_study
 from autotune.study.store import was_trained
 
 PHASES = ("setup_s", "compile_s", "warmup_s", "window_s", "screening_s", "between_s")
@@ -99,12 +99,12 @@ class TimeAccount:
         self.by_stage: dict[str, list[dict[str, float]]] = {}
         self._stage: str | None = None
 
-    def measuring(self, measure: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+    def measuring(self, measure: Callable[..., TrialRecord]) -> Callable[..., TrialRecord]:
         """`measure` (a measure job: the baseline, a finalist), its result accounted."""
 
-        def accounted(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        def accounted(*args: Any, **kwargs: Any) -> TrialRecord:
             measured = measure(*args, **kwargs)
-            phases = job_phases(measured_record(measured))
+            phases = job_phases(measured)
             self.jobs.append(phases)
             if self._stage is not None:
                 self.by_stage.setdefault(self._stage, []).append(phases)

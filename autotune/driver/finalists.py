@@ -50,15 +50,15 @@ from autotune.records import (
     Baseline,
     TrialRecord,
     Winner,
-    measured_record,
     read_study,
+    trial_attrs,
     write_study,
 )
 from autotune.study.objective import score
 from autotune.study.semantics import record_changes
 from autotune.study.store import ranked_trials
 
-Measure = Callable[..., dict[str, Any]]  # (params, number, verbatim=..., window=...) -> measurements
+Measure = Callable[..., TrialRecord]  # (params, number, verbatim=..., window=...) -> its record
 
 
 def measure_baseline(measure: Measure, plan: Plan, study: optuna.Study, reporter: Reporter) -> None:
@@ -81,11 +81,11 @@ def measure_baseline(measure: Measure, plan: Plan, study: optuna.Study, reporter
     if not is_rank_zero():
         return
     # what its loss parity and its predicted run time are judged from, too
-    write_study(study, baseline=Baseline.from_attrs({**measured, "params": values}))
-    peak_mib = measured["peak_memory_bytes"] / 2**20
-    first = warming.get("tokens_per_s") or 0.0
+    write_study(study, baseline=Baseline.from_attrs({**trial_attrs(measured), "params": values}))
+    peak_mib = (measured.peak_memory_bytes or 0) / 2**20
+    first = warming.tokens_per_s or 0.0
     reporter.on_note(
-        f"baseline: {measured['tokens_per_s'] / 1000:.1f}k tok/s, peak {peak_mib:.0f} MiB "
+        f"baseline: {(measured.tokens_per_s or 0.0) / 1000:.1f}k tok/s, peak {peak_mib:.0f} MiB "
         f"(a first, warming measurement read {first / 1000:.1f}k)"
     )
 
@@ -168,10 +168,8 @@ def remeasure_finalists(
                 reporter.on_remeasure(number, round_number, None, f"{type(exc).__name__}: {exc}")
                 continue
             rounds.costs.setdefault(number, []).append(clock() - started)
-            rounds.add(
-                number, round_number, position, measured, score(measured_record(measured), tokens) or 0.0
-            )
-            reporter.on_remeasure(number, round_number, measured["tokens_per_s"], None)
+            rounds.add(number, round_number, position, measured, score(measured, tokens) or 0.0)
+            reporter.on_remeasure(number, round_number, measured.tokens_per_s, None)
         if round_number == 1 and budget_s is not None:
             # the rounds the budget pays for, by what the first round's measurements cost, not by
             # their predictions: fixed now, before any look at the rounds may end them

@@ -123,12 +123,12 @@ class Rounds:
     fit: RoundsFit | None = None
 
     def add(
-        self, number: int, round_number: int, position: int, measured: dict[str, Any], score_: float
+        self, number: int, round_number: int, position: int, measured: TrialRecord, score_: float
     ) -> None:
         self.scores.setdefault(number, {})[round_number] = score_
         self.positions.setdefault(number, {})[round_number] = position
-        self.throughput.setdefault(number, {})[round_number] = measured["tokens_per_s"]
-        self.peaks.setdefault(number, {})[round_number] = measured.get("peak_memory_bytes")
+        self.throughput.setdefault(number, {})[round_number] = measured.tokens_per_s or 0.0
+        self.peaks.setdefault(number, {})[round_number] = measured.peak_memory_bytes
 
     def refit(self) -> RoundsFit | None:
         self.fit = fit_rounds(cells_of(self.scores, self.positions), looks=self.looks, look=self.look)

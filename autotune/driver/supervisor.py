@@ -26,7 +26,7 @@ from autotune.executors.base import Ended, Executor
 from autotune.measure.ranks import from_rank_zero, is_rank_zero
 from autotune.plan.resolved import Plan
 from autotune.progress import Reporter
-from autotune.records import trial_record
+from autotune.records import TrialRecord, measured_record, trial_record
 from autotune.study.outcomes import DISK_FULL, STORE_LOST, TrialOutcome, fail_running_trial
 from autotune.study.owner import OWNER_ATTR, this_process
 from autotune.study.store import fail_interrupted_trials, measured_count, running_trials, trials_of_job
@@ -115,16 +115,15 @@ class Supervisor:
         number: int,
         verbatim: bool = False,
         window: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """Measure knob values once in a job of their own and return the measurements (`window`:
-        measurement settings replaced for this job, as `Job.window`).
+    ) -> TrialRecord:
+        """Measure knob values once in a job of their own and return the measurement's record
+        (`window`: measurement settings replaced for this job, as `Job.window`).
 
         Raises:
             MeasureFailed: the measurement failed, or its process died (with the reason).
         """
-        return self._run_one(
-            self.job(kind="measure", params=dict(params), number=number, verbatim=verbatim, window=window)
-        )
+        job = self.job(kind="measure", params=dict(params), number=number, verbatim=verbatim, window=window)
+        return measured_record(self._run_one(job))
 
     def whole_run(self, params: dict[str, Any], number: int, verbatim: bool = False) -> dict[str, Any]:
         """Run knob values once as a whole run does, in a job of their own (a fresh process under

@@ -72,7 +72,7 @@ def test_the_measure_jobs_of_each_stage_are_summed_apart(tmp_path: Path) -> None
     study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}")
     account = TimeAccount(study, 1)
     job = {"tokens_per_s": 1.0, "setup_s": 1.0, "warmup_s": 2.0, "compile_s": 0.5, "window_s": 3.0}
-    measure = account.measuring(lambda *args, **kwargs: dict(job))
+    measure = account.measuring(lambda *args, **kwargs: measured_record(dict(job)))
     with account.stage("baseline"):
         measure({}, -1)
     with account.stage("finalists"):

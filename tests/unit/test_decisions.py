@@ -22,7 +22,7 @@ from autotune.answer.decide import decide
 from autotune.driver.finalists import BASELINE, remeasure_finalists
 from autotune.options import MeasureSettings
 from autotune.progress import Reporter
-from autotune.records import read_study
+from autotune.records import TrialRecord, measured_record, read_study
 from autotune.study.store import read_trials
 
 RUNS = 120
@@ -69,9 +69,7 @@ class _Machine:
     def clock(self) -> float:
         return self.now
 
-    def __call__(
-        self, params: Any, number: int, verbatim: bool = False, window: Any = None
-    ) -> dict[str, Any]:
+    def __call__(self, params: Any, number: int, verbatim: bool = False, window: Any = None) -> TrialRecord:
         self.now += 1.5
         self.drift += self.rng.gauss(0, 0.05 / 3)
         rate = self.truth[BASELINE if number < 0 else number] * math.exp(
@@ -79,7 +77,7 @@ class _Machine:
         )
         if self.rng.random() < self.disturbed:
             rate *= self.rng.uniform(0.4, 0.85)
-        return {"tokens_per_s": rate, "samples_per_s": rate / 10, "peak_memory_bytes": 1}
+        return measured_record({"tokens_per_s": rate, "samples_per_s": rate / 10, "peak_memory_bytes": 1})
 
 
 def _runs(

@@ -30,7 +30,7 @@ from autotune.driver.sequential import (
 from autotune.measure.rounds import fit_rounds, look_level, round_order
 from autotune.options import MeasureSettings
 from autotune.progress import Reporter
-from autotune.records import read_study, trial_record
+from autotune.records import TrialRecord, measured_record, read_study, trial_record
 from autotune.study.store import read_trials
 
 
@@ -114,13 +114,13 @@ class _Script:
         number: int,
         verbatim: bool = False,
         window: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
+    ) -> TrialRecord:
         self.calls.append(number)
         self.windows.append(window)
         if self.clock is not None:
             self.clock.now += self.seconds
         rate = self.rate(number)
-        return {"tokens_per_s": rate, "samples_per_s": rate / 10, "peak_memory_bytes": 1}
+        return measured_record({"tokens_per_s": rate, "samples_per_s": rate / 10, "peak_memory_bytes": 1})
 
 
 def _rates(logs: list[float], base: float = 100.0) -> list[float]:
@@ -305,11 +305,11 @@ class _LastPaysMore(_Script):
         number: int,
         verbatim: bool = False,
         window: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
+    ) -> TrialRecord:
         self.calls.append(number)
         rate = 100.0 * 0.97 ** (self.position % self.size) * (1 + 0.002 * (len(self.calls) % 3))
         self.position += 1
-        return {"tokens_per_s": rate, "samples_per_s": rate / 10, "peak_memory_bytes": 1}
+        return measured_record({"tokens_per_s": rate, "samples_per_s": rate / 10, "peak_memory_bytes": 1})
 
 
 def test_a_position_effect_is_not_claimed_as_a_speedup_between_equal_configurations() -> None:
