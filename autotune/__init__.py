@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from autotune.answer.model import Answer, Choice
-from autotune.errors import AutotuneError, SpaceError, StoreError, UsageError, WorkloadError
+from autotune.errors import AutotuneError, SearchFailed, SpaceError, StoreError, UsageError, WorkloadError
 from autotune.options import MeasureSettings, RunConfig, parse_memory_cap
 from autotune.progress import Reporter
 from autotune.records import StudyRecord, TrialRecord, read_study, read_trial
@@ -30,6 +30,7 @@ __all__ = [
     "Reporter",
     "RichReporter",
     "RunConfig",
+    "SearchFailed",
     "SearchResult",
     "SearchSpace",
     "SpaceError",

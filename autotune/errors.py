@@ -69,3 +69,18 @@ class RayTokenError(AutotuneError):
 class StoreFull(StoreError):
     """A store write failed because the disk or the database is full: reported at once, never
     retried (no wait cures it; someone has to free space)."""
+
+
+class SearchFailed(AutotuneError):
+    """Every trial of a search failed the same way: the one error, not an empty answer (exit code
+    1: what the machine or the model refused).
+
+    Args:
+        reason: the failure's reason (one of `autotune.study.outcomes`).
+        trials: how many trials failed so.
+    """
+
+    def __init__(self, message: str, hint: str | None = None, *, reason: str, trials: int) -> None:
+        super().__init__(message, hint)
+        self.reason = reason
+        self.trials = trials

@@ -28,7 +28,10 @@ from autotune.progress import (
 )
 from autotune.study import outcomes
 
-console = Console(width=None if sys.stdout.isatty() else 150)
+# A terminal's width where there is one; piped output (a file, grep, another program) is not
+# wrapped: a table takes its natural width and a line stays one line.
+PIPED_WIDTH = 1_000_000
+console = Console(width=None if sys.stdout.isatty() else PIPED_WIDTH, soft_wrap=not sys.stdout.isatty())
 
 
 def trial_line(t: TrialSummary) -> str:

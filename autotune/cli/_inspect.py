@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from autotune.cli._options import DebugOpt, StorageOpt, StoreRetryOpt, apply_store_retry, run_option
+from autotune.cli._options import (
+    DebugOpt,
+    FormatOpt,
+    StorageOpt,
+    StoreRetryOpt,
+    apply_store_retry,
+    run_option,
+)
 
 
-def studies_command(storage: StorageOpt = None) -> None:
+def studies_command(storage: StorageOpt = None, output_format: FormatOpt = "table") -> None:
     """List the studies in a store: model, hardware, trials measured / budget, best tokens/s, state."""
     import optuna
     from rich.table import Table
 
+    from autotune.cli._render import emit
     from autotune.options import RunConfig
     from autotune.progress import format_rate
     from autotune.records import read_study
@@ -23,12 +31,13 @@ def studies_command(storage: StorageOpt = None) -> None:
     config = RunConfig(storage=storage)
     store = open_storage(config.storage_url)
     names = sorted(optuna.get_all_study_names(store))
-    if not names:
+    if not names and output_format == "table":
         console.print(f"no studies in {config.storage_display}", highlight=False)
         return
     table = Table(title=f"Studies in {config.storage_display}", title_justify="left")
     for column in ("study", "model", "seq len", "hardware", "measured / budget", "best tok/s", "state"):
         table.add_column(column)
+    rows = []
     for name in names:
         study = optuna.load_study(study_name=name, storage=store)
         record = read_study(study)
@@ -39,6 +48,19 @@ def studies_command(storage: StorageOpt = None) -> None:
         # a trial left running by a process that is gone is not the study running
         running = len(running_trials(study)) > len(orphaned_trials(study))
         state = "running" if running else ("done" if budget is not None and done >= budget else "incomplete")
+        rows.append(
+            {
+                "study": name,
+                "model": workload.get("model"),
+                "seq_len": workload.get("seq_len"),
+                "device": device.get("name") if device else None,
+                "device_count": device.get("count", 1) if device else None,
+                "measured": done,
+                "budget": budget,
+                "best_tokens_per_s": best.tokens_per_s if best else None,
+                "state": state,
+            }
+        )
         table.add_row(
             name,
             str(workload.get("model", "-")),
@@ -48,6 +70,9 @@ def studies_command(storage: StorageOpt = None) -> None:
             format_rate(best.tokens_per_s) if best else "-",
             state,
         )
+    if output_format != "table":
+        emit({"storage": config.storage_display, "studies": rows}, output_format)
+        return
     console.print(table)
 
 
@@ -65,6 +90,7 @@ def show_command(
     limit: Annotated[
         int, typer.Option("--limit", min=0, help="Show at most this many rows, best first; 0 shows all.")
     ] = SHOW_ROWS,
+    output_format: FormatOpt = "table",
 ) -> None:
     """Show a study's trials, best first (knob values, tokens/s, samples/s, peak memory, state,
     reason), then its answer as the search gave it and where the search's time went. A trial left
@@ -92,6 +118,22 @@ def show_command(
     record = read_study(loaded)
     remeasured = record.remeasured_tokens_per_s()
     itself = [t.number for t in trials if same_as_baseline(record, t)]
+    if output_format != "table":
+        from autotune.cli._render import emit
+
+        shown = trials[:limit] if limit else trials
+        answer = study_answer(loaded) if everything else None
+        emit(
+            {
+                "study": study,
+                "trials": [_trial_facts(t, remeasured, itself) for t in shown],
+                "more_trials": len(trials) - len(shown),
+                "answer": answer.to_dict() if answer is not None else None,
+                "time_breakdown": record.time_breakdown,
+            },
+            output_format,
+        )
+        return
     console.print(
         trials_table(
             trials,
@@ -112,6 +154,28 @@ def show_command(
         print_answer(console, result, time_line=False, config_json=False)
     if breakdown := record.time_breakdown:
         console.print(time_breakdown_table(breakdown))
+
+
+def _trial_facts(trial: Any, remeasured: dict[int, float], baseline_like: list[int]) -> dict[str, Any]:
+    """A trial as `show --format json|yaml` lists it: its knobs, the search window's figures, the
+    re-measured median where it was a finalist, and how it ended."""
+    from autotune.study import outcomes
+
+    orphaned = trial.state == "RUNNING" and trial.reason == outcomes.INTERRUPTED
+    return {
+        "number": trial.number,
+        "params": dict(trial.params),
+        "state": "INTERRUPTED" if orphaned else trial.state,
+        "reason": trial.reason,
+        "message": trial.message,
+        "feasible": trial.is_feasible if trial.state == "COMPLETE" else None,
+        "tokens_per_s": trial.tokens_per_s,
+        "remeasured_tokens_per_s": remeasured.get(trial.number),
+        "samples_per_s": trial.measurement.samples_per_s,
+        "peak_memory_bytes": trial.peak_memory_bytes,
+        "reused_from": trial.duplicate_of if trial.reused else None,
+        "same_as_baseline": trial.number in baseline_like,
+    }
 
 
 def resume_command(

@@ -25,12 +25,13 @@ def knobs_command(
         ),
     ] = None,
     output_format: Annotated[
-        Literal["table", "markdown"],
+        Literal["table", "json", "yaml", "markdown"],
         typer.Option(
             "--format",
             "-f",
-            help="table: the catalogue with what runs on this machine; markdown: the catalogue alone, "
-            "as the manual's knob reference (docs/reference/knobs.md), the same on every machine.",
+            help="table: the catalogue with what runs on this machine; json or yaml: the same facts "
+            "for scripts; markdown: the catalogue alone, as the manual's knob reference "
+            "(docs/reference/knobs.md), the same on every machine.",
         ),
     ] = "table",
 ) -> None:
@@ -57,10 +58,32 @@ def knobs_command(
         support = model_support(resolve_workload(model).model_class())
     _, why = hardware.batch_multiple()
     device = hardware.name if hardware.cuda else "CPU"
+
+    if output_format != "table":
+        from autotune.cli._render import emit
+
+        facts = [
+            {
+                "name": knob.name,
+                "lands_in": _TARGETS[knob.target],
+                "changes_math": knob.changes_semantics,
+                "help": knob.help,
+                "values": [
+                    {
+                        "value": shown,
+                        "unavailable_here": value_unavailable(knob.name, probe, hardware, support),
+                        "runs_on": RUNS_ON.get((knob.name, probe)),
+                    }
+                    for shown, probe in _values(knob)
+                ],
+            }
+            for knob in CATALOGUE.values()
+        ]
+        emit({"device": device, "batch_multiple": why, "model_checked": model, "knobs": facts}, output_format)
+        return
     console.print(f"device: {device}; batch sizes with multiple_of auto: {why}", highlight=False)
     if model is None:
         console.print("model support not checked (pass --model to check attention and checkpointing)")
-
     table = Table(title="Knobs", title_justify="left", show_lines=True)
     for column in ("knob", "lands in", "changes math", "values: available here / not, and why"):
         table.add_column(column)

@@ -8,7 +8,7 @@ turns it into a typer option; the options here that no run declares (``--debug``
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -52,6 +52,16 @@ PeftOpt = Annotated[str | None, run_option("peft")]
 StorageOpt = Annotated[str | None, run_option("storage")]
 StudyOpt = Annotated[str | None, run_option("study")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks of errors.")]
+OUTPUT_FORMATS = ("table", "json", "yaml")
+FormatOpt = Annotated[
+    Literal["table", "json", "yaml"],
+    typer.Option(
+        "--format",
+        "-f",
+        help="table: for people; json or yaml: the same facts for scripts (numbers unformatted, "
+        "memory in bytes).",
+    ),
+]
 WorkersOpt = Annotated[int | None, run_option("workers")]
 StoreRetryOpt = Annotated[
     float | None,

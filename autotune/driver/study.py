@@ -9,8 +9,9 @@ from typing import Any
 import optuna
 
 from autotune.answer.decide import decide
+from autotune.answer.failure import common_failure
 from autotune.driver.result import SearchResult
-from autotune.errors import StoreError
+from autotune.errors import SearchFailed, StoreError
 from autotune.measure.ranks import is_rank_zero
 from autotune.plan.resolved import Plan, data_notes, study_fingerprint, trial_world_size, weights_notes
 from autotune.progress import Reporter
@@ -62,11 +63,25 @@ def open_study(
 
 def finish(study: optuna.Study, config: Any, done_before: int, reporter: Reporter) -> SearchResult:
     """Decide the study's answer from its records (`autotune.answer.decide.decide`), store it
-    (rank zero of a launched group), and tell the reporter the result."""
+    (rank zero of a launched group), and tell the reporter the result.
+
+    Raises:
+        SearchFailed: no configuration was measured and every trial that ran failed with the same
+            error (`autotune.answer.failure.common_failure`): that error, in one line.
+    """
     trials = read_trials(study)
     answer = decide(read_study(study), trials)
     if is_rank_zero():
         write_study(study, answer=answer)
+    failed = common_failure(trials)
+    if failed is not None:
+        reason, message, count = failed
+        raise SearchFailed(
+            f"every trial failed the same way ({count} trials, {reason}): {message}",
+            f"`autotune show {study.study_name} --failed` lists them; --debug keeps their tracebacks",
+            reason=reason,
+            trials=count,
+        )
     ranked = ranked_trials(study)
     result = SearchResult(
         study, config, ranked, best_trial(study), measured_count(study) - done_before, answer

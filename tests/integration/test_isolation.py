@@ -14,6 +14,7 @@ import pytest
 import sqlalchemy
 
 import autotune
+from autotune.errors import SearchFailed
 from autotune.study.owner import Owner, is_alive
 from autotune.study.store import measured_count
 from tests.helpers import FAST, Fault, study_if_there, write_space
@@ -158,3 +159,14 @@ def test_in_process_isolation_still_runs_every_trial_here(tmp_path: Path) -> Non
     owners = {Owner.from_attrs(t.user_attrs["worker"]) for t in result.study.trials}
     assert {o.pid for o in owners if o is not None} == {os.getpid()}
     assert measured_count(result.study) == 2
+
+
+def test_a_search_whose_every_trial_fails_the_same_way_raises_that_error(tmp_path: Path) -> None:
+    """No configuration measured, every trial ended by one error: the search raises it in one line
+    (the store keeps the trials and the empty answer)."""
+    with pytest.raises(SearchFailed, match=r"^every trial failed the same way \(2 trials, error\)") as info:
+        _run(tmp_path, 2, isolation="none", callbacks=[Fault("raise", {})])
+    assert "RuntimeError: injected failure" in info.value.message and "\n" not in str(info.value)
+    assert info.value.exit_code == 1 and info.value.reason == "error" and info.value.trials == 2
+    study = optuna.load_study(study_name="iso", storage=f"sqlite:///{tmp_path / 'iso.db'}")
+    assert [t.user_attrs["reason"] for t in study.trials] == ["error", "error"]

@@ -70,8 +70,19 @@ class MarkingTrainer(Trainer):
         return super().compute_loss(model, inputs, *args, **kwargs)
 
 
+class ReadsItsOwnConfig(MarkingTrainer):
+    """A Trainer subclass that reads a field its own config class would have (as TRL's trainers
+    read theirs): every trial fails with the same error."""
+
+    def compute_loss(self, model: Any, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        return self.args.loss_type  # type: ignore[attr-defined]
+
+
 def _trainer(
-    tmp_path: Path, collator: type[PadAndMask] = PadAndMask, given_model: bool = False
+    tmp_path: Path,
+    collator: type[PadAndMask] = PadAndMask,
+    given_model: bool = False,
+    cls: type[MarkingTrainer] = MarkingTrainer,
 ) -> MarkingTrainer:
     """The user's Trainer: built with `model_init`, or with `given_model` a model (copied per trial)."""
     import datasets
@@ -86,7 +97,7 @@ def _trainer(
         output_dir=str(tmp_path / "out"), learning_rate=3e-4, lr_scheduler_type="cosine", seed=7
     )
     build = {"model_init": lambda: AutoModelForCausalLM.from_config(config)}
-    return MarkingTrainer(
+    return cls(
         **({"model": AutoModelForCausalLM.from_config(config)} if given_model else build),
         args=args,
         train_dataset=train,
@@ -188,3 +199,17 @@ def test_options_that_name_another_workload_are_refused(tmp_path: Path) -> None:
         autotune.tune(_trainer(tmp_path), dataset="corpus.txt")
     with pytest.raises(autotune.UsageError, match=r"constructed transformers\.Trainer"):
         autotune.tune("tiny-gpt2")  # type: ignore[arg-type]
+
+
+def test_a_trainer_whose_every_trial_fails_the_same_way_raises_that_error(tmp_path: Path) -> None:
+    with pytest.raises(
+        autotune.SearchFailed, match=r"every trial failed the same way \(2 trials, error\)"
+    ) as info:
+        autotune.tune(
+            _trainer(tmp_path, cls=ReadsItsOwnConfig),
+            n_trials=2,
+            space=write_space(tmp_path, SPACE),
+            storage=f"sqlite:///{tmp_path / 'fails.db'}",
+            **FAST_RUN,
+        )
+    assert "'TrainingArguments' object has no attribute 'loss_type'" in info.value.message

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -11,7 +13,7 @@ import autotune
 import autotune.driver.search
 from autotune.cli import main
 from autotune.cli._render import err_console
-from autotune.errors import StoreError, UsageError
+from autotune.errors import SearchFailed, StoreError, UsageError
 from autotune.options import MeasureSettings, RunConfig
 from autotune.space import builtin_spaces
 from autotune.view import RichReporter
@@ -252,6 +254,17 @@ def test_unexpected_error_propagates_with_debug(monkeypatch):
             "error: store is locked (pick another --study)",
         ),
         (UsageError("model 'x' not found"), 2, "error: model 'x' not found"),
+        (
+            SearchFailed(
+                "every trial failed the same way (3 trials, error): AttributeError: no 'loss_type'",
+                "`autotune show s --failed` lists them",
+                reason="error",
+                trials=3,
+            ),
+            1,
+            "error: every trial failed the same way (3 trials, error): AttributeError: no 'loss_type' "
+            "(`autotune show s --failed` lists them)",
+        ),
     ],
 )
 def test_autotune_errors_use_their_exit_code(monkeypatch, capsys, exc, code, line):
@@ -405,3 +418,21 @@ def test_estimate_with_peft_counts_optimizer_states_of_the_adapter_only(capsys):
     static = {tuple(row[:-3]): row[-3] for row in full}
     assert len(lora) == len(full) > 1
     assert all(row[-3] != static[tuple(row[:-3])] for row in lora)
+
+
+def test_piped_tables_and_lines_are_not_wrapped(tmp_path):
+    """Output that is not a terminal (a pipe, a file) keeps each row and line whole, however long."""
+    script = (
+        "from rich.table import Table\n"
+        "from autotune.view import console\n"
+        "table = Table('study', 'model')\n"
+        "table.add_row('s' * 40, '/very/long/path/' + 'm' * 300)\n"
+        "console.print(table)\n"
+        "console.print('w ' * 200, highlight=False)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    lines = out.splitlines()
+    assert any(("m" * 300) in line and ("s" * 40) in line for line in lines), out
+    assert any(line.strip() == ("w " * 200).strip() for line in lines), out
