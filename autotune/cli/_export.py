@@ -10,14 +10,16 @@ from autotune.cli._options import StorageOpt, run_option
 
 
 def export_command(
-    study: Annotated[str, typer.Argument(help="Study name (see `optuna studies --storage URL`).")],
+    study: Annotated[str, typer.Argument(help="Study name (see `autotune studies`).")],
     storage: StorageOpt = None,
     format: Annotated[
         str,
         typer.Option(
             "--format",
             "-f",
-            help="json, yaml, flags, accelerate, python, or deepspeed (the ds_config of a ZeRO trial).",
+            help="json, yaml, flags, training-args (the TrainingArguments kwargs as one flat JSON "
+            "object, as HfArgumentParser.parse_json_file takes it), accelerate, python, or deepspeed "
+            "(the ds_config of a ZeRO trial).",
         ),
     ] = "json",
     output: Annotated[

@@ -38,6 +38,18 @@ def to_json(config: dict[str, Any]) -> str:
     return json.dumps(_plain(config), indent=2) + "\n"
 
 
+def to_training_args(config: dict[str, Any]) -> str:
+    """The `TrainingArguments` kwargs alone, as one flat JSON object: the file
+    ``HfArgumentParser(TrainingArguments).parse_json_file`` takes as it is (and, merged with the
+    script's own fields, the example scripts' single-JSON-file form). What it cannot hold is in
+    `notes`. A study measured on a CPU says so (``use_cpu``): `TrainingArguments` refuses bf16 or
+    fp16 without a GPU unless it is told."""
+    args = dict(config["training_args"])
+    if config["expected"].get("device") == "cpu":
+        args.setdefault("use_cpu", True)
+    return json.dumps(args, indent=2) + "\n"
+
+
 def to_yaml(config: dict[str, Any]) -> str:
     """The config as YAML, with the expected numbers also as a comment on top."""
     import yaml
@@ -95,10 +107,11 @@ def to_flags(config: dict[str, Any]) -> str:
 
 
 def notes(config: dict[str, Any], fmt: str) -> list[str]:
-    """What format `fmt` cannot hold itself, for the CLI to print on stderr: for flags, the expected
+    """What format `fmt` cannot hold itself, for the CLI to print on stderr: for flags (and the
+    flat TrainingArguments JSON, the DeepSpeed config), the expected
     numbers, the changes to the training math and the model-load kwargs. The other formats carry
     them (as data or as comments): nothing."""
-    if fmt not in ("flags", "deepspeed"):  # the files that hold nothing but their settings
+    if fmt not in ("flags", "deepspeed", "training-args"):  # files of nothing but their settings
         return []
     lines = expected_lines(config)
     model_kwargs = config["model_kwargs"]

@@ -6,15 +6,16 @@ from collections.abc import Callable
 from typing import Any
 
 from autotune.errors import UsageError
-from autotune.export.formats import to_flags, to_json, to_python, to_yaml
+from autotune.export.formats import to_flags, to_json, to_python, to_training_args, to_yaml
 from autotune.export.launchers import to_accelerate, to_deepspeed
 
-FORMATS = ("json", "yaml", "flags", "accelerate", "python", "deepspeed")
+FORMATS = ("json", "yaml", "flags", "training-args", "accelerate", "python", "deepspeed")
 
 RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "json": to_json,
     "yaml": to_yaml,
     "flags": to_flags,
+    "training-args": to_training_args,
     "accelerate": to_accelerate,
     "python": to_python,
     "deepspeed": to_deepspeed,

@@ -389,6 +389,22 @@ def test_flags_are_flags_alone(study: optuna.Study) -> None:
     assert "attn_implementation='sdpa' to from_pretrained" in lines[-1]
 
 
+def test_training_args_is_the_flat_json_hf_argument_parser_takes(study: optuna.Study, tmp_path: Path) -> None:
+    from transformers import HfArgumentParser, TrainingArguments
+
+    config = _config(study, 0)
+    path = tmp_path / "args.json"
+    path.write_text(render(config, "training-args"))
+    flat = json.loads(path.read_text())
+    assert {k: v for k, v in flat.items() if k != "use_cpu"} == config["training_args"]
+    (args,) = HfArgumentParser(TrainingArguments).parse_json_file(str(path))
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (8, 2)
+    assert args.bf16 and args.torch_compile and args.torch_compile_backend == "inductor"
+    lines = notes(config, "training-args")  # what the file cannot hold goes to stderr
+    assert lines[0].startswith("autotune export: study tiny-gpt2-cpu-seq128, trial 0")
+    assert "attn_implementation='sdpa' to from_pretrained" in lines[-1]
+
+
 def test_flags_carry_a_base_config_dict_as_one_word(tmp_path: Path) -> None:
     base = {"lr_scheduler_kwargs": {"num_cycles": 2, "power": 1.5}}
     study = make_study(None, standard_specs(), winner=0, base_args=base)
