@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from autotune.records import TrialRecord
@@ -47,6 +48,55 @@ class Reporter:
 
     def on_search_end(self, result: Any) -> None:
         """The search is over (`result` is the `SearchResult`)."""
+
+
+# The library's own logger: `search()` and `tune()` called without a reporter tell it what they do
+# (`LoggingReporter`), at INFO, so that ``logging.basicConfig(level=logging.INFO)`` (or a notebook's
+# handler on "autotune") shows a search's progress.
+logger = logging.getLogger("autotune")
+
+
+class LoggingReporter(Reporter):
+    """A reporter that tells the ``autotune`` logger what a search does: its start, each trial's
+    start and end, each re-measurement, every note and the answer (INFO; steps are not logged).
+    `search()` and `tune()` use it when given no reporter."""
+
+    def on_search_start(self, header: dict[str, Any]) -> None:
+        what = ", ".join(
+            f"{key} {value}" for key, value in header.items() if isinstance(value, (str, int, float))
+        )
+        logger.info("search: %s", what)
+
+    def on_trial_start(self, number: int, params: dict[str, Any]) -> None:
+        logger.info("trial %d: %s", number, describe_params(params))
+
+    def on_trial_end(self, trial: TrialSummary) -> None:
+        if trial.state == "COMPLETE" and trial.tokens_per_s is not None:
+            logger.info(
+                "trial %d: %s tok/s, peak %s",
+                trial.number,
+                format_rate(trial.tokens_per_s),
+                format_bytes(trial.peak_memory_bytes),
+            )
+        else:
+            logger.info(
+                "trial %d: %s (%s): %s", trial.number, trial.state.lower(), trial.reason, trial.message
+            )
+
+    def on_remeasure(
+        self, number: int, round_number: int, tokens_per_s: float | None, error: str | None
+    ) -> None:
+        who = "the baseline" if number < 0 else f"trial {number}"
+        if error is not None:
+            logger.info("round %d: %s failed: %s", round_number, who, error)
+        else:
+            logger.info("round %d: %s at %s tok/s", round_number, who, format_rate(tokens_per_s))
+
+    def on_note(self, text: str) -> None:
+        logger.info("%s", text)
+
+    def on_search_end(self, result: Any) -> None:
+        logger.info("answer: %s", result.verdict)
 
 
 def format_bytes(n: float | None) -> str:

@@ -10,7 +10,7 @@ from autotune.driver.supervisor import Supervisor
 from autotune.executors.forkserver import ForkserverExecutor
 from autotune.logs import quiet_libraries
 from autotune.plan.build import plan_from_study
-from autotune.progress import Reporter
+from autotune.progress import LoggingReporter, Reporter
 from autotune.study.owner import member_seed, this_process
 from autotune.study.store import best_trial, fail_interrupted_trials, measured_count, ranked_trials
 
@@ -34,7 +34,7 @@ def join_study(
     Raises:
         UsageError: no such study, or one measured on different hardware or libraries.
     """
-    reporter = reporter or Reporter()
+    reporter = reporter or LoggingReporter()
     with quiet_libraries():
         plan, study = plan_from_study(
             study_name, storage_url, check_fingerprint=True, trust_remote_code=trust_remote_code

@@ -20,7 +20,7 @@ from autotune.logs import quiet_libraries
 from autotune.options import RunConfig, run_config, with_option_keywords
 from autotune.plan.build import plan_search
 from autotune.preflight import check_before_creating
-from autotune.progress import Reporter
+from autotune.progress import LoggingReporter, Reporter
 
 
 def search(
@@ -50,7 +50,7 @@ def search(
         StoreError: the store cannot be opened, or the study is not a throughput study.
     """
     config = run_config(config, **overrides)
-    reporter = reporter or Reporter()
+    reporter = reporter or LoggingReporter()
     # The trial machinery (torch, the Trainer) is imported once the input is known to be good: a
     # bad model, space or store fails in seconds.
     check_before_creating(config)  # nothing created yet: a bad address or folder fails in one line

@@ -44,7 +44,7 @@ from autotune.options import KEYWORDS, run_config, with_option_keywords
 from autotune.plan.base_args import RESERVED_ARGS
 from autotune.plan.build import plan_for
 from autotune.preflight import check_before_creating
-from autotune.progress import Reporter
+from autotune.progress import LoggingReporter, Reporter
 from autotune.records import read_study
 from autotune.scratch import temporary_folder
 from autotune.space.defaults import training_arguments
@@ -177,7 +177,7 @@ def tune(
         **options,
     )
     check_before_creating(config)  # nothing created yet: a bad address or folder fails in one line
-    reporter = reporter or Reporter()
+    reporter = reporter or LoggingReporter()
     with (
         _off_the_device(trainer.model),
         temporary_folder("autotune-tune-", config.output_dir) as folder,

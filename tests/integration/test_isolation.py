@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -161,12 +162,22 @@ def test_in_process_isolation_still_runs_every_trial_here(tmp_path: Path) -> Non
     assert measured_count(result.study) == 2
 
 
-def test_a_search_whose_every_trial_fails_the_same_way_raises_that_error(tmp_path: Path) -> None:
+def test_a_search_whose_every_trial_fails_the_same_way_raises_that_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """No configuration measured, every trial ended by one error: the search raises it in one line
-    (the store keeps the trials and the empty answer)."""
+    (the store keeps the trials and the empty answer). Without a reporter, the ``autotune`` logger
+    told each trial's start and end."""
+    caplog.set_level(logging.INFO, logger="autotune")
     with pytest.raises(SearchFailed, match=r"^every trial failed the same way \(2 trials, error\)") as info:
         _run(tmp_path, 2, isolation="none", callbacks=[Fault("raise", {})])
     assert "RuntimeError: injected failure" in info.value.message and "\n" not in str(info.value)
     assert info.value.exit_code == 1 and info.value.reason == "error" and info.value.trials == 2
     study = optuna.load_study(study_name="iso", storage=f"sqlite:///{tmp_path / 'iso.db'}")
     assert [t.user_attrs["reason"] for t in study.trials] == ["error", "error"]
+    logged = [r.getMessage() for r in caplog.records if r.name == "autotune"]
+    assert any(m.startswith("search: model tiny-gpt2") for m in logged), logged
+    assert any(m.startswith("trial 0: bs=") for m in logged), logged
+    assert any(m.startswith("trial 1: pruned (error): RuntimeError: injected failure") for m in logged), (
+        logged
+    )
