@@ -21,7 +21,7 @@ app = typer.Typer(
     name="autotune",
     help="Find the fastest way to train a Hugging Face model on this hardware, by measuring.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 

@@ -436,3 +436,25 @@ def test_piped_tables_and_lines_are_not_wrapped(tmp_path):
     lines = out.splitlines()
     assert any(("m" * 300) in line and ("s" * 40) in line for line in lines), out
     assert any(line.strip() == ("w " * 200).strip() for line in lines), out
+
+
+def _complete(words: str, index: int) -> list[str]:
+    """What the shell completion offers for `words` at word `index`, as bash asks the installed
+    command (click's completion protocol)."""
+    env = {**os.environ, "_AUTOTUNE_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": str(index)}
+    command = [sys.executable, "-c", "from autotune.cli import main; main()"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    return done.stdout.split()
+
+
+def test_shell_completion_offers_commands_options_and_their_values():
+    assert _complete("autotune st", 1) == ["studies"]
+    assert "--format" in _complete("autotune show --fo", 2)
+    assert _complete("autotune show -f ", 3) == ["table", "json", "yaml"]
+    shown = subprocess.run(
+        [sys.executable, "-c", "from autotune.cli import main; main()", "--show-completion", "bash"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.stdout.startswith("_autotune_completion() {")
