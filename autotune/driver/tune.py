@@ -54,14 +54,13 @@ from autotune.workloads.adapters import adapter_of
 from autotune.workloads.tasks import Task
 from autotune.workloads.user import UserWorkload, dump
 
-# RunConfig fields that name a model, data or budget: tune() takes them from the Trainer or from
-# its own parameters. Ray and torchrun trials are not offered for a Trainer's pieces.
+# RunConfig fields that name a model or data: tune() takes them from the Trainer or from its own
+# parameters (the budget and the study also by their RunConfig names, ``trials`` and ``study``, as
+# `autotune.search` takes them). Ray and torchrun trials are not offered for a Trainer's pieces.
 _NOT_OPTIONS = {
     "model",
     "space",
-    "trials",
     "storage",
-    "study",
     "seq_len",
     "seed",
     "base_args",
@@ -117,7 +116,7 @@ class TuneResult:
 def tune(
     trainer: Trainer,
     space: str = "quick",
-    n_trials: int = 8,
+    n_trials: int | None = None,
     storage: str | None = None,
     study_name: str | None = None,
     *,
@@ -136,11 +135,12 @@ def tune(
             attributes its class stored are used in every trial, and its arguments are the base
             config: their fields that are not searched knobs are kept as given.
         space: a shipped space name or a YAML path (as ``--space``).
-        n_trials: the study's budget of measured trials (as ``hyperparameter_search``'s).
+        n_trials: the study's budget of measured trials (as ``hyperparameter_search``'s; ``trials``,
+            as `autotune.search` also takes it, names it too); default 8.
         storage: an optuna RDB URL (as ``--storage``; default ``AUTOTUNE_STORAGE`` or
             ``sqlite:///autotune.db``).
-        study_name: the study (default: from the model, space and sequence length). An existing
-            study of the same Trainer is continued.
+        study_name: the study (default: from the model, space and sequence length; ``study``
+            names it too). An existing study of the same Trainer is continued.
         reporter: receives progress events (`autotune.RichReporter` prints them).
         callbacks: extra Trainer callbacks added to every trial.
         debug: keep tracebacks of failed trials in their user attrs.
@@ -165,13 +165,14 @@ def tune(
     workload = user_workload(trainer, callbacks)
     user_kwargs = given_training_args(trainer.args)
     base = {k: v for k, v in user_kwargs.items() if k not in RESERVED_ARGS}
+    named = {"n_trials": n_trials, "study_name": study_name}
     config = run_config(
         None,
         model=workload.name,
         space=space,
-        trials=n_trials,
+        **{key: value for key, value in named.items() if value is not None},
+        **({} if n_trials is not None or "trials" in options else {"trials": 8}),
         storage=storage,
-        study=study_name,
         seq_len=workload.seq_len,
         seed=int(trainer.args.seed),
         **options,

@@ -113,15 +113,28 @@ KEYWORDS: tuple[str, ...] = tuple(
 """The keywords `search()` takes: every option, and ``measure`` (a whole `MeasureSettings`)."""
 
 
+# The keywords optuna and `Trainer.hyperparameter_search` name two options by: `search()` and
+# `tune()` take them beside the options' own names.
+ALIASES: dict[str, str] = {"n_trials": "trials", "study_name": "study"}
+
+
 def run_config(base: RunConfig | None = None, /, **values: Any) -> RunConfig:
     """`base` (default: `RunConfig()`) with the options in `values` replaced. A `MeasureSettings`
     field may be given by itself (``max_steps=10``); one of the two fields no flag sets follows the
     given ones where it is not given itself (``max_warmup_steps`` at least ``warmup_steps``,
     ``min_steps`` at most ``max_steps``), as on the command line.
 
+    ``n_trials`` and ``study_name`` (`ALIASES`) name ``trials`` and ``study``, as optuna does.
+
     Raises:
-        UsageError: an unknown keyword, or a value `RunConfig` refuses (naming the field).
+        UsageError: an unknown keyword, an option given under both its names, or a value
+            `RunConfig` refuses (naming the field).
     """
+    for alias, name in ALIASES.items():
+        if alias in values:
+            if name in values:
+                raise UsageError(f"{alias} and {name} name the same option", "give one of them", field=name)
+            values[name] = values.pop(alias)
     unknown = [name for name in values if name not in KEYWORDS]
     if unknown:
         raise UsageError(

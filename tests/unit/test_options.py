@@ -295,6 +295,23 @@ def test_tune_takes_the_options_not_named_by_the_trainer(tmp_path):
     assert info.value.field == "trial_timeout_s"
     with pytest.raises(UsageError, match=r"^tune\(\) takes no option 'seq_len'"):
         autotune.tune(trainer, seq_len=8)
+    # the budget and the study by either name, as search() takes them; both at once is refused
+    with pytest.raises(UsageError, match=r"^n_trials and trials name the same option") as both:
+        autotune.tune(trainer, n_trials=2, trials=3)
+    assert both.value.field == "trials"
+    with pytest.raises(UsageError, match=r"^trials must be at least 1, got 0"):
+        autotune.tune(trainer, trials=0)
+
+
+def test_search_and_tune_take_optunas_names_for_the_budget_and_the_study() -> None:
+    from autotune.options import run_config
+
+    assert run_config(None, n_trials=3, study_name="mine") == run_config(None, trials=3, study="mine")
+    with pytest.raises(UsageError, match=r"^study_name and study name the same option"):
+        run_config(None, study_name="a", study="b")
+    with pytest.raises(UsageError, match=r"^trials must be at least 1, got 0") as info:
+        autotune.search(storage="sqlite://", n_trials=0)
+    assert info.value.field == "trials"
 
 
 # --- the CLI's spelling of an error ---------------------------------------------------------------
