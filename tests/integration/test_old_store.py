@@ -13,7 +13,8 @@ import pytest
 from autotune.answer.decide import study_answer
 from autotune.answer.model import KEEP_DEFAULTS
 from autotune.cli import main
-from autotune.records import SCHEMA_VERSION, read_study, read_trial
+from autotune.records import read_study, read_trial
+from autotune.schema import SCHEMA_VERSION
 from autotune.study.store import measured_count
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "store_v0.db"
