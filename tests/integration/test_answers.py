@@ -18,7 +18,7 @@ from rich.console import Console
 
 import autotune
 from autotune.answer.decide import MATH_GAIN
-from autotune.answer.model import BEATS_DEFAULTS, KEEP_DEFAULTS, KEEPS_MATH
+from autotune.answer.model import BEATS_DEFAULTS, KEEP_DEFAULTS, KEEPS_MATH, Answer
 from autotune.cli import main
 from autotune.records import read_study
 from autotune.space.mapping import trial_kwargs
@@ -207,7 +207,7 @@ def test_tune_hands_back_the_trainers_own_arguments_on_a_tie(tmp_path: Path) -> 
     assert tuned.semantic_changes == []
     # The best measured is named beside it, as in the search's result and the store.
     assert answer.alternative is not None and answer.alternative.trial == tuned.search.best.number
-    assert read_study(tuned.search.study).answer == answer
+    assert Answer.from_dict(read_study(tuned.search.study).answer or {}) == answer
 
 
 def test_a_trial_of_the_defaults_configuration_is_the_baseline_not_a_contestant(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import optuna
 import pytest
 
 import autotune
+from autotune.answer.model import Answer
 from autotune.records import read_study
 from autotune.study.store import measured_count
 from tests.helpers import FAST, Fault, RankRecorder, SkipLastBlock, write_space
@@ -195,7 +196,8 @@ def test_a_search_under_torchrun_agrees_on_every_trial(tmp_path: Path) -> None:
     # faster of a and c as measured (the study's answer), checked only if it is c (a's check is
     # stored with the study already).
     batches = [s["batch_size"] for s in seen[0]]
-    answer = read_study(study).answer
+    stored = read_study(study).answer
+    answer = Answer.from_dict(stored) if stored else None
     assert answer is not None and answer.choice is not None
     picked = answer.choice.params["per_device_train_batch_size"]
     assert batches == [2, 2, 8, 4] + ([4] if picked == 4 else []), (batches, picked)

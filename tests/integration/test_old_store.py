@@ -11,7 +11,7 @@ import optuna
 import pytest
 
 from autotune.answer.decide import study_answer
-from autotune.answer.model import KEEP_DEFAULTS
+from autotune.answer.model import KEEP_DEFAULTS, Answer
 from autotune.cli import main
 from autotune.records import read_study, read_trial
 from autotune.schema import SCHEMA_VERSION
@@ -78,7 +78,7 @@ def test_the_old_store_resumes_and_stores_its_answer(url: str, capsys: pytest.Ca
     study = optuna.load_study(study_name=STUDY, storage=url)
     record = read_study(study)
     assert record.schema_version == SCHEMA_VERSION and record.answer is not None
-    assert record.answer == study_answer(study)
+    assert Answer.from_dict(record.answer) == study_answer(study)
     # The old trials are untouched; the study now holds the new budget of measured trials.
     after = {t.number: dict(t.user_attrs) for t in study.trials}
     assert {n: after[n] for n in before} == before
