@@ -13,11 +13,11 @@ from autotune.answer.failure import common_failure
 from autotune.driver.result import SearchResult
 from autotune.errors import SearchFailed, StoreError
 from autotune.measure.ranks import is_rank_zero
+from autotune.plan.paths import stored_run_config
 from autotune.plan.resolved import Plan, data_notes, study_fingerprint, trial_world_size, weights_notes
 from autotune.progress import Reporter
 from autotune.records import read_study, write_study
 from autotune.study.fingerprint import check_resume
-from autotune.study.paths import stored_run_config
 from autotune.study.store import (
     best_trial,
     fail_interrupted_trials,

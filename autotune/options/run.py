@@ -295,7 +295,7 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         """The configuration as stored with its study: what `from_dict` reads back, on this host or
         on a pool member started anywhere else. It records the schema and autotune versions that
-        wrote it; the store keeps its local paths absolute (`autotune.study.paths.stored_run_config`)."""
+        wrote it; the store keeps its local paths absolute (`autotune.plan.paths.stored_run_config`)."""
         data = asdict(self)
         # Stored with the study and shown by `studies`/`show`: never the password. Whoever
         # continues a study passes its own --storage (resume, worker).

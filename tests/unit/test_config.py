@@ -15,8 +15,8 @@ from autotune.options import (
     RunConfig,
     parse_memory_cap,
 )
+from autotune.plan.paths import stored_run_config
 from autotune.schema import SCHEMA_VERSION
-from autotune.study.paths import stored_run_config
 from autotune.study.trust import refuse_stored_remote_code
 
 # --- parse_memory_cap ------------------------------------------------------------------------------
