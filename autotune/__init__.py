@@ -8,7 +8,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from autotune.answer.model import Answer, Choice
-from autotune.errors import AutotuneError, SearchFailed, SpaceError, StoreError, UsageError, WorkloadError
+from autotune.errors import (
+    AutotuneError,
+    SearchFailed,
+    SpaceError,
+    StoreError,
+    Unreachable,
+    UsageError,
+    WorkloadError,
+)
 from autotune.options import MeasureSettings, RunConfig, parse_memory_cap
 from autotune.progress import Reporter
 from autotune.records import StudyRecord, TrialRecord, read_study, read_trial
@@ -38,6 +46,7 @@ __all__ = [
     "StudyRecord",
     "TrialRecord",
     "TuneResult",
+    "Unreachable",
     "UsageError",
     "WorkloadError",
     "__version__",

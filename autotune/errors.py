@@ -57,6 +57,11 @@ class WorkloadError(UsageError):
     """The model or data cannot be resolved."""
 
 
+class Unreachable(AutotuneError):
+    """A service the run names (a Ray head) does not answer at its address: what the world refused,
+    not bad input (exit code 1)."""
+
+
 class StoreError(AutotuneError):
     """The study store cannot be opened or holds something unexpected."""
 

@@ -1,7 +1,8 @@
 """Checks of a run's configuration that need the machine, made before anything is created: no
 study in the store, no header printed, no folder made, when the Ray address cannot be reached or
-the compile-cache folder cannot be one. Each fails in one line (`UsageError`, exit 2), as does a
-Ray head that refuses this process's token (`RayTokenError`, exit 1). Light: no torch; Ray only
+the compile-cache folder cannot be one. Each fails in one line: a folder that cannot be one is bad
+input (`UsageError`, exit 2); a Ray head that does not answer (`Unreachable`) or refuses this
+process's token (`RayTokenError`) is what the world refused (exit 1). Light: no torch; Ray only
 when a cluster is to be joined.
 """
 
@@ -11,7 +12,7 @@ import os
 import socket
 from typing import Any
 
-from autotune.errors import UsageError
+from autotune.errors import Unreachable, UsageError
 from autotune.ray_auth import check_token
 
 ADDRESS_HINT = "check ray_address (HOST:PORT of the head, or ray://HOST:10001)"
@@ -41,7 +42,7 @@ def check_ray_head(address: str) -> None:
     turns on Ray's token mode when the head requires a token and one is found).
 
     Raises:
-        UsageError: the address is not reachable.
+        Unreachable: the address is not reachable.
         RayTokenError: the head requires a token this process does not send.
     """
     if address in _JOINABLE:
@@ -58,7 +59,8 @@ def probe_address(address: str, timeout_s: float = 5.0) -> None:
     minutes, printing Ray's own warnings. Other forms (``auto``) are left to Ray.
 
     Raises:
-        UsageError: the port is not a number, or nothing answers there.
+        UsageError: the port is not a number.
+        Unreachable: nothing answers there.
     """
     target = address.removeprefix("ray://")
     if "://" in target or ":" not in target:
@@ -74,7 +76,9 @@ def probe_address(address: str, timeout_s: float = 5.0) -> None:
             pass
     except OSError as exc:
         why = exc.strerror or str(exc) or type(exc).__name__
-        raise UsageError(f"cannot reach Ray at {address}: {why}", ADDRESS_HINT, field="ray_address") from None
+        raise Unreachable(
+            f"cannot reach Ray at {address}: {why}", ADDRESS_HINT, field="ray_address"
+        ) from None
 
 
 def check_folder(path: str, field: str) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.errors import UsageError
+from autotune.errors import Unreachable, UsageError
 from autotune.preflight import check_folder, probe_address
 
 pytestmark = pytest.mark.timeout(120)
@@ -46,9 +46,9 @@ def test_a_port_nothing_listens_on_is_refused_fast() -> None:
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
-    with pytest.raises(UsageError, match=f"cannot reach Ray at 127.0.0.1:{port}") as info:
+    with pytest.raises(Unreachable, match=f"cannot reach Ray at 127.0.0.1:{port}") as info:
         probe_address(f"127.0.0.1:{port}", timeout_s=5)
-    assert info.value.field == "ray_address"
+    assert info.value.field == "ray_address" and info.value.exit_code == 1  # the world refused
     with pytest.raises(UsageError, match="is not a port number"):
         probe_address("127.0.0.1:head")
     probe_address("auto")  # left to Ray
@@ -69,14 +69,16 @@ def _refusal_in_a_fresh_process(argv: list[str]) -> tuple[list[str], str]:
 @pytest.mark.parametrize("flag", ["--compile-cache", "--ray-address"])
 def test_the_command_line_refuses_before_it_imports_the_training_stack(tmp_path: Path, flag: str) -> None:
     """`autotune search` checks before anything is created and before its imports of torch and
-    transformers (seconds): one line, exit 2, no header, no study in the store."""
+    transformers (seconds): one line, no header, no study in the store; exit 2 for a path that
+    cannot be a folder (bad input), 1 for a Ray head that does not answer (the world refused)."""
     (tmp_path / "file").write_text("x\n")
     store = tmp_path / "s.db"
     bad = str(tmp_path / "file" / "cache") if flag == "--compile-cache" else "127.0.0.1:1"
     argv = ["search", "--model", "tiny-gpt2", "--storage", f"sqlite:///{store}", flag, bad]
     argv += ["--backend", "ray"] if flag == "--ray-address" else []
     said, err = _refusal_in_a_fresh_process(argv)
-    assert said == ["2", "False", "False"], err  # nothing else on stdout: no header
+    code = "2" if flag == "--compile-cache" else "1"
+    assert said == [code, "False", "False"], err  # nothing else on stdout: no header
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1, err
     if flag == "--compile-cache":
