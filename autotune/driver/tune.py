@@ -136,7 +136,7 @@ def tune(
             config: their fields that are not searched knobs are kept as given.
         space: a shipped space name or a YAML path (as ``--space``).
         n_trials: the study's budget of measured trials (as ``hyperparameter_search``'s; ``trials``,
-            as `autotune.search` also takes it, names it too; default: the option's, as `RunConfig` declares it).
+            as `autotune.search` also takes it, names it too; default: as `RunConfig` declares it).
         storage: an optuna RDB URL (as ``--storage``; default ``AUTOTUNE_STORAGE`` or
             ``sqlite:///autotune.db``).
         study_name: the study (default: from the model, space and sequence length; ``study``
