@@ -25,6 +25,7 @@ from autotune.space import SearchSpace, load_space
 if TYPE_CHECKING:  # imported lazily below; named here for type checkers and the API reference
     from autotune.driver.search import SearchResult, search
     from autotune.driver.tune import NotIsolatedWarning, TuneResult, tune
+    from autotune.store.session import StudyStore
     from autotune.view import RichReporter
 
 __version__ = "0.1.0"
@@ -44,6 +45,7 @@ __all__ = [
     "SpaceError",
     "StoreError",
     "StudyRecord",
+    "StudyStore",
     "TrialRecord",
     "TuneResult",
     "Unreachable",
@@ -68,6 +70,10 @@ def __getattr__(name: str):  # torch and transformers load only when a search is
         from autotune.driver import tune
 
         return getattr(tune, name)
+    if name == "StudyStore":  # a stored study, as `SearchResult.study` holds it
+        from autotune.store.session import StudyStore
+
+        return StudyStore
     if name == "RichReporter":  # the live view of a search (the CLI's too), for scripts that call search/tune
         from autotune.view import RichReporter
 

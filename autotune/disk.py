@@ -2,8 +2,8 @@
 
 A full disk is not an outage that passes by itself, nor a fault of the configuration a trial ran:
 someone has to free space. So a store write that fails for want of room is reported at once
-(`autotune.study.retry`), and a trial that ran out of room under the compile cache or its scratch
-folder is recorded with its own reason (`autotune.study.outcomes.DISK_FULL`), naming the folder.
+(`autotune.store.retry`), and a trial that ran out of room under the compile cache or its scratch
+folder is recorded with its own reason (`autotune.store.outcomes.DISK_FULL`), naming the folder.
 
 What the errors look like: SQLite's ``SQLITE_FULL`` ("database or disk is full"); PostgreSQL's
 ``disk_full`` (SQLSTATE 53100, psycopg's ``DiskFull``: "could not extend file ...: No space left on

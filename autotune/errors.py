@@ -81,7 +81,7 @@ class SearchFailed(AutotuneError):
     1: what the machine or the model refused).
 
     Args:
-        reason: the failure's reason (one of `autotune.study.outcomes`).
+        reason: the failure's reason (one of `autotune.store.outcomes`).
         trials: how many trials failed so.
     """
 

@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Iterator
 
-import optuna
 from transformers.utils import logging as hf_logging
+
+from autotune.store.session import quiet_store
 
 
 @contextlib.contextmanager
 def quiet_libraries() -> Iterator[None]:
     """Silence optuna's and transformers' per-trial INFO logs; reporters show trials instead."""
-    optuna_level = optuna.logging.get_verbosity()
     hf_level = hf_logging.get_verbosity()
-    optuna.logging.set_verbosity(logging.WARNING)
     hf_logging.set_verbosity_error()
     try:
-        yield
+        with quiet_store():
+            yield
     finally:
-        optuna.logging.set_verbosity(optuna_level)
         hf_logging.set_verbosity(hf_level)

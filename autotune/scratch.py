@@ -5,7 +5,7 @@ the folders whose owner is dead.
 A run that ends normally, or by Ctrl-C or SIGTERM, removes its own folders. One killed with SIGKILL
 (or by the kernel's out-of-memory killer) cannot: its folders stay. The next folder made in the
 same parent first removes every ``autotune-*`` folder there whose stamp names a dead owner, by the
-rule that fails a dead owner's trials (`autotune.study.owner.is_dead_here`: same boot and PID
+rule that fails a dead owner's trials (`autotune.store.owner.is_dead_here`: same boot and PID
 namespace, its process gone). A folder without a stamp (made by an older autotune, or being made
 right now) and one whose owner cannot be judged here are left alone. The planner's own folder for
 resolving `TrainingArguments()` (`autotune.space.defaults`, made and removed within milliseconds)
@@ -21,7 +21,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 
-from autotune.study.owner import Owner, is_dead_here, this_process
+from autotune.store.owner import Owner, is_dead_here, this_process
 
 PREFIX = "autotune-"
 STAMP = ".autotune-owner.json"

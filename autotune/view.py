@@ -26,7 +26,7 @@ from autotune.progress import (
     format_value,
     short_name,
 )
-from autotune.study import outcomes
+from autotune.store import outcomes
 
 # A terminal's width where there is one; piped output (a file, grep, another program) is not
 # wrapped: a table takes its natural width and a line stays one line.
@@ -119,7 +119,7 @@ def trials_table(
     (`remeasured`: trial number -> re-measured median tokens/s), the re-measured figure beside
     it. The re-measured trials come first, in the order their re-measurement put them. Trials in
     `baseline_like` ran the baseline's own configuration: their state says so. A RUNNING trial read
-    as interrupted (`autotune.study.store.orphaned_records`) says its owner is gone."""
+    as interrupted (`autotune.store.trials.orphaned_records`) says its owner is gone."""
     remeasured = dict(remeasured or {})
     first = sorted((t for t in trials if t.number in remeasured), key=lambda t: -remeasured[t.number])
     trials = [*first, *(t for t in trials if t.number not in remeasured)]
@@ -189,7 +189,7 @@ def time_breakdown_table(breakdown: dict[str, Any]) -> Table:
 def no_feasible_trial_line(trials: Any) -> str:
     """What a search with no feasible trial answers: when screening stopped every trained trial
     against a faster reference (most often the baseline), that the defaults are the answer."""
-    from autotune.study.outcomes import SCREENED_OUT
+    from autotune.store.outcomes import SCREENED_OUT
 
     trained = [t for t in trials if t.trained]
     screened = [t for t in trained if t.reason == SCREENED_OUT]

@@ -82,7 +82,8 @@ def fill(url: str, template_url: str, trials: int, seed: int = 0) -> dict[str, A
     docstring); return what was written and how long it took."""
     import optuna
 
-    from autotune.study.store import open_storage, was_trained
+    from autotune.store.storage import open_storage
+    from autotune.store.trials import was_trained
 
     source = open_storage(template_url)
     template = optuna.load_study(study_name=TEMPLATE, storage=source)
@@ -217,8 +218,8 @@ def propose(url: str) -> dict[str, float]:
     import optuna
 
     from autotune.plan.build import plan_from_study
-    from autotune.study.sampler import search_sampler
-    from autotune.study.store import open_storage
+    from autotune.store.sampler import search_sampler
+    from autotune.store.storage import open_storage
 
     plan, _ = plan_from_study(STUDY, url)  # what a worker has before its first job
     start = time.perf_counter()
@@ -265,7 +266,7 @@ def _last_trial(url: str, trials: int) -> dict[str, Any]:
     None number where it added none (every combination of the space measured)."""
     import optuna
 
-    from autotune.study.store import open_storage
+    from autotune.store.storage import open_storage
 
     storage = open_storage(url)
     try:

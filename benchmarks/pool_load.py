@@ -23,6 +23,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from autotune.store.session import StudyStore
 from benchmarks import report
 from benchmarks.assemble import store
 
@@ -145,7 +146,8 @@ def study_facts(url: str, name: str, members: list[dict[str, Any]]) -> dict[str,
     """What the study holds after the members ended."""
     import optuna
 
-    from autotune.study.store import measured_count, open_storage, summarize_trial, was_trained
+    from autotune.store.storage import open_storage
+    from autotune.store.trials import measured_count, summarize_trial, was_trained
 
     storage = open_storage(url)
     try:
@@ -156,7 +158,7 @@ def study_facts(url: str, name: str, members: list[dict[str, Any]]) -> dict[str,
         reasons = Counter(_why_untrained(summarize_trial(t)) for t in trials if not was_trained(t))
         return {
             "trials_stored": len(trials),
-            "measured": measured_count(study),
+            "measured": measured_count(StudyStore(study)),
             "trained_twice": sum(n - 1 for n in params.values() if n > 1),
             "running_left": sum(1 for t in trials if t.state == optuna.trial.TrialState.RUNNING),
             "states": dict(Counter(t.state.name for t in trials)),

@@ -52,7 +52,7 @@ from optuna.trial import TrialState
 from autotune.driver.stopping import stop_reason
 from autotune.records import measured_record
 from autotune.space import SearchSpace, load_space
-from autotune.study.outcomes import (
+from autotune.store.outcomes import (
     CANNOT_RUN,
     DUPLICATE,
     OVER_MEMORY_CAP,
@@ -60,8 +60,9 @@ from autotune.study.outcomes import (
     TrialOutcome,
     record_outcome,
 )
-from autotune.study.sampler import search_sampler
-from autotune.study.store import FINISHED, reason_of
+from autotune.store.sampler import search_sampler
+from autotune.store.session import StudyStore
+from autotune.store.trials import FINISHED, reason_of, summarize_trial
 from autotune.trial.feasibility import as_past, precheck
 from benchmarks.assemble import store
 from benchmarks.report import fill, k, measured_on, mib, section, table
@@ -174,7 +175,7 @@ Observed = list[tuple[Config, float | None]]  # each trained trial: its configur
 def replay_autotune(grid: Grid, cap: int | None, seed: int, budget: int) -> Observed:
     """autotune's loop of trial jobs on one worker, the study in memory (see the module docstring)."""
     study = optuna.create_study(direction="maximize")
-    stop = stop_reason(SimpleNamespace(space=grid.space), study, budget)  # type: ignore[arg-type]
+    stop = stop_reason(SimpleNamespace(space=grid.space), StudyStore(study), budget)  # type: ignore[arg-type]
     rng, observed = random.Random(seed), []
     while len(observed) < budget and stop() is None:
         # seeded as `autotune.trial.entry` seeds it: the run's seed plus the trials stored
@@ -182,7 +183,7 @@ def replay_autotune(grid: Grid, cap: int | None, seed: int, budget: int) -> Obse
         trial = study.ask()
         config = grid.configs[key_of(grid.space.suggest(trial))]
         finished = study.get_trials(deepcopy=False, states=FINISHED)
-        skip = precheck(trial.params, [as_past(t) for t in finished], lambda: None, cap)
+        skip = precheck(trial.params, [as_past(summarize_trial(t)) for t in finished], lambda: None, cap)
         if config.reason in CANNOT_RUN:
             skip = (str(config.reason), None)
         if skip is not None:

@@ -144,7 +144,7 @@ def main() -> None:
             f"bf16 {a.bf16}; kept: learning_rate {a.learning_rate}, scheduler {a.lr_scheduler_type.value}, "
             f"weight_decay {a.weight_decay}, seed {a.seed}; model kwargs {tuned.model_kwargs}"
         )
-        owners = [autotune.read_trial(t).owner or {} for t in tuned.search.study.trials]
+        owners = [t.owner or {} for t in tuned.search.study.records()]
         workers = sorted({owner.get("pid") for owner in owners if owner})
         print(f"trials ran in worker processes {workers}, not in this one ({os.getpid()})")
         for change in tuned.semantic_changes:

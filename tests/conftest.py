@@ -19,7 +19,7 @@ import torch
 
 from autotune.executors.processes import descendants
 from autotune.scratch import PREFIX, owner_of, sweep
-from autotune.study.owner import is_alive, is_local
+from autotune.store.owner import is_alive, is_local
 from autotune.urls import display_url, engine_url
 
 POSTGRES_SERVER = os.environ.get("AUTOTUNE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")

@@ -11,9 +11,9 @@ import math
 from autotune.answer.model import Choice, Interval
 from autotune.records import StudyRecord, TrialRecord
 from autotune.space.mapping import trial_kwargs
-from autotune.study.objective import score
-from autotune.study.outcomes import OVER_MEMORY_CAP
-from autotune.study.semantics import record_changes
+from autotune.store.objective import score
+from autotune.store.outcomes import OVER_MEMORY_CAP
+from autotune.store.semantics import record_changes
 
 
 def measured_in_full(trial: TrialRecord, recapped: bool = False) -> bool:

@@ -47,11 +47,11 @@ from autotune.measure.rounds import RoundsFit, level
 from autotune.measure.stats import MATH_GAIN, MIN_GAIN, Speedup
 from autotune.records import BASELINE, FinalistRecord, StudyRecord, TrialRecord, WholeRun, read_study
 from autotune.space.mapping import trial_kwargs
-from autotune.study.objective import score
-from autotune.study.semantics import record_changes
+from autotune.store.objective import score
+from autotune.store.semantics import record_changes
 
 if TYPE_CHECKING:
-    import optuna
+    from autotune.store.session import StudyStore
 
 
 def decide(study: StudyRecord, trials: Sequence[TrialRecord], cap_bytes: int | None = None) -> Answer:
@@ -376,11 +376,11 @@ def _baseline_rate(study: StudyRecord, tokens: float | None) -> float | None:
     return score(study.baseline.as_trial(), tokens) if study.baseline.measured else None
 
 
-def study_answer(study: optuna.Study, cap_bytes: int | None = None) -> Answer:
+def study_answer(study: StudyStore, cap_bytes: int | None = None) -> Answer:
     """A stored study's answer: the one stored when its search ended, or (a re-selection under
     `cap_bytes`, or a store written before answers were stored) decided now from its records,
     without storing it."""
-    from autotune.study.store import read_trials  # optuna's store
+    from autotune.store.trials import read_trials
 
     record = read_study(study)
     if cap_bytes is None and record.answer is not None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from autotune.records import TrialRecord
-from autotune.study.outcomes import COMPILE_ERROR, CRASHED, ERROR, MISSING_KERNEL, MISSING_PACKAGE, NAN_LOSS
+from autotune.store.outcomes import COMPILE_ERROR, CRASHED, ERROR, MISSING_KERNEL, MISSING_PACKAGE, NAN_LOSS
 
 # Failures that say the code or the environment is broken for every configuration alike, not that
 # one configuration does not fit or is slow: out of memory, over the cap and screening are results.

@@ -212,7 +212,7 @@ class Answer:
     """What a study answers: the configuration to use, how sure that is, and what else was close.
 
     Computed once when a search, a resume or a re-selection under another cap ends
-    (`autotune.study.answer.decide`), stored with the study, and rendered by the search's end,
+    (`autotune.store.answer.decide`), stored with the study, and rendered by the search's end,
     ``autotune show``, every ``autotune export`` format, ``autotune report``, `SearchResult` and
     `tune`'s result.
 

@@ -75,7 +75,7 @@ def _interrupt(number: int, frame: FrameType | None) -> None:
     _received.append(number)
     for each in (signal.SIGINT, signal.SIGTERM):
         signal.signal(each, signal.SIG_IGN)
-    retry = sys.modules.get("autotune.study.retry")  # loaded once a store is: nothing to bound before
+    retry = sys.modules.get("autotune.store.retry")  # loaded once a store is: nothing to bound before
     if retry is not None:
         retry.end_retries_within()  # the clean-up's store calls: bounded from the signal on
     raise Terminated() if number == signal.SIGTERM else KeyboardInterrupt()

@@ -44,12 +44,12 @@ def export_command(
     from autotune.export.formats import notes
     from autotune.export.render import FORMATS, render
     from autotune.options import RunConfig
-    from autotune.study.store import load_existing_study
+    from autotune.store.session import StudyStore
     from autotune.view import console
 
     if format not in FORMATS:
         raise typer.BadParameter(f"{format!r} is not one of {', '.join(FORMATS)}", param_hint="'--format'")
-    loaded = load_existing_study(RunConfig(storage=storage).storage_url, study)
+    loaded = StudyStore.open(RunConfig(storage=storage).storage_url, study)
     cap_bytes = resolve_cap(loaded, memory_cap) if memory_cap is not None else None
     answer = study_answer(loaded, cap_bytes)
     config = export_config(loaded, answer, cap_text=memory_cap)

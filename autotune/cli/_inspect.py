@@ -18,19 +18,20 @@ from autotune.cli._options import (
 
 def studies_command(storage: StorageOpt = None, output_format: FormatOpt = "table") -> None:
     """List the studies in a store: model, hardware, trials measured / budget, best tokens/s, state."""
-    import optuna
     from rich.table import Table
 
     from autotune.cli._render import emit
     from autotune.options import RunConfig
     from autotune.progress import format_rate
     from autotune.records import read_study
-    from autotune.study.store import best_trial, measured_count, open_storage, orphaned_trials, running_trials
+    from autotune.store.session import StudyStore, study_names
+    from autotune.store.storage import open_storage
+    from autotune.store.trials import best_trial, measured_count, orphaned_trials, running_trials
     from autotune.view import console
 
     config = RunConfig(storage=storage)
     store = open_storage(config.storage_url)
-    names = sorted(optuna.get_all_study_names(store))
+    names = study_names(store)
     if not names and output_format == "table":
         console.print(f"no studies in {config.storage_display}", highlight=False)
         return
@@ -39,7 +40,7 @@ def studies_command(storage: StorageOpt = None, output_format: FormatOpt = "tabl
         table.add_column(column)
     rows = []
     for name in names:
-        study = optuna.load_study(study_name=name, storage=store)
+        study = StudyStore.load(store, name)
         record = read_study(study)
         workload, device = record.workload, record.device
         budget = record.run_config.get("trials")
@@ -101,13 +102,14 @@ def show_command(
     from autotune.errors import UsageError
     from autotune.options import RunConfig
     from autotune.records import read_study
-    from autotune.study.store import best_trial, load_existing_study, orphaned_records, ranked_trials
+    from autotune.store.session import StudyStore
+    from autotune.store.trials import best_trial, orphaned_records, ranked_trials
     from autotune.view import console, print_answer, time_breakdown_table, trials_table
 
     if feasible and failed:
         raise UsageError("--feasible and --failed exclude each other", "pass one of them")
     config = RunConfig(storage=storage)
-    loaded = load_existing_study(config.storage_url, study)
+    loaded = StudyStore.open(config.storage_url, study)
     everything = ranked_trials(loaded)
     # a trial still RUNNING whose owner is gone is listed as interrupted; the store is not written
     trials = everything + orphaned_records(loaded)
@@ -159,7 +161,7 @@ def show_command(
 def _trial_facts(trial: Any, remeasured: dict[int, float], baseline_like: list[int]) -> dict[str, Any]:
     """A trial as `show --format json|yaml` lists it: its knobs, the search window's figures, the
     re-measured median where it was a finalist, and how it ended."""
-    from autotune.study import outcomes
+    from autotune.store import outcomes
 
     orphaned = trial.state == "RUNNING" and trial.reason == outcomes.INTERRUPTED
     return {
@@ -191,7 +193,7 @@ def resume_command(
     """Continue a stored study with the run configuration it was started with."""
     apply_store_retry(store_retry_s)
     from autotune.options import RunConfig
-    from autotune.study.resumable import stored_run_config
+    from autotune.store.resumable import stored_run_config
 
     url = RunConfig(storage=storage).storage_url
     # What the store alone refuses is refused before the training stack's imports (seconds).

@@ -84,7 +84,7 @@ def apply_store_retry(seconds: float | None) -> None:
     import os
 
     from autotune.errors import UsageError
-    from autotune.study.retry import STORE_RETRY_ENV
+    from autotune.store.retry import STORE_RETRY_ENV
 
     if seconds is None:
         return

@@ -25,14 +25,14 @@ def report_command(
     from autotune.errors import UsageError
     from autotune.options import RunConfig
     from autotune.report import write_report
-    from autotune.study.store import load_existing_study
+    from autotune.store.session import StudyStore
     from autotune.view import console
 
     try:
         import plotly  # noqa: F401
     except ImportError:
         raise UsageError("autotune report needs plotly", "pip install 'hf-autotune[report]'") from None
-    loaded = load_existing_study(RunConfig(storage=storage).storage_url, study)
+    loaded = StudyStore.open(RunConfig(storage=storage).storage_url, study)
     png_dir = output.with_name(f"{output.stem}_png") if png else None
     for path in write_report(loaded, output, png_dir, study_answer(loaded)):
         console.print(f"wrote {path}", highlight=False, markup=False, soft_wrap=True)

@@ -42,7 +42,7 @@ def worker_command(
     measures the baseline and re-measures the finalists; a worker only measures trials.
     """
     from autotune.options import RunConfig
-    from autotune.study.resumable import stored_run_config
+    from autotune.store.resumable import stored_run_config
 
     apply_store_retry(store_retry_s)
     url = RunConfig(storage=storage).storage_url

@@ -22,10 +22,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import optuna
-
-from autotune.records import TrialRecord, read_trial, write_study
-from autotune.study.store import was_trained
+from autotune.records import TrialRecord, write_study
+from autotune.store.session import FINISHED_STATES, StudyStore
+from autotune.store.trials import counts_as_trained, trial_summaries
 
 PHASES = ("setup_s", "compile_s", "warmup_s", "window_s", "screening_s", "between_s")
 STAGES = ("baseline_s", "search_s", "finalists_s", "whole_run_s")
@@ -89,11 +88,11 @@ class TimeAccount:
     about measure jobs through `measuring`, the stages through `stage`; `store` adds this search's
     trials from the study and writes the breakdown."""
 
-    def __init__(self, study: optuna.Study, slots: int) -> None:
+    def __init__(self, study: StudyStore, slots: int) -> None:
         self.started_s = time.monotonic()
         self.slots = max(1, slots)
         # The trials that ended before this search (enqueued ones, still waiting, are this search's).
-        self.before = {t.number for t in study.get_trials(deepcopy=False) if t.state.is_finished()}
+        self.before = study.numbers(FINISHED_STATES)
         self.jobs: list[dict[str, float]] = []
         self.stages: dict[str, float] = {}
         self.by_stage: dict[str, list[dict[str, float]]] = {}
@@ -121,11 +120,10 @@ class TimeAccount:
             self._stage = None
             self.stages[f"{name}_s"] = self.stages.get(f"{name}_s", 0.0) + time.monotonic() - began
 
-    def store(self, study: optuna.Study) -> dict[str, Any]:
+    def store(self, study: StudyStore) -> dict[str, Any]:
         """Write this search's breakdown as the study's ``time_breakdown`` (a resumed search writes
         its own) and return it."""
-        trials = [t for t in study.get_trials(deepcopy=False) if t.number not in self.before]
-        trained = [read_trial(t) for t in trials if was_trained(t)]
+        trained = [t for t in trial_summaries(study) if t.number not in self.before and counts_as_trained(t)]
         jobs = [*self.jobs, *(job_phases(t) for t in trained if not t.reused)]
         result = breakdown(time.monotonic() - self.started_s, self.slots, jobs, self.stages, self.by_stage)
         write_study(study, time_breakdown=result)

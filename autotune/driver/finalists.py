@@ -21,8 +21,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-import optuna
-
 from autotune.answer.choices import same_as_baseline
 from autotune.driver.sequential import (
     Question,
@@ -54,14 +52,15 @@ from autotune.records import (
     trial_attrs,
     write_study,
 )
-from autotune.study.objective import score
-from autotune.study.semantics import record_changes
-from autotune.study.store import ranked_trials
+from autotune.store.objective import score
+from autotune.store.semantics import record_changes
+from autotune.store.session import StudyStore
+from autotune.store.trials import ranked_trials
 
 Measure = Callable[..., TrialRecord]  # (params, number, verbatim=..., window=...) -> its record
 
 
-def measure_baseline(measure: Measure, plan: Plan, study: optuna.Study, reporter: Reporter) -> None:
+def measure_baseline(measure: Measure, plan: Plan, study: StudyStore, reporter: Reporter) -> None:
     """Measure the baseline once per study, before the search: the speedup is stated against it,
     and the trial lines and screening read against it, so it is measured warm, as a trial is: a
     first measurement in a fresh worker warms what the first process of a search pays for (the
@@ -93,7 +92,7 @@ def measure_baseline(measure: Measure, plan: Plan, study: optuna.Study, reporter
 def remeasure_finalists(
     measure: Measure,
     plan: Plan,
-    study: optuna.Study,
+    study: StudyStore,
     reporter: Reporter,
     budget_s: float | None = None,
     clock: Callable[[], float] = time.monotonic,
@@ -208,9 +207,7 @@ def remeasure_finalists(
         _store(study, rounds, finalists, tokens)
 
 
-def _store(
-    study: optuna.Study, rounds: Rounds, finalists: Sequence[TrialRecord], tokens: float | None
-) -> None:
+def _store(study: StudyStore, rounds: Rounds, finalists: Sequence[TrialRecord], tokens: float | None) -> None:
     """Write the rounds (``finalists``), the baseline's re-measured median and the leader's record."""
     record = read_study(study)
     fit = rounds.fit
@@ -245,7 +242,7 @@ def _store(
     write_study(study, **updates)
 
 
-def choose_finalists(study: optuna.Study, count: int) -> list[TrialRecord]:
+def choose_finalists(study: StudyStore, count: int) -> list[TrialRecord]:
     """The best `count` feasible trials by their search score (reused duplicates left out); when
     the first of them changes the training math, the best one that keeps it joins them (the
     answer hands back a math change only when it measurably beats that one, `MATH_GAIN`). A

@@ -15,8 +15,6 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import optuna
-
 from autotune.driver.result import SearchResult
 from autotune.driver.study import finish, open_study
 from autotune.driver.trials import run_trials
@@ -26,6 +24,7 @@ from autotune.measure.ranks import from_rank_zero, init_group, is_rank_zero
 from autotune.options import RunConfig
 from autotune.plan.build import plan_search
 from autotune.progress import Reporter
+from autotune.store.session import StudyStore
 from autotune.trial.errors import one_line
 from autotune.urls import display_url
 
@@ -69,7 +68,7 @@ def search_in_group(
         _, done_before, remaining = opened
         if not is_rank_zero():
             plan = plan_search(config)
-            study = optuna.load_study(study_name=plan.study_name, storage=plan.storage)
+            study = StudyStore.load(plan.storage, plan.study_name)
         if remaining:
             try:
                 run_trials(plan, study, remaining, quiet, callbacks, debug)

@@ -11,8 +11,8 @@ from autotune.executors.forkserver import ForkserverExecutor
 from autotune.logs import quiet_libraries
 from autotune.plan.build import plan_from_study
 from autotune.progress import LoggingReporter, Reporter
-from autotune.study.owner import member_seed, this_process
-from autotune.study.store import best_trial, fail_interrupted_trials, measured_count, ranked_trials
+from autotune.store.owner import member_seed, this_process
+from autotune.store.trials import best_trial, fail_interrupted_trials, measured_count, ranked_trials
 
 
 def join_study(

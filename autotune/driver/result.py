@@ -5,11 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import optuna
-
 from autotune.answer.model import Answer
 from autotune.options import RunConfig
 from autotune.records import TrialRecord, read_study
+from autotune.store.session import StudyStore
 
 
 @dataclass
@@ -17,7 +16,10 @@ class SearchResult:
     """What a search leaves behind.
 
     Attributes:
-        study: the optuna study (in the store, readable by optuna's CLI and dashboard).
+        study: the study in its store (`StudyStore`: its trials as records, its study-level facts
+            through `read_study`); optuna's CLI and dashboard read the same store, and
+            ``optuna.load_study(study_name=study.study_name, storage=study.storage)`` opens it as
+            an optuna study.
         config: the run configuration used.
         trials: every finished trial of the study, best first.
         best: the best measured trial (the one the finalists' re-measurement put first), or None
@@ -28,7 +30,7 @@ class SearchResult:
             alternative beside it.
     """
 
-    study: optuna.Study
+    study: StudyStore
     config: RunConfig
     trials: list[TrialRecord]
     best: TrialRecord | None

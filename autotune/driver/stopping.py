@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import optuna
-
 from autotune.plan.resolved import Plan
-from autotune.study.store import distinct_params, measured_count
+from autotune.store.session import StudyStore
+from autotune.store.trials import distinct_params, measured_count
 
 
-def stop_reason(plan: Plan, study: optuna.Study, target: int) -> Callable[[], str | None]:
+def stop_reason(plan: Plan, study: StudyStore, target: int) -> Callable[[], str | None]:
     """Why a search should start no more trials although its budget is not met, or None: the
     sampler keeps proposing trials that need no training, or every combination was tried."""
     max_skips = max(20, 5 * (target - measured_count(study)))
@@ -27,5 +26,5 @@ def stop_reason(plan: Plan, study: optuna.Study, target: int) -> Callable[[], st
     return reason
 
 
-def _skipped_count(study: optuna.Study) -> int:
-    return len(study.get_trials(deepcopy=False)) - measured_count(study)
+def _skipped_count(study: StudyStore) -> int:
+    return study.count() - measured_count(study)

@@ -6,19 +6,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import optuna
-
 from autotune.answer.decide import decide
 from autotune.answer.failure import common_failure
 from autotune.driver.result import SearchResult
-from autotune.errors import SearchFailed, StoreError
+from autotune.errors import SearchFailed
 from autotune.measure.ranks import is_rank_zero
 from autotune.plan.paths import stored_run_config
 from autotune.plan.resolved import Plan, data_notes, study_fingerprint, trial_world_size, weights_notes
 from autotune.progress import Reporter
 from autotune.records import read_study, write_study
-from autotune.study.fingerprint import check_resume
-from autotune.study.store import (
+from autotune.store.fingerprint import check_resume
+from autotune.store.session import StudyStore
+from autotune.store.trials import (
     best_trial,
     fail_interrupted_trials,
     measured_count,
@@ -29,19 +28,16 @@ from autotune.study.store import (
 
 def open_study(
     plan: Plan, reporter: Reporter, enqueue: Sequence[Mapping[str, Any]] = ()
-) -> tuple[optuna.Study, int, int]:
+) -> tuple[StudyStore, int, int]:
     """Create (or continue) the plan's study: describe it, check its fingerprint, fail the trials
     of dead processes, tell the reporter. Returns the study, the measured trials it holds and how
     many more the budget asks for.
 
     Raises:
         UsageError: the stored study was measured differently, or written by a newer autotune.
-        StoreError: the study is not a throughput study.
+        StoreError: the study is not a throughput study (`StudyStore.create`).
     """
-    study = optuna.create_study(
-        storage=plan.storage, study_name=plan.study_name, direction="maximize", load_if_exists=True
-    )
-    check_direction(study)
+    study = StudyStore.create(plan.storage, plan.study_name)
     current = study_fingerprint(plan)
     stored = read_study(study).fingerprint  # a newer autotune's store is refused here
     if stored is None:
@@ -57,11 +53,11 @@ def open_study(
     reporter.on_search_start(header(plan, done_before, remaining))
     if remaining:
         for params in enqueue:
-            study.enqueue_trial(dict(params), skip_if_exists=True)
+            study.enqueue(params)
     return study, done_before, remaining
 
 
-def finish(study: optuna.Study, config: Any, done_before: int, reporter: Reporter) -> SearchResult:
+def finish(study: StudyStore, config: Any, done_before: int, reporter: Reporter) -> SearchResult:
     """Decide the study's answer from its records (`autotune.answer.decide.decide`), store it
     (rank zero of a launched group), and tell the reporter the result.
 
@@ -90,16 +86,7 @@ def finish(study: optuna.Study, config: Any, done_before: int, reporter: Reporte
     return result
 
 
-def check_direction(study: optuna.Study) -> None:
-    if study.direction != optuna.study.StudyDirection.MAXIMIZE:
-        raise StoreError(
-            f"study={study.study_name!r} exists but minimizes its objective: it is not an autotune one",
-            "pick another study name",
-            field="study",
-        )
-
-
-def describe_study(study: optuna.Study, plan: Plan, fingerprint: dict[str, Any]) -> None:
+def describe_study(study: StudyStore, plan: Plan, fingerprint: dict[str, Any]) -> None:
     """Store what the study measures (once, at creation), for inspection, export and resume."""
     write_study(
         study,

@@ -3,7 +3,7 @@ measures given values (the baseline, the finalists) through the same executor.
 
 It does not know where jobs run (`autotune.executors`). It turns a job that ended without its
 trial recorded into that trial's result: the executor's reason (``killed``, ``crashed``, ``hung``,
-or the job's own) written by `autotune.study.outcomes`. The search goes on either way.
+or the job's own) written by `autotune.store.outcomes`. The search goes on either way.
 
 The budget is global: a job is started only while the measured trials, the trials running
 anywhere (other supervisors included) and this supervisor's own jobs are fewer than it, and a job
@@ -19,17 +19,16 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import optuna
-
 from autotune.errors import AutotuneError, StoreError
 from autotune.executors.base import Ended, Executor
 from autotune.measure.ranks import from_rank_zero, is_rank_zero
 from autotune.plan.resolved import Plan
 from autotune.progress import Reporter
 from autotune.records import TrialRecord, measured_record, trial_record
-from autotune.study.outcomes import DISK_FULL, STORE_LOST, TrialOutcome, fail_running_trial
-from autotune.study.owner import OWNER_ATTR, this_process
-from autotune.study.store import fail_interrupted_trials, measured_count, running_trials, trials_of_job
+from autotune.store.outcomes import DISK_FULL, STORE_LOST, TrialOutcome, fail_running_trial
+from autotune.store.owner import this_process
+from autotune.store.session import StudyStore
+from autotune.store.trials import fail_interrupted_trials, measured_count, running_trials, trials_of_job
 from autotune.trial.job import Job, JobFailed, Measured, TrialDone
 
 # Jobs in a row that end without measuring anything (a broken environment, not a bad trial)
@@ -46,7 +45,7 @@ class WorkerFailed(AutotuneError):
 
 
 class MeasureFailed(RuntimeError):
-    """A measurement of given values failed: its `reason` (see `autotune.study.outcomes`), and
+    """A measurement of given values failed: its `reason` (see `autotune.store.outcomes`), and
     the message as the text."""
 
     def __init__(self, reason: str, message: str) -> None:
@@ -73,7 +72,7 @@ class Supervisor:
     def __init__(
         self,
         plan: Plan,
-        study: optuna.Study,
+        study: StudyStore,
         executor: Executor,
         reporter: Reporter,
         callbacks: Sequence[Any] = (),
@@ -234,11 +233,7 @@ class Supervisor:
 
     def _new_jobs(self, target: int, measured: int) -> list[Job]:
         mine = {job.job_id for job in self.executor.running()}
-        elsewhere = [
-            t
-            for t in running_trials(self.study)
-            if (t.user_attrs.get(OWNER_ATTR) or {}).get("job") not in mine
-        ]
+        elsewhere = [t for t in running_trials(self.study) if (t.owner or {}).get("job") not in mine]
         jobs: list[Job] = []
         running = len(self.executor.running())
         for index in range(running, self.executor.capacity):
@@ -259,13 +254,13 @@ class Supervisor:
             return
         _raise_if_store_lost(result)
         ran = trials_of_job(self.study, ended.job.job_id)
-        trials = [t for t in ran if t.state == optuna.trial.TrialState.RUNNING]
+        trials = [t for t in ran if t.state == "RUNNING"]
         if ran and not trials:  # the job recorded its own trial before it ended (a DDP rank 0)
             self.failed_starts = 0
             return
         for trial in trials:
             outcome = TrialOutcome.process_ended(result.reason, result.message, ray_error=result.ray_error)
-            if fail_running_trial(self.study, trial._trial_id, outcome):
+            if fail_running_trial(self.study, trial.number, outcome):
                 self.reporter.on_trial_end(
                     trial_record(trial.number, trial.params, "FAIL", outcome.user_attrs(None))
                 )

@@ -8,7 +8,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import optuna
 from transformers import TrainerCallback
 
 from autotune.driver.accounting import TimeAccount
@@ -27,15 +26,16 @@ from autotune.measure.ranks import from_rank_zero, is_rank_zero
 from autotune.plan.resolved import Plan
 from autotune.progress import Reporter
 from autotune.records import Baseline, read_study, trial_facts, write_study
-from autotune.study.owner import member_seed, this_process
-from autotune.study.retry import end_retries_within, restore_retries
-from autotune.study.store import fail_interrupted_trials, measured_count
+from autotune.store.owner import member_seed, this_process
+from autotune.store.retry import end_retries_within, restore_retries
+from autotune.store.session import StudyStore
+from autotune.store.trials import fail_interrupted_trials, measured_count
 from autotune.urls import sqlite_file
 
 
 def executor_for(
     plan: Plan,
-    study: optuna.Study,
+    study: StudyStore,
     reporter: Reporter,
     callbacks: Sequence[Any] = (),
     debug: bool = False,
@@ -59,7 +59,7 @@ def executor_for(
 
 def run_trials(
     plan: Plan,
-    study: optuna.Study,
+    study: StudyStore,
     budget: int,
     reporter: Reporter,
     callbacks: Sequence[TrainerCallback] = (),
@@ -124,9 +124,7 @@ def run_trials(
                 restore_retries()
 
 
-def try_math_keeping_twin(
-    plan: Plan, study: optuna.Study, supervisor: Supervisor, reporter: Reporter
-) -> None:
+def try_math_keeping_twin(plan: Plan, study: StudyStore, supervisor: Supervisor, reporter: Reporter) -> None:
     """Where the fastest trial changes the training math and its twin that keeps it was not
     tried (`math_keeping_twin`), try that twin: one trial more, enqueued so that the next trial
     job asks for it. The answer weighs a math change against the best that keeps the math."""
@@ -140,12 +138,12 @@ def try_math_keeping_twin(
         return  # every combination was tried (or the sampler proposes only skips)
     reporter.on_note(twin.note())
     if is_rank_zero():
-        study.enqueue_trial(twin.params, user_attrs=trial_facts(twin_of=twin.of), skip_if_exists=True)
+        study.enqueue(twin.params, trial_facts(twin_of=twin.of))
     supervisor.run_search(target, should_stop)
 
 
 def _fail_interrupted_on_the_way_out(
-    study: optuna.Study, reporter: Reporter, ending: BaseException | None
+    study: StudyStore, reporter: Reporter, ending: BaseException | None
 ) -> None:
     """Fail the trials the executor ended (`fail_interrupted_trials`). A store that cannot take
     the write (full, or unreachable past its bound) does not replace the error or the interrupt
@@ -164,7 +162,7 @@ def _fail_interrupted_on_the_way_out(
             )
 
 
-def _baseline_stored(study: optuna.Study) -> bool:
+def _baseline_stored(study: StudyStore) -> bool:
     """Whether the study holds its baseline: measured, or why it could not be (a resumed search
     does not measure it again)."""
     return read_study(study).baseline != Baseline()
@@ -181,7 +179,7 @@ def _probe_note(probe: dict[str, Any]) -> str:
     )
 
 
-def resolve_batch_ladder(plan: Plan, study: optuna.Study, supervisor: Supervisor, reporter: Reporter) -> None:
+def resolve_batch_ladder(plan: Plan, study: StudyStore, supervisor: Supervisor, reporter: Reporter) -> None:
     """Resolve the space's batch ladder (a batch list ending with ``fits``) once per study, before
     its first trial: a job estimates which larger batches fit, the study stores them
     (``batch_ladder``, which every worker's plan reads), and `plan.space` searches them. A resumed

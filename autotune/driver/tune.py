@@ -49,7 +49,7 @@ from autotune.records import read_study
 from autotune.scratch import temporary_folder
 from autotune.space.defaults import training_arguments
 from autotune.space.mapping import fp8_trial
-from autotune.study.semantics import SemanticChange, study_changes
+from autotune.store.semantics import SemanticChange, study_changes
 from autotune.workloads.adapters import adapter_of
 from autotune.workloads.tasks import Task
 from autotune.workloads.user import UserWorkload, dump

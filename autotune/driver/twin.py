@@ -14,13 +14,12 @@ from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
 
-import optuna
-
 from autotune.answer.choices import same_as_baseline
-from autotune.records import queued_params, read_study, trial_record
+from autotune.records import read_study, trial_record
 from autotune.space.searchspace import SearchSpace
-from autotune.study.semantics import MATH_KNOBS, baseline_math, record_changes, study_changes
-from autotune.study.store import best_trial, read_trials
+from autotune.store.semantics import MATH_KNOBS, baseline_math, record_changes, study_changes
+from autotune.store.session import StudyStore
+from autotune.store.trials import best_trial, read_trials
 
 
 @dataclass(frozen=True)
@@ -39,7 +38,7 @@ class Twin:
         )
 
 
-def math_keeping_twin(study: optuna.Study, space: SearchSpace) -> Twin | None:
+def math_keeping_twin(study: StudyStore, space: SearchSpace) -> Twin | None:
     """The fastest trial's configuration with the fewest of its math knobs set back to the
     baseline's values such that it keeps the training math, where the space holds it and no
     trial of the study has tried it (nor is it the baseline's). None: the fastest keeps the math,
@@ -53,10 +52,7 @@ def math_keeping_twin(study: optuna.Study, space: SearchSpace) -> Twin | None:
     base = baseline_math(record)
     sampled = {k: v for k, v in leader.params.items() if k in space.knobs}
     math = [k for k in MATH_KNOBS if k in sampled and sampled[k] != base[k]]
-    waiting = (optuna.trial.TrialState.WAITING, optuna.trial.TrialState.RUNNING)
-    tried = [t.params for t in read_trials(study)] + [
-        queued_params(t) for t in study.get_trials(deepcopy=False, states=waiting)
-    ]
+    tried = [t.params for t in read_trials(study)] + study.queued()
     for size in range(1, len(math) + 1):
         for restored in combinations(math, size):
             params = {**sampled, **{k: base[k] for k in restored}}

@@ -14,7 +14,7 @@ checkpoint save. Each step's peak is measured as a trial's is, and judged agains
 - Then the answer as the records decide it now (`autotune.answer.decide.decide`): a trial not
   checked yet is checked; one that fails for memory (a step over the cap, out of memory, or its
   process killed) is infeasible from then on, reason ``whole_run_over_cap`` with the failed step
-  (`autotune.study.outcomes.with_whole_run`), and the answer is decided again: the next finalist,
+  (`autotune.store.outcomes.with_whole_run`), and the answer is decided again: the next finalist,
   checked in turn, at most `MAX_TRIAL_CHECKS` of them. A check that could not run for another
   reason (an error) is stated with the answer and decides nothing.
 
@@ -29,16 +29,15 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import optuna
-
 from autotune.answer.decide import decide
 from autotune.export.words import whole_run_text
 from autotune.measure.ranks import distributed, from_rank_zero, is_rank_zero
 from autotune.plan.resolved import Plan
 from autotune.progress import Reporter, format_bytes
 from autotune.records import BASELINE, WHOLE_RUN_STEPS, WholeRun, add_whole_run, read_study
-from autotune.study.outcomes import ERROR, KILLED, OOM
-from autotune.study.store import read_trials
+from autotune.store.outcomes import ERROR, KILLED, OOM
+from autotune.store.session import StudyStore
+from autotune.store.trials import read_trials
 
 Check = Callable[..., dict[str, Any]]  # (params, number, verbatim=...) -> the job's findings
 
@@ -49,7 +48,7 @@ MAX_TRIAL_CHECKS = 4
 MEMORY_REASONS = (OOM, KILLED)
 
 
-def check_whole_run(check: Check, plan: Plan, study: optuna.Study, reporter: Reporter) -> None:
+def check_whole_run(check: Check, plan: Plan, study: StudyStore, reporter: Reporter) -> None:
     """Check the defaults (once per study), then the answer the records decide, until it passes,
     is the defaults, or `MAX_TRIAL_CHECKS` trials were checked (see the module docstring)."""
     if not plan.config.whole_run_check:
@@ -69,7 +68,7 @@ def check_whole_run(check: Check, plan: Plan, study: optuna.Study, reporter: Rep
         _run(check, plan, study, reporter, *target)
 
 
-def _unchecked_answer(study: optuna.Study) -> tuple[int, dict[str, Any]] | None:
+def _unchecked_answer(study: StudyStore) -> tuple[int, dict[str, Any]] | None:
     """The trial the records answer with now, when it has no whole-run check yet."""
     record = read_study(study)
     choice = decide(record, read_trials(study)).choice
@@ -81,7 +80,7 @@ def _unchecked_answer(study: optuna.Study) -> tuple[int, dict[str, Any]] | None:
 def _run(
     check: Check,
     plan: Plan,
-    study: optuna.Study,
+    study: StudyStore,
     reporter: Reporter,
     trial: int | None,
     params: dict[str, Any],

@@ -21,12 +21,13 @@ import alembic.config
 import alembic.migration
 import alembic.script  # noqa: F401
 import cloudpickle  # noqa: F401  (a user workload of autotune.tune arrives cloudpickled)
-import optuna.storages._rdb.models  # noqa: F401
 import sqlalchemy.dialects.mysql
 import sqlalchemy.dialects.postgresql
 import sqlalchemy.dialects.sqlite
 import sqlalchemy.orm  # noqa: F401
 import torch
+
+import autotune.store.rdb
 
 
 def imports_initialise_cuda() -> bool:

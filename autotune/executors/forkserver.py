@@ -16,7 +16,7 @@ from typing import Any
 
 from autotune.executors.processes import ProcessExecutor, Watched, signal_failure
 from autotune.executors.warm import ForkServerProcess, forkserver_context
-from autotune.study.outcomes import CRASHED
+from autotune.store.outcomes import CRASHED
 from autotune.trial.entry import serve_job
 from autotune.trial.job import Job, JobFailed
 from autotune.trial.process import become_trial_process

@@ -9,13 +9,12 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any
 
-import optuna
-
 from autotune.executors.base import Ended, Executor
 from autotune.measure.peak import frozen_heap
 from autotune.plan.resolved import Plan
 from autotune.progress import Reporter
 from autotune.scratch import temporary_folder
+from autotune.store.session import StudyStore
 from autotune.trial.compile_cache import shared_compile_cache, study_compile_cache
 from autotune.trial.compose import build_trainer
 from autotune.trial.entry import run_on
@@ -41,7 +40,7 @@ class InProcessExecutor(Executor):
     def __init__(
         self,
         plan: Plan,
-        study: optuna.Study,
+        study: StudyStore,
         reporter: Reporter,
         callbacks: Sequence[Any] = (),
         debug: bool = False,

@@ -22,9 +22,9 @@ from autotune.executors.base import Ended, Executor, watchdog_seconds
 from autotune.plan.resolved import Plan
 from autotune.progress import Reporter
 from autotune.scratch import make_folder
-from autotune.study.outcomes import CRASHED, HUNG, KILLED
-from autotune.study.owner import stat_fields
-from autotune.study.retry import store_unreachable_s
+from autotune.store.outcomes import CRASHED, HUNG, KILLED
+from autotune.store.owner import stat_fields
+from autotune.store.retry import store_unreachable_s
 from autotune.trial.job import Event, Job, JobFailed, JobResult, Measured, TrialDone
 
 # How often the watchdog thread looks at the deadlines while the supervisor's loop is elsewhere.

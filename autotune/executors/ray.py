@@ -29,8 +29,6 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-import optuna
-
 from autotune.errors import UsageError, first_line
 
 try:
@@ -49,8 +47,9 @@ from autotune.plan.resolved import Plan
 from autotune.preflight import ADDRESS_HINT, probe_address
 from autotune.progress import Reporter
 from autotune.scratch import make_folder
-from autotune.study.outcomes import CRASHED, KILLED
-from autotune.study.store import FINISHED, summarize_trial
+from autotune.store.outcomes import CRASHED, KILLED
+from autotune.store.session import FINISHED_STATES, StudyStore
+from autotune.store.trials import trial_summaries
 from autotune.trial.job import Job, JobFailed, JobResult, TrialDone
 from autotune.urls import sqlite_file
 
@@ -75,7 +74,7 @@ class RayExecutor(Executor):
     time budget).
     """
 
-    def __init__(self, plan: Plan, study: optuna.Study, reporter: Reporter, local: Executor) -> None:
+    def __init__(self, plan: Plan, study: StudyStore, reporter: Reporter, local: Executor) -> None:
         self.plan = plan
         self.study = study
         self.reporter = reporter
@@ -168,10 +167,10 @@ class _TrialEvents(ray.tune.Callback):
     """Runs in the search's process: hands each finished trial to the reporter and keeps what
     each Ray trial reported, or the error it died of."""
 
-    def __init__(self, study: optuna.Study, reporter: Reporter) -> None:
+    def __init__(self, study: StudyStore, reporter: Reporter) -> None:
         self.study = study
         self.reporter = reporter
-        self.shown = {t.number for t in study.get_trials(deepcopy=False, states=FINISHED)}
+        self.shown = study.numbers(FINISHED_STATES)
         self.errors: dict[str, str] = {}  # job id -> error
         self.reported: dict[str, dict[str, Any]] = {}  # job id -> last result
         self.ended = False
@@ -204,10 +203,10 @@ class _TrialEvents(ray.tune.Callback):
         return TrialDone(number >= 0, number if number >= 0 else None, str(reported.get("why", "")))
 
     def show_finished(self) -> None:
-        for trial in self.study.get_trials(deepcopy=False, states=FINISHED):
+        for trial in trial_summaries(self.study, FINISHED_STATES):
             if trial.number not in self.shown:
                 self.shown.add(trial.number)
-                self.reporter.on_trial_end(summarize_trial(trial))
+                self.reporter.on_trial_end(trial)
 
 
 class _Silent(ray.tune.ProgressReporter):

@@ -25,10 +25,11 @@ import torch
 from transformers import Trainer, TrainingArguments
 
 from autotune.progress import Reporter
-from autotune.records import RAY_TRIAL_KEY, read_trial
-from autotune.study.outcomes import HUNG, TrialOutcome, fail_running_trial
-from autotune.study.owner import this_process
-from autotune.study.store import load_existing_study, running_trials_of
+from autotune.records import RAY_TRIAL_KEY
+from autotune.store.outcomes import HUNG, TrialOutcome, fail_running_trial
+from autotune.store.owner import this_process
+from autotune.store.session import StudyStore
+from autotune.store.trials import running_trials_of
 from autotune.trial.entry import run_job
 from autotune.trial.job import Job, TrialDone
 
@@ -79,14 +80,12 @@ class _TagRayTrial(Reporter):
     """Records on each optuna trial it starts which Ray trial runs it (the driver uses the link to
     record a Ray trial that died as that optuna trial's result)."""
 
-    def __init__(self, study: Any, ray_trial_id: str) -> None:
+    def __init__(self, study: StudyStore, ray_trial_id: str) -> None:
         self.study = study
         self.ray_trial_id = ray_trial_id
 
     def on_trial_start(self, number: int, params: dict[str, Any]) -> None:
-        storage = self.study._storage
-        trial_id = storage.get_trial_id_from_study_id_trial_number(self.study._study_id, number)
-        storage.set_trial_user_attr(trial_id, RAY_TRIAL_KEY, self.ray_trial_id)
+        self.study.storage.set_trial_user_attr(self.study.trial_id(number), RAY_TRIAL_KEY, self.ray_trial_id)
 
 
 def run_trial_in_actor(job: Job, ray_trial_id: str, trial_dir: str | None = None) -> dict[str, Any]:
@@ -100,19 +99,19 @@ def run_trial_in_actor(job: Job, ray_trial_id: str, trial_dir: str | None = None
     """
     watchdog = _Watchdog(job, job.watchdog_s or 0.0)
     try:
-        study = load_existing_study(job.storage_url, job.study_name, existing=True)
+        study = StudyStore.open(job.storage_url, job.study_name, existing=True)
         done = run_job(job, _TagRayTrial(study, ray_trial_id), scratch_in=trial_dir)
     finally:
         watchdog.cancel()
     assert isinstance(done, TrialDone)  # a trial job's result; failures raise
     if not done.trained or done.number is None:
         return {"objective": math.nan, "trial": -1, "why": done.why}
-    trial = study.trials[done.number]
-    record = read_trial(trial)
+    record = study.record(done.number)
+    value, _ = study.outcome_of(done.number)
     return {
-        "objective": float(trial.value) if record.feasible and trial.value is not None else math.nan,
-        "trial": trial.number,
-        "state": trial.state.name,
+        "objective": float(value) if record.feasible and value is not None else math.nan,
+        "trial": record.number,
+        "state": record.state,
         "reason": record.reason or "",
         "tokens_per_s": record.tokens_per_s or math.nan,
         "peak_memory_bytes": record.peak_memory_bytes or 0,
@@ -136,7 +135,7 @@ class _Watchdog:
             return
         message = f"no progress within {self.seconds:.0f} s: the watchdog killed its Ray actor"
         with contextlib.suppress(Exception):  # the kill below must happen whatever the store says
-            study = load_existing_study(self.job.storage_url, self.job.study_name, existing=True)
+            study = StudyStore.open(self.job.storage_url, self.job.study_name, existing=True)
             for trial in running_trials_of(study, this_process()):
-                fail_running_trial(study, trial._trial_id, TrialOutcome.process_ended(HUNG, message))
+                fail_running_trial(study, trial.number, TrialOutcome.process_ended(HUNG, message))
         os.kill(os.getpid(), signal.SIGKILL)

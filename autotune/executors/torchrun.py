@@ -33,7 +33,7 @@ from autotune.executors.processes import (
 )
 from autotune.executors.torchrun_rank import describe_failure
 from autotune.scratch import make_folder
-from autotune.study.outcomes import CRASHED, KILLED
+from autotune.store.outcomes import CRASHED, KILLED
 from autotune.trial.job import Job, JobFailed
 from autotune.trial.process import kill_me_with_my_parent
 

@@ -12,8 +12,6 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-import optuna
-
 from autotune.answer.choices import measured_in_full, search_choice
 from autotune.answer.model import BEATS_DEFAULTS, CHOSEN, KEEPS_MATH, Answer
 from autotune.errors import UsageError
@@ -22,9 +20,10 @@ from autotune.progress import format_bytes
 from autotune.records import TrialRecord, read_study
 from autotune.space.defaults import training_args_defaults
 from autotune.space.mapping import fp8_trial
-from autotune.study.objective import defaults_run_facts
-from autotune.study.semantics import study_changes
-from autotune.study.store import read_trials, trial_run_facts
+from autotune.store.objective import defaults_run_facts
+from autotune.store.semantics import study_changes
+from autotune.store.session import StudyStore
+from autotune.store.trials import read_trials, trial_run_facts
 
 # Always exported, even at their TrainingArguments default: the batch split defines the run.
 _ALWAYS = ("per_device_train_batch_size", "gradient_accumulation_steps", "optim")
@@ -37,7 +36,7 @@ _EFFECTIVE_DEFAULTS: dict[str, Any] = {"activation_checkpointing": False, "gradi
 # -- the answer's config -----------------------------------------------------------------------
 
 
-def resolve_cap(study: optuna.Study, text: str) -> int:
+def resolve_cap(study: StudyStore, text: str) -> int:
     """``--memory-cap`` text in bytes: a fraction (``90%``) is of the device the study ran on.
 
     Raises:
@@ -48,7 +47,7 @@ def resolve_cap(study: optuna.Study, text: str) -> int:
     return capped
 
 
-def no_answer_error(study: optuna.Study, answer: Answer, cap_text: str | None = None) -> UsageError:
+def no_answer_error(study: StudyStore, answer: Answer, cap_text: str | None = None) -> UsageError:
     """What exporting an answer with nothing to hand back says."""
     if cap_text is not None:
         measured = [t for t in read_trials(study) if measured_in_full(t, recapped=True)]
@@ -69,7 +68,7 @@ def no_answer_error(study: optuna.Study, answer: Answer, cap_text: str | None = 
     )
 
 
-def _search_command(study: optuna.Study, cap: str | None = None) -> str:
+def _search_command(study: StudyStore, cap: str | None = None) -> str:
     record = read_study(study)
     parts = ["autotune", "search"]
     if record.model:
@@ -84,7 +83,7 @@ def _search_command(study: optuna.Study, cap: str | None = None) -> str:
 
 
 def export_config(
-    study: optuna.Study, answer: Answer | TrialRecord, *, cap_text: str | None = None
+    study: StudyStore, answer: Answer | TrialRecord, *, cap_text: str | None = None
 ) -> dict[str, Any]:
     """``{"training_args", "model_kwargs", "expected"}`` of what `answer` hands back (given a trial
     instead: that trial, as its search window measured it, chosen by the caller).

@@ -12,7 +12,7 @@ from autotune.answer.model import Interval
 from autotune.export.config import parameters_text
 from autotune.progress import describe_params, describe_time_breakdown, format_bytes
 from autotune.records import WholeRun
-from autotune.study.objective import run_lines
+from autotune.store.objective import run_lines
 
 # -- renderers ---------------------------------------------------------------------------------
 

@@ -7,8 +7,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import optuna
-
 from autotune.options import RunConfig, cap_bytes
 from autotune.plan.base_args import load_base_args
 from autotune.plan.resolved import Plan, study_fingerprint, trial_world_size
@@ -16,9 +14,9 @@ from autotune.records import StudyRecord
 from autotune.space import SearchSpace, builtin_spaces, load_space, parse_space
 from autotune.space.availability import detect_hardware, model_support
 from autotune.space.knobs import value_unavailable
-from autotune.study.fingerprint import check_resume
-from autotune.study.resumable import stored_run_config
-from autotune.study.store import default_study_name, open_storage
+from autotune.store.fingerprint import check_resume
+from autotune.store.resumable import stored_run_config
+from autotune.store.storage import default_study_name, open_storage
 from autotune.workloads.adapters import load_peft
 from autotune.workloads.data import DataSource
 from autotune.workloads.workload import Workload, resolve_workload
@@ -131,16 +129,16 @@ def plan_from_study(
     handed it over (the Python API's own Trainer pieces), instead of the one the configuration names.
 
     Raises:
-        UsageError: what `autotune.study.resumable.stored_run_config` refuses, or a mismatch.
+        UsageError: what `autotune.store.resumable.stored_run_config` refuses, or a mismatch.
     """
     study, record, config = stored_run_config(
         study_name, storage_url, existing, trust_remote_code, own_workload=workload is not None
     )
     plan = plan_search(config, open_store=False, stored=record, workload=workload)
-    plan.storage = study._storage
+    plan.storage = study.storage
     if check_fingerprint and record.fingerprint:
         check_resume(study_name, record.fingerprint, study_fingerprint(plan), config.allow_mismatch)
-    return plan, optuna.load_study(study_name=study_name, storage=plan.storage)
+    return plan, study
 
 
 def workload_of(config: RunConfig) -> Workload:

@@ -15,7 +15,7 @@ from autotune.space import SearchSpace
 from autotune.space.availability import Hardware, ModelSupport
 from autotune.space.defaults import knob_defaults
 from autotune.space.knobs import CATALOGUE
-from autotune.study.fingerprint import fingerprint
+from autotune.store.fingerprint import fingerprint
 
 if TYPE_CHECKING:  # the workload module imports torch; a plan's readers need not
     from autotune.workloads.workload import Workload
@@ -38,7 +38,7 @@ class Plan:
 
 
 def study_fingerprint(plan: Plan) -> dict[str, Any]:
-    """What the plan's measurements are measurements of (`autotune.study.fingerprint`): stored
+    """What the plan's measurements are measurements of (`autotune.store.fingerprint`): stored
     with its study, compared on resume (imports torch and transformers for their versions)."""
     return fingerprint(
         workload=plan.workload,

@@ -141,7 +141,7 @@ class StudyRecord:
         schema_version: 0 for stores written before the version was stored.
         run_config: `RunConfig.to_dict` of the search that created it.
         workload, device, space: `describe()`/`to_dict()` of each, as created.
-        fingerprint: what a resume checks (`autotune.study.fingerprint`).
+        fingerprint: what a resume checks (`autotune.store.fingerprint`).
         memory_cap: the cap as the user wrote it.
         base_args, base_model_kwargs: the base config every trial started from.
         peft: the peft adapter every trial trained (its config's kwargs, as peft loads them:

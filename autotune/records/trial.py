@@ -1,6 +1,6 @@
 """A trial's stored facts, typed (`TrialRecord`, grouped: `Measurement`, `MemoryRecord`,
 `CompileRecord`, `ScreeningRecord`, `Failure`), read from and written to an optuna trial's user
-attrs. A trial's record is written by `write_trial` (`autotune.study.outcomes.record_outcome`: the
+attrs. A trial's record is written by `write_trial` (`autotune.store.outcomes.record_outcome`: the
 fresh measurement, read by `measured_record`, with its ending set by `concluded`). Pure: no optuna
 (optuna's objects are duck-typed), no torch."""
 
@@ -110,7 +110,7 @@ class ScreeningRecord:
 
 @dataclass(frozen=True)
 class Failure:
-    """Why a trial did not complete (reason: one of `autotune.study.outcomes`)."""
+    """Why a trial did not complete (reason: one of `autotune.store.outcomes`)."""
 
     reason: str | None = key("reason")
     message: str | None = key("message")
@@ -138,7 +138,7 @@ class TrialRecord:
         twin_of: the trial, the fastest, that changes the training math and whose twin that keeps
             it this trial is (`autotune.driver.twin`).
         measurement, memory, compile, screening, failure: its facts, grouped.
-        owner: the process that ran it (`autotune.study.owner.Owner`'s dict).
+        owner: the process that ran it (`autotune.store.owner.Owner`'s dict).
         trainable_params, total_params: the parameters the trial trained (an adapter's, under
             peft) and all of its model's.
         dominated_by, ddp, data_parallel_applied, padding_compared, padding_note: what a
@@ -170,7 +170,7 @@ class TrialRecord:
     screening: ScreeningRecord = field(default_factory=ScreeningRecord)
     failure: Failure = field(default_factory=Failure)
     # its whole-run check, which the study keeps (a finished trial's attrs are closed): set where
-    # the study's records are read (`autotune.study.store.read_trials`), never stored with the trial
+    # the study's records are read (`autotune.store.trials.read_trials`), never stored with the trial
     whole_run: WholeRun | None = None
 
     # The figures every table shows, by their usual names.
@@ -298,7 +298,7 @@ class WholeRun:
         failed_step: the step that failed (``"unknown"``: its process ended from outside;
             ``"setup"``: before the first step).
         reason: why a step failed, as its process saw it (``oom``, ``killed``, ``error``: the
-            reasons of `autotune.study.outcomes`); None: no step failed (or it went over the cap
+            reasons of `autotune.store.outcomes`); None: no step failed (or it went over the cap
             only by its measured peak).
         message: what failed, in one line.
         cap_bytes: the cap it was judged under (None: none).

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import optuna
-from optuna.trial import TrialState
-
 from autotune.errors import UsageError, first_line
 from autotune.options import cap_bytes
 from autotune.progress import TrialSummary, describe_params
 from autotune.records import read_study
-from autotune.study.store import ranked_trials
+from autotune.store.session import StudyStore
+from autotune.store.trials import ranked_trials
 
 # The figures, in page order: (file stem and div id, title).
 FIGURES = {
@@ -75,7 +73,7 @@ def available(data: ReportData) -> list[str]:
     return [name for name in FIGURES if checks[name]]
 
 
-def memory_cap_bytes(study: optuna.Study) -> int | None:
+def memory_cap_bytes(study: StudyStore) -> int | None:
     """The study's memory cap in bytes, or None when it has none (or it cannot be read)."""
     text = read_study(study).memory_cap
     if not text:
@@ -86,7 +84,7 @@ def memory_cap_bytes(study: optuna.Study) -> int | None:
         return None
 
 
-def collect(study: optuna.Study) -> ReportData:
+def collect(study: StudyStore) -> ReportData:
     """Read everything the report shows from `study`."""
     trials = ranked_trials(study)
     cap_text = read_study(study).memory_cap
@@ -131,19 +129,17 @@ def pareto_front(points: list[Point]) -> list[Point]:
     return front
 
 
-def _importances(study: optuna.Study) -> tuple[dict[str, float], str | None]:
-    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    distinct = {tuple(sorted((k, repr(v)) for k, v in t.params.items())) for t in complete}
+def _importances(study: StudyStore) -> tuple[dict[str, float], str | None]:
+    distinct = {
+        tuple(sorted((k, repr(v)) for k, v in t.params.items())) for t in study.records(("COMPLETE",))
+    }
     if len(distinct) < 2:
         return {}, (
             f"Parameter importances need at least 2 completed trials with different knob values; "
             f"this study has {len(distinct)}."
         )
     try:
-        from optuna.importance import get_param_importances
-
-        # optuna's default evaluator (PED-ANOVA in optuna 5, fANOVA before): no extra dependency.
-        values = get_param_importances(study)
+        values = study.param_importances()
     except Exception as exc:
         return {}, f"Parameter importances could not be computed: {first_line(exc)}"
     if not values:

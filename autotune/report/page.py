@@ -11,8 +11,6 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-import optuna
-
 from autotune.answer.model import Answer
 from autotune.export.config import export_config
 from autotune.export.words import answer_lines
@@ -29,17 +27,18 @@ from autotune.records import FinalistRecord, read_study
 from autotune.report.data import FIGURES, ReportData, collect, is_duplicate, is_feasible
 from autotune.report.figures import plotly_figures
 from autotune.report.pngs import write_pngs
-from autotune.study.store import best_trial, measured_count
+from autotune.store.session import StudyStore
+from autotune.store.trials import best_trial, measured_count
 
 
-def build_report(study: optuna.Study, answer: Answer | None = None) -> str:
+def build_report(study: StudyStore, answer: Answer | None = None) -> str:
     """The report of `study` as one self-contained HTML document (plotly.js inline, once), with
     its `answer` (default: the one stored with the study)."""
     return _html(study, collect(study), answer)
 
 
 def write_report(
-    study: optuna.Study, path: Path, png_dir: Path | None = None, answer: Answer | None = None
+    study: StudyStore, path: Path, png_dir: Path | None = None, answer: Answer | None = None
 ) -> list[Path]:
     """Write the HTML report of `study` to `path` (and the PNGs into `png_dir` when given), with
     its `answer` (default: the one stored with the study; ``autotune report`` passes the answer
@@ -58,7 +57,7 @@ def write_report(
     return written
 
 
-def _html(study: optuna.Study, data: ReportData, answer: Answer | None) -> str:
+def _html(study: StudyStore, data: ReportData, answer: Answer | None) -> str:
     figures = plotly_figures(data)
     notes = _notes(data)
     sections = []
@@ -112,7 +111,7 @@ def _notes(data: ReportData) -> dict[str, str]:
     }
 
 
-def _header(study: optuna.Study, data: ReportData, answer: Answer | None) -> str:
+def _header(study: StudyStore, data: ReportData, answer: Answer | None) -> str:
     record = read_study(study)
     answer = answer or (Answer.from_dict(record.answer) if record.answer else None)
     workload = record.workload or {}

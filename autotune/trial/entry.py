@@ -23,8 +23,6 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-import optuna
-
 from autotune.disk import disk_full_line
 from autotune.logs import quiet_libraries
 from autotune.measure.peak import frozen_heap
@@ -32,12 +30,20 @@ from autotune.measure.ranks import from_rank_zero, is_rank_zero
 from autotune.plan.build import plan_from_study
 from autotune.plan.resolved import Plan
 from autotune.progress import Reporter
-from autotune.records import read_trial, trial_facts
+from autotune.records import trial_facts
 from autotune.scratch import temporary_folder
-from autotune.study.outcomes import DISK_FULL, DUPLICATE_RUNNING
-from autotune.study.rdb import RetryingRDBStorage
-from autotune.study.sampler import search_sampler
-from autotune.study.store import distinct_params, measured_count, running_trials, was_trained
+from autotune.store.asked import TrialPruned
+from autotune.store.outcomes import DISK_FULL, DUPLICATE_RUNNING
+from autotune.store.rdb import RetryingRDBStorage
+from autotune.store.sampler import search_sampler
+from autotune.store.session import StudyStore
+from autotune.store.trials import (
+    counts_as_trained,
+    distinct_params,
+    measured_count,
+    running_trials,
+    trial_summaries,
+)
 from autotune.trial.compile_cache import shared_compile_cache, study_compile_cache
 from autotune.trial.compose import build_trainer
 from autotune.trial.errors import failure_reason, one_line
@@ -145,7 +151,7 @@ def run_job(job: Job, reporter: Reporter, scratch_in: str | None = None) -> JobR
 
 
 def run_on(
-    trainer: AutotuneTrainer, plan: Plan, study: optuna.Study, job: Job, started_s: float | None = None
+    trainer: AutotuneTrainer, plan: Plan, study: StudyStore, job: Job, started_s: float | None = None
 ) -> JobResult:
     """Run a job on a Trainer already built for `plan` (a fresh process's, or the in-process
     executor's own), inside the caller's `frozen_heap`. `started_s` (`time.perf_counter`): when
@@ -166,7 +172,7 @@ def run_on(
     return one_trial(trainer, plan, study, job)
 
 
-def one_trial(trainer: Any, plan: Plan, study: optuna.Study, job: Job) -> TrialDone:
+def one_trial(trainer: Any, plan: Plan, study: StudyStore, job: Job) -> TrialDone:
     """Ask the study for trials until one is trained; return which (or why none was).
 
     In a DDP trial only rank 0 asks the study (the Trainer broadcasts each trial's values); every
@@ -185,16 +191,16 @@ def one_trial(trainer: Any, plan: Plan, study: optuna.Study, job: Job) -> TrialD
             return done
         # Concurrent workers must not all draw the sampler's same next proposal: each slot has its
         # own stream, and a worker whose proposal collided with a running one leaves the shared one.
-        seed = plan.config.seed + job.seed_offset + len(study.get_trials(deepcopy=False))
+        seed = plan.config.seed + job.seed_offset + study.count()
         seed += collided * (os.getpid() % 65_521)
         # On ranks other than 0 a skipped or failed trial leaves the Trainer's loop as TrialPruned.
-        with contextlib.suppress(optuna.TrialPruned):
+        with contextlib.suppress(TrialPruned):
             hyperparameter_search(trainer, plan, 1, seed)
         if is_rank_zero():
             owner = trainer.owner_attrs()
-            mine = [t for t in study.get_trials(deepcopy=False) if read_trial(t).owner == owner]
-            done = TrialDone(True, mine[-1].number) if mine and was_trained(mine[-1]) else None
-            collided += bool(mine and read_trial(mine[-1]).reason == DUPLICATE_RUNNING)
+            mine = [t for t in trial_summaries(study) if t.owner == owner]
+            done = TrialDone(True, mine[-1].number) if mine and counts_as_trained(mine[-1]) else None
+            collided += bool(mine and mine[-1].reason == DUPLICATE_RUNNING)
         done = from_rank_zero(done)
         if done is not None:
             return done
@@ -221,6 +227,5 @@ def hyperparameter_search(trainer: Any, plan: Plan, n_trials: int, seed: int) ->
     except ValueError:
         # The Trainer asks the study for its best trial at the end, which raises when no trial
         # completed; every trial is already stored with its reason, so that is a result too.
-        study = optuna.load_study(study_name=plan.study_name, storage=plan.storage)
-        if study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        if StudyStore.load(plan.storage, plan.study_name).count(("COMPLETE",)):
             raise

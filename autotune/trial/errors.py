@@ -1,12 +1,11 @@
 """Why a trial ended early: the exceptions a trial raises on purpose, and the reason of any
-exception that ended one (the reasons themselves are spelled in `autotune.study.outcomes`)."""
+exception that ended one (the reasons themselves are spelled in `autotune.store.outcomes`)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 import torch
-from optuna.trial import FrozenTrial
 
 from autotune.disk import is_disk_full
 from autotune.errors import AutotuneError, StoreError
@@ -14,7 +13,7 @@ from autotune.measure.callback import TrialTimeout
 from autotune.measure.memory_model import SAFETY_MARGIN
 from autotune.measure.screen import ScreenedOut
 from autotune.records import TrialRecord, measured_record
-from autotune.study import outcomes
+from autotune.store import outcomes
 
 
 class NonFiniteLoss(RuntimeError):
@@ -50,7 +49,7 @@ class Reused(NotTrained):
 
     reason = outcomes.DUPLICATE
 
-    def __init__(self, past: FrozenTrial) -> None:
+    def __init__(self, past: TrialRecord) -> None:
         super().__init__(f"same parameters as trial {past.number}")
         self.past = past
 

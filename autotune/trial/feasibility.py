@@ -12,10 +12,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from optuna.trial import FrozenTrial
-
 from autotune.measure.memory_model import clearly_over
-from autotune.study.outcomes import (
+from autotune.records import TrialRecord
+from autotune.store.outcomes import (
     DUPLICATE,
     DUPLICATE_RUNNING,
     OOM_PREDICTED,
@@ -25,7 +24,6 @@ from autotune.study.outcomes import (
     UNUSED_PARAMETERS,
     UNUSED_PARAMETERS_KNOWN,
 )
-from autotune.study.store import reason_of
 
 # Larger number: more activation memory at the same batch.
 _PRECISION_MEMORY_RANK = {"fp16": 0, "bf16": 0, "bf16+tf32": 0, "fp8": 0, "fp32": 1, "tf32": 1}
@@ -40,9 +38,10 @@ class PastTrial:
     reason: str | None
 
 
-def as_past(trial: FrozenTrial) -> PastTrial:
-    """A finished trial as the pre-checks of a new trial see it."""
-    return PastTrial(trial.number, dict(trial.params), reason_of(trial))
+def as_past(trial: TrialRecord) -> PastTrial:
+    """A trial, its record read as `autotune.store.trials.summarize_trial` reads it, as the
+    pre-checks of a new trial see it."""
+    return PastTrial(trial.number, dict(trial.params), trial.reason)
 
 
 def find_duplicate(params: Mapping[str, Any], past: Iterable[PastTrial]) -> PastTrial | None:

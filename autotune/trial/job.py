@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from autotune.study.owner import Owner
+from autotune.store.owner import Owner
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ class Measured:
 
 @dataclass(frozen=True)
 class JobFailed:
-    """A job that did not finish: the reason (see `autotune.study.outcomes`) and one line; for a
+    """A job that did not finish: the reason (see `autotune.store.outcomes`) and one line; for a
     Ray trial, Ray's own text of the failure as well."""
 
     reason: str

@@ -8,10 +8,10 @@ loss on any rank ends the trial before it is judged (`non_finite_loss` says whic
 The loss guard is for numerics: precision and the optimizer's update rule, and a kernel that
 computes something else. Every trial trains on the same inputs and labels at equal tokens, so a
 loss is diverged only when it is worse than the tolerance and the difference stands out of the
-noise the baseline shows against itself (`autotune.study.objective.compare_losses` gives the
+noise the baseline shows against itself (`autotune.store.objective.compare_losses` gives the
 model): a configuration whose knobs keep the math (attention kernel, checkpointing, compile, data
 loading) differs from the baseline by that noise alone, and is not pruned for it. A trial that
-changes the effective batch or the data order (`autotune.study.semantics.loss_compared`) is
+changes the effective batch or the data order (`autotune.store.semantics.loss_compared`) is
 compared on nothing: at equal tokens a larger batch has taken fewer optimizer steps at a learning
 rate tuned for the baseline's batch, so its loss is higher by construction; its delta is still
 stored for the answer, which names the change and how to scale the learning rate. Only a loss that
@@ -27,8 +27,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from autotune.records import TrialRecord
-from autotune.study.objective import LossComparison, compare_losses, loss_diverged
-from autotune.study.outcomes import LOSS_DIVERGED, OVER_MEMORY_CAP, memory_violation
+from autotune.store.objective import LossComparison, compare_losses, loss_diverged
+from autotune.store.outcomes import LOSS_DIVERGED, OVER_MEMORY_CAP, memory_violation
 
 
 @dataclass(frozen=True)

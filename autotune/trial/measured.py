@@ -8,16 +8,15 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, cast
 
-import optuna
-
 from autotune.measure.flops import flops_per_token, matmul_precision, mfu, model_shape
 from autotune.measure.ranks import is_rank_zero
 from autotune.measure.screen import ScreenReference
 from autotune.plan.resolved import Plan, trial_world_size
-from autotune.records import TrialRecord, read_study, read_trial
+from autotune.records import TrialRecord, read_study
 from autotune.space.defaults import tf32_matmuls
 from autotune.space.knobs import Value
-from autotune.study.objective import compile_s, predicted_run_s, run_tokens
+from autotune.store.objective import compile_s, predicted_run_s, run_tokens
+from autotune.store.session import StudyStore
 from autotune.trial.compile_cache import CompileCache, cold_compile_s, compile_key, study_compile_cache
 
 
@@ -103,13 +102,13 @@ def with_model_mfu(
 
 
 def screen_reference(
-    study: optuna.Study | None, screen_ratio: float, train_tokens: int | None, train_steps: int | None
+    study: StudyStore | None, screen_ratio: float, train_tokens: int | None, train_steps: int | None
 ) -> ScreenReference | None:
     """The study's best so far (its completed trials and its baseline), which a search trial is
     screened against (`autotune.measure.screen.ScreenReference`): the best tokens/s, and with
     the user's run length (`run_tokens`) the shortest predicted run of it (`predicted_run_s`), each
     with the machine probe its trial recorded around its window. None where nothing is measured yet, for
-    trials outside an optuna study, or with screening off (`screen_ratio` 0, as
+    trials outside a stored study, or with screening off (`screen_ratio` 0, as
     `MeasureSettings.screen_ratio`: the promotion line is off too). `train_tokens`, `train_steps`:
     the user's run length, as the run options give it.
 
@@ -120,9 +119,8 @@ def screen_reference(
     `ScreenReference`): when a trial is judged its warm-up, which holds compilation, is not over."""
     if study is None or screen_ratio <= 0:
         return None
-    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     baseline = read_study(study).baseline
-    measured = [r for r in map(read_trial, complete) if r.tokens_per_s]
+    measured = [r for r in study.records(("COMPLETE",)) if r.tokens_per_s]
     if baseline.tokens_per_s:
         measured.append(baseline.as_trial())
     if not measured:

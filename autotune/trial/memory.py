@@ -17,7 +17,7 @@ from autotune.measure.estimator import MemoryEstimator
 from autotune.measure.memory_model import SAFETY_MARGIN, MemoryEstimate, fitting_rungs, relative_error
 from autotune.measure.peak import release_device_memory
 from autotune.plan.resolved import Plan
-from autotune.records import TrialRecord, add_activation_probes, read_study, read_trial
+from autotune.records import TrialRecord, add_activation_probes, read_study
 
 # The knobs the memory estimate reads besides the batch (`MemoryEstimator.estimate`).
 MEMORY_KNOBS = ("precision", "optim", "attn_implementation", "activation_checkpointing")
@@ -35,12 +35,12 @@ def estimate_memory(estimator: MemoryEstimator, values: Mapping[str, Any]) -> Me
 def estimate_in_study(
     estimator: MemoryEstimator, study: Any, finished: Sequence[Any], values: Mapping[str, Any]
 ) -> MemoryEstimate | None:
-    """The estimate of a trial of `study` (an optuna `Study`, or None outside one), made with the
-    activations earlier processes probed and the peaks its `finished` trials (`FrozenTrial`)
-    measured; what this process newly probed is kept with the study for the next ones."""
+    """The estimate of a trial of `study` (a `StudyStore`, or None outside one), made with the
+    activations earlier processes probed and the peaks its `finished` trials' records measured;
+    what this process newly probed is kept with the study for the next ones."""
     stored = dict(read_study(study).activation_probes or {}) if study is not None else {}
     estimator.learn_activations(stored)
-    estimator.learn_peaks(read_trial(t) for t in finished)
+    estimator.learn_peaks(finished)
     estimate = estimate_memory(estimator, values)
     known = estimator.known_activations()
     if study is not None and (new := {kind: known[kind] for kind in known.keys() - stored.keys()}):

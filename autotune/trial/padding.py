@@ -11,9 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-import optuna
-
-from autotune.records import TrialRecord, read_study, read_trial
+from autotune.records import TrialRecord, read_study
+from autotune.store.session import StudyStore
 
 BASELINE = -1  # the baseline's number as a twin
 
@@ -48,7 +47,7 @@ def why_not_faster(ratio: float, padding_fraction: float | None, attention: Any)
 
 
 def padding_free_comparison(
-    study: optuna.Study | None, values: Mapping[str, Any], tokens_per_s: float | None
+    study: StudyStore | None, values: Mapping[str, Any], tokens_per_s: float | None
 ) -> tuple[dict[str, Any] | None, str | None]:
     """What a padding-free trial of `study` records against its padded twin: the comparison
     (`TrialRecord.padding_compared`: the twin's number and padding fraction, and the ratio of
@@ -56,8 +55,7 @@ def padding_free_comparison(
     other trials, outside a study, or without a measured twin."""
     if not values.get("padding_free") or study is None or not tokens_per_s:
         return None, None
-    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    candidates = [r for r in map(read_trial, complete) if not r.reused]
+    candidates = [r for r in study.records(("COMPLETE",)) if not r.reused]
     baseline = read_study(study).baseline
     if baseline.params:
         candidates.append(replace(baseline.as_trial(), number=BASELINE, params=dict(baseline.params)))

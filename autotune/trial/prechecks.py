@@ -10,15 +10,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import optuna
-
 from autotune.measure.memory_model import MemoryEstimate
 from autotune.measure.ranks import from_rank_zero, is_rank_zero
 from autotune.plan.resolved import Plan
+from autotune.records import TrialRecord
 from autotune.space import precision_of
 from autotune.space.knobs import combination_unavailable
-from autotune.study.outcomes import DUPLICATE, DUPLICATE_RUNNING, OOM_PREDICTED, UNUSED_PARAMETERS_KNOWN
-from autotune.study.store import FINISHED, trained_count
+from autotune.store.asked import study_of
+from autotune.store.outcomes import DUPLICATE, DUPLICATE_RUNNING, OOM_PREDICTED, UNUSED_PARAMETERS_KNOWN
+from autotune.store.session import FINISHED_STATES
+from autotune.store.trials import counts_as_trained, trial_summaries
 from autotune.trial.errors import (
     NotTrained,
     OverBudget,
@@ -54,7 +55,7 @@ def precheck_trial(
     values: Mapping[str, Any],
     plan: Plan,
     base_args: Mapping[str, Any],
-    estimate: Callable[[Sequence[optuna.trial.FrozenTrial]], MemoryEstimate | None],
+    estimate: Callable[[Sequence[TrialRecord]], MemoryEstimate | None],
     budget: int | None = None,
 ) -> None:
     """Raise the `NotTrained` that ends `trial` before training, if any (see the module docstring).
@@ -70,20 +71,19 @@ def precheck_trial(
     blocked = combination_unavailable(checked, plan.hardware, plan.model)
     if blocked is not None:
         raise Unavailable(*blocked)
-    if not isinstance(trial, optuna.Trial):
+    study = study_of(trial)
+    if study is None:
         return
-    trials = trial.study.get_trials(deepcopy=False, states=(*FINISHED, optuna.trial.TrialState.RUNNING))
+    trials = trial_summaries(study, (*FINISHED_STATES, "RUNNING"))
     others = [t for t in trials if t.number != trial.number]
-    finished = [t for t in others if t.state in FINISHED]
-    running = [as_past(t) for t in others if t.state == optuna.trial.TrialState.RUNNING]
+    finished = [t for t in others if t.state in FINISHED_STATES]
+    running = [as_past(t) for t in others if t.state == "RUNNING"]
     if budget is not None:
         # Workers check the budget before they ask for a trial, so two can both see room for the
         # last one; of trials created concurrently, the earlier number goes on. A running trial
         # that turns out to need no training gives its place back to the next ask.
-        started_before = sum(
-            1 for t in others if t.state == optuna.trial.TrialState.RUNNING and t.number < trial.number
-        )
-        if trained_count(finished) + started_before >= budget:
+        started_before = sum(1 for t in others if t.state == "RUNNING" and t.number < trial.number)
+        if sum(map(counts_as_trained, finished)) + started_before >= budget:
             raise OverBudget(budget)
     made: list[MemoryEstimate | None] = []
 

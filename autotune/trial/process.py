@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any
 
-from autotune.study.owner import Owner, is_alive
+from autotune.store.owner import Owner, is_alive
 from autotune.trial.job import Job
 
 

@@ -7,8 +7,8 @@ built, a trial is checked (`autotune.trial.prechecks`, with its memory estimate 
 trial (its result is reused), or a configuration that needs at least the memory of one that ran
 out of it, ends there. `train()` then measures the trial through the stock loop, completes its
 record (`autotune.trial.measured`), has it judged (`autotune.trial.judge`) and hands the outcome
-to the one writer (`autotune.study.outcomes.record_outcome`); a failed or infeasible trial becomes
-a recorded result (`optuna.TrialPruned` with a reason) instead of an aborted search. The jobs
+to the one writer (`autotune.store.outcomes.record_outcome`); a failed or infeasible trial becomes
+a recorded result (`autotune.store.asked.TrialPruned` with a reason) instead of an aborted search. The jobs
 outside the search (a measurement of given values, a whole-run check) are
 `autotune.trial.trainer.AutotuneTrainer`'s.
 """
@@ -21,10 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-import optuna
 import torch
 from accelerate.utils.memory import release_memory
-from optuna.trial import FrozenTrial
 from transformers import Trainer, TrainerCallback
 from transformers.trainer_callback import PrinterCallback
 
@@ -44,18 +42,18 @@ from autotune.records import (
     TrialRecord,
     measured_record,
     read_study,
-    read_trial,
     write_trial,
 )
 from autotune.space import SearchSpace, precision_of
 from autotune.space.defaults import training_arguments
 from autotune.space.knobs import Value
 from autotune.space.mapping import data_choices, fp8_trial, trial_kwargs
-from autotune.study.objective import run_tokens, score
-from autotune.study.outcomes import DISK_FULL, TrialOutcome, fail_group_trial, record_outcome
-from autotune.study.owner import this_process
-from autotune.study.rdb import RetryingRDBStorage
-from autotune.study.semantics import loss_compared, study_changes
+from autotune.store.asked import TrialPruned, is_study_trial, study_of
+from autotune.store.objective import run_tokens, score
+from autotune.store.outcomes import DISK_FULL, TrialOutcome, fail_group_trial, record_outcome
+from autotune.store.owner import this_process
+from autotune.store.rdb import RetryingRDBStorage
+from autotune.store.semantics import loss_compared, study_changes
 from autotune.trial import apply, memory, whole_run_steps
 from autotune.trial.compile_cache import CompileMeter, study_compile_cache
 from autotune.trial.errors import (
@@ -162,7 +160,8 @@ class TrialRunner(Trainer):
     # -- applying a trial ---------------------------------------------------------------------
 
     def trial_values_of(self, trial: Any) -> dict[str, Value]:
-        """The knob values of a trial: sampled (optuna), replayed (`FixedTrial`) or given (Ray dict)."""
+        """The knob values of a trial: sampled (the study's sampler), replayed (`fixed_trial`) or
+        given (a Ray dict)."""
         if trial is None:
             return {}
         if self._verbatim_values is not None:
@@ -176,7 +175,7 @@ class TrialRunner(Trainer):
         values = self.trial_values_of(trial)
         args_kwargs, model_kwargs = trial_kwargs(values)
         self.trial_values, self.trial_model_kwargs = values, model_kwargs
-        if isinstance(trial, optuna.Trial):  # who runs it: a trial of a dead process is failed at once
+        if is_study_trial(trial):  # who runs it: a trial of a dead process is failed at once
             write_trial(trial, replace(measured_record({}), owner=self.owner_attrs()))  # the owner alone
         if trial is not None:
             self.reporter.on_trial_start(getattr(trial, "number", -1), values)
@@ -218,9 +217,9 @@ class TrialRunner(Trainer):
         return batches, items
 
     def _agreed_precheck(self, trial: Any, values: dict[str, Value]) -> None:
-        study = _study_of(trial)
+        study = study_of(trial)
 
-        def estimate(finished: Sequence[FrozenTrial]) -> MemoryEstimate | None:
+        def estimate(finished: Sequence[TrialRecord]) -> MemoryEstimate | None:
             self._estimate = memory.estimate_in_study(self.estimator, study, finished, values)
             return self._estimate
 
@@ -252,7 +251,7 @@ class TrialRunner(Trainer):
     ) -> Any:
         if trial is None:
             return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
-        study = _study_of(trial)
+        study = study_of(trial)
         config = self.plan.config
         # Screening compares with the study's best (throughput; with the run's length, its predicted
         # time) as rank 0 reads it when the trial begins.
@@ -275,7 +274,7 @@ class TrialRunner(Trainer):
                     outcome = TrialOutcome.process_ended(failure_reason(exc), message)
                     fail_group_trial(self.plan.storage, self.plan.study_name, trial.number, outcome)
                 raise
-            raise optuna.TrialPruned(f"{failure_reason(exc)}: {one_line(exc)}") from exc
+            raise TrialPruned(f"{failure_reason(exc)}: {one_line(exc)}") from exc
         # Rank 0's reading of the study and its loss curve decide, so every rank of a group ends alike.
         studied = read_study(study) if study is not None and is_rank_zero() else None
         baseline: Baseline | None = from_rank_zero(studied.baseline if studied is not None else None)
@@ -283,7 +282,7 @@ class TrialRunner(Trainer):
         record = replace(record, measurement=replace(record.measurement, loss_delta=verdict.loss_delta))
         if not verdict.complete:
             self._finish(trial, TrialOutcome(verdict.state, verdict.reason, verdict.message, record=record))
-            raise optuna.TrialPruned(verdict.message)
+            raise TrialPruned(verdict.message)
         # Padding-free against the same configuration padded: the gain, or why there was none.
         compared = (
             padding_free_comparison(study, self.trial_values, record.tokens_per_s) if is_rank_zero() else None
@@ -351,7 +350,7 @@ class TrialRunner(Trainer):
     def _judge(self, record: TrialRecord, study: StudyRecord | None) -> Verdict:
         """The verdict on a measured trial (`autotune.trial.judge`) against the study's baseline;
         its loss is not judged where the trial changes the effective batch or the data order
-        (`autotune.study.semantics.loss_compared`)."""
+        (`autotune.store.semantics.loss_compared`)."""
         if study is None:
             return judge(record, self.plan.cap_bytes, None, self.plan.config.loss_tolerance)
         changes = study_changes(study, self.trial_values, apply.applied_args(self.trial_values))
@@ -361,18 +360,19 @@ class TrialRunner(Trainer):
 
     # -- ending a trial -----------------------------------------------------------------------
 
-    def _reuse(self, trial: Any, past: FrozenTrial) -> None:
+    def _reuse(self, trial: Any, past: TrialRecord) -> None:
         # Who ran this trial, not the one it reuses.
-        record = replace(read_trial(past), duplicate_of=past.number, owner=self.owner_attrs())
+        record = replace(past, duplicate_of=past.number, owner=self.owner_attrs())
         message = f"same parameters as trial {past.number}: its result is reused"
-        complete = past.state == optuna.trial.TrialState.COMPLETE
+        complete = past.state == "COMPLETE"
         state = "COMPLETE" if complete else "PRUNED"
-        constraints = dict(past.constraints)
+        study = study_of(trial)
+        value, constraints = study.outcome_of(past.number) if study is not None else (None, {})
         self._finish(trial, TrialOutcome(state, record.reason, message, False, record, constraints))
         if complete:
-            self.objective = past.value
+            self.objective = value
             return None
-        raise optuna.TrialPruned(message)
+        raise TrialPruned(message)
 
     def _end_failed_trial(self, trial: Any, exc: BaseException) -> None:
         skipped = isinstance(exc, NotTrained)  # a trial stopped by a pre-check allocated nothing
@@ -411,10 +411,5 @@ class TrialRunner(Trainer):
         record = with_model_mfu(record, self.estimator, self.workload, self.plan.hardware, precision, devices)
         full = replace(outcome, record=record)
         cap = self.plan.cap_bytes
-        stored = record_outcome(trial, full, cap) if isinstance(trial, optuna.Trial) else full.stored(cap)
+        stored = record_outcome(trial, full, cap) if is_study_trial(trial) else full.stored(cap)
         self.reporter.on_trial_end(stored)
-
-
-def _study_of(trial: Any) -> optuna.Study | None:
-    """The study of an optuna trial (None elsewhere: Ray dicts, replays, other ranks)."""
-    return getattr(trial, "study", None) if isinstance(trial, optuna.Trial) else None

@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-import optuna
 import torch
 from transformers.trainer_utils import HPSearchBackend, default_compute_objective
 
@@ -18,6 +17,7 @@ from autotune.records import (
     trial_attrs,
 )
 from autotune.space.knobs import Value
+from autotune.store.asked import fixed_trial
 from autotune.trial import whole_run_steps
 from autotune.trial.errors import (
     failure_reason,
@@ -55,7 +55,7 @@ class AutotuneTrainer(TrialRunner):
         if window:
             self.measurement.settings = replace(settings, **window)
         try:
-            return trial_attrs(self._measure(optuna.trial.FixedTrial({} if verbatim else params, number)))
+            return trial_attrs(self._measure(fixed_trial({} if verbatim else params, number)))
         finally:
             self.measurement.settings = settings
             self.hp_search_backend = None
@@ -86,7 +86,7 @@ class AutotuneTrainer(TrialRunner):
         self.pop_callback(self.measurement)  # no window, no screening: the check times nothing
         self.add_callback(steps)
         failure: tuple[str | None, str | None] = (None, None)
-        trial: Any = optuna.trial.FixedTrial({} if verbatim else params, number)
+        trial: Any = fixed_trial({} if verbatim else params, number)
         if self._compiled_before:
             torch._dynamo.reset()  # drop the previous trial's graphs and guards
         try:

@@ -16,7 +16,7 @@ import torch
 from transformers import TrainerCallback
 
 import autotune
-from autotune.study.store import measured_count
+from autotune.store.trials import measured_count
 from tests.helpers import FAST, write_space
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(900)]

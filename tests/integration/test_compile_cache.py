@@ -16,7 +16,8 @@ from autotune.export.config import export_config
 from autotune.export.words import expected_lines
 from autotune.progress import describe_time_breakdown
 from autotune.records import read_study, read_trial
-from autotune.study.objective import compile_s, run_compile_s
+from autotune.store.objective import compile_s, run_compile_s
+from autotune.store.session import StudyStore
 from tests.helpers import FAST_RUN, write_space
 
 pytestmark = pytest.mark.timeout(600)
@@ -97,7 +98,7 @@ def test_the_search_stores_its_time_breakdown_and_show_prints_it(
     assert math.fsum(stages.values()) <= breakdown["wall_s"]
     # The export of the study's answer (the defaults or a trial) carries it, and says it in the lines
     # the yaml/accelerate/python formats begin with.
-    config = export_config(study, study_answer(study))
+    config = export_config(StudyStore(study), study_answer(StudyStore(study)))
     assert config["expected"]["search_time"] == breakdown
     assert describe_time_breakdown(breakdown) in expected_lines(config)
 

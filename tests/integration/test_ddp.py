@@ -14,7 +14,8 @@ import pytest
 import autotune
 from autotune.answer.model import Answer
 from autotune.records import read_study
-from autotune.study.store import measured_count
+from autotune.store.session import StudyStore
+from autotune.store.trials import measured_count
 from tests.helpers import FAST, Fault, RankRecorder, SkipLastBlock, write_space
 
 pytestmark = [pytest.mark.timeout(420), pytest.mark.slow]
@@ -123,7 +124,7 @@ def test_ddp_trials_through_the_supervisor(tmp_path: Path) -> None:
         whole_run_check=True,
     )
     study = result.study
-    assert measured_count(study) == 3
+    assert measured_count(StudyStore(study)) == 3
     # The answer's whole-run check ran as its trials did: a group of both ranks, each one's step.
     (check,) = read_study(study).whole_run
     assert check.trial == result.answer.choice.trial and check.fits is True, check
@@ -184,7 +185,7 @@ def test_a_search_under_torchrun_agrees_on_every_trial(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     study = optuna.load_study(study_name="agreed", storage=storage)
     trials = study.trials
-    assert measured_count(study) == 3
+    assert measured_count(StudyStore(study)) == 3
     assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
     # The duplicate was skipped (its result reused) and the slow trial pruned: on both ranks.
     assert trials[1].user_attrs["duplicate_of"] == 0
@@ -217,7 +218,7 @@ def test_a_failure_on_one_rank_under_torchrun_is_recorded_and_resumable(tmp_path
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert resumed.stdout.count("Top trials of failing") == 1  # rank 0 alone reports
     study = optuna.load_study(study_name="failing", storage=storage)
-    assert measured_count(study) == 2
+    assert measured_count(StudyStore(study)) == 2
     assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
 
 

@@ -16,7 +16,7 @@ import torch
 from transformers import TrainerCallback
 
 import autotune
-from autotune.study.outcomes import DISK_FULL
+from autotune.store.outcomes import DISK_FULL
 from autotune.view import trial_line
 from tests.helpers import IN_PROCESS, write_space
 

@@ -18,7 +18,8 @@ from autotune.export.config import export_config
 from autotune.export.formats import notes, to_flags, to_json, to_python, to_yaml
 from autotune.export.launchers import to_accelerate
 from autotune.export.render import render
-from autotune.study.store import summarize_trial
+from autotune.store.session import StudyStore
+from autotune.store.trials import summarize_trial
 from autotune.workloads.workload import resolve_workload
 from tests.unit.test_export import make_study, trial_spec
 
@@ -59,7 +60,7 @@ def study() -> optuna.Study:
 
 
 def _config(study: optuna.Study, number: int) -> dict[str, Any]:
-    return export_config(study, summarize_trial(study.trials[number]))
+    return export_config(StudyStore(study), summarize_trial(study.trials[number]))
 
 
 def _applied(study: optuna.Study, number: int, tmp_path: Path) -> TrainingArguments:
@@ -150,7 +151,7 @@ def test_python_snippet_compiles_and_builds_the_args(study: optuna.Study, tmp_pa
 
 
 def _chosen(study: optuna.Study, cap_bytes: int | None) -> int | None:
-    choice = study_answer(study, cap_bytes).choice
+    choice = study_answer(StudyStore(study), cap_bytes).choice
     assert choice is not None
     return choice.trial
 
@@ -162,9 +163,9 @@ def test_memory_cap_reselects(study: optuna.Study) -> None:
 
 
 def test_exported_json_trains(study: optuna.Study, tmp_path: Path) -> None:
-    answer = study_answer(study)
+    answer = study_answer(StudyStore(study))
     assert answer.choice is not None and answer.choice.trial == 0
-    exported = json.loads(to_json(export_config(study, answer)))
+    exported = json.loads(to_json(export_config(StudyStore(study), answer)))
     assert exported["expected"]["trial"] == 0 and exported["expected"]["remeasured"] is True
     assert "torch_compile" not in exported["training_args"]
     workload = resolve_workload(exported["expected"]["model"], exported["expected"]["seq_len"])

@@ -9,7 +9,8 @@ import pytest
 
 import autotune
 from autotune.cli import main
-from autotune.study.store import measured_count
+from autotune.store.session import StudyStore
+from autotune.store.trials import measured_count
 from tests.helpers import FAST_RUN, FakeOOM, write_space
 
 
@@ -83,5 +84,5 @@ def test_resume_reads_the_stored_run_configuration(
     assert code == 0, err
     assert "budget 3 trials: 2 done, 1 to run" in out
     study = optuna.load_study(study_name="inspect", storage=stored["storage"])
-    assert measured_count(study) == 3
+    assert measured_count(StudyStore(study)) == 3
     assert study.user_attrs["run_config"]["seq_len"] == 16

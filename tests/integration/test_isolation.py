@@ -16,8 +16,9 @@ import sqlalchemy
 
 import autotune
 from autotune.errors import SearchFailed
-from autotune.study.owner import Owner, is_alive
-from autotune.study.store import measured_count
+from autotune.store.owner import Owner, is_alive
+from autotune.store.session import StudyStore
+from autotune.store.trials import measured_count
 from tests.helpers import FAST, Fault, study_if_there, write_space
 
 pytestmark = pytest.mark.timeout(300)
@@ -88,7 +89,7 @@ def test_a_worker_killed_mid_trial_is_recorded_and_the_search_completes(tmp_path
     assert trial.user_attrs["reason"] == "killed"
     assert "SIGKILL" in trial.user_attrs["message"] and "out-of-memory killer" in trial.user_attrs["message"]
     assert trial.user_attrs["trained"] is True  # a fault counts against the budget
-    assert measured_count(study) == 3
+    assert measured_count(StudyStore(study)) == 3
     _assert_nothing_running(study)
     assert not is_alive(killed["owner"])
 
@@ -108,7 +109,7 @@ def test_a_hung_trial_is_killed_by_the_watchdog(tmp_path: Path) -> None:
     assert hung.state == optuna.trial.TrialState.FAIL
     assert hung.user_attrs["reason"] == "hung"
     assert "watchdog" in hung.user_attrs["message"]
-    assert measured_count(study) == 3
+    assert measured_count(StudyStore(study)) == 3
     _assert_nothing_running(study)
 
 

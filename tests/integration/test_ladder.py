@@ -11,7 +11,7 @@ import pytest
 import autotune
 from autotune.driver.supervisor import Supervisor
 from autotune.plan.build import plan_from_study
-from autotune.study.store import measured_count
+from autotune.store.trials import measured_count
 from tests.helpers import FAST_RUN, IN_PROCESS, write_space
 
 pytestmark = pytest.mark.timeout(300)

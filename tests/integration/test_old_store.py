@@ -15,7 +15,8 @@ from autotune.answer.model import KEEP_DEFAULTS, Answer
 from autotune.cli import main
 from autotune.records import read_study, read_trial
 from autotune.schema import SCHEMA_VERSION
-from autotune.study.store import measured_count
+from autotune.store.session import StudyStore
+from autotune.store.trials import measured_count
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "store_v0.db"
 STUDY = "today"
@@ -48,7 +49,7 @@ def test_the_old_store_is_read_as_it_was_written(url: str) -> None:
     assert all(t.tokens_per_s and t.memory.peak_bytes and t.training_args for t in trials)
     # Its answer was never stored: decided from its records, it keeps the defaults (its finalists
     # did not separate from the baseline), where the old code handed back trial 2's batch of 16.
-    answer = study_answer(study)
+    answer = study_answer(StudyStore(study))
     assert answer.rule == KEEP_DEFAULTS and answer.keeps_defaults
     assert answer.alternative is not None and answer.alternative.trial == 2
 
@@ -78,10 +79,10 @@ def test_the_old_store_resumes_and_stores_its_answer(url: str, capsys: pytest.Ca
     study = optuna.load_study(study_name=STUDY, storage=url)
     record = read_study(study)
     assert record.schema_version == SCHEMA_VERSION and record.answer is not None
-    assert Answer.from_dict(record.answer) == study_answer(study)
+    assert Answer.from_dict(record.answer) == study_answer(StudyStore(study))
     # The old trials are untouched; the study now holds the new budget of measured trials.
     after = {t.number: dict(t.user_attrs) for t in study.trials}
     assert {n: after[n] for n in before} == before
     # the budget, and where the fastest changes the training math, the twin that keeps it
     twins = [t for t in study.trials if read_trial(t).twin_of is not None]
-    assert len(after) > len(before) and measured_count(study) == 4 + len(twins)
+    assert len(after) > len(before) and measured_count(StudyStore(study)) == 4 + len(twins)

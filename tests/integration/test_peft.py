@@ -19,7 +19,7 @@ from autotune.answer.decide import study_answer
 from autotune.export.config import export_config
 from autotune.export.words import answer_lines
 from autotune.records import TrialRecord, read_study
-from autotune.study.owner import Owner
+from autotune.store.owner import Owner
 from autotune.workloads.presets import PRESETS, preset_config
 from tests.helpers import FAST_RUN, write_space
 

@@ -19,7 +19,9 @@ import sqlalchemy
 
 from autotune.options import SCHEMA_KEY, MeasureSettings, RunConfig
 from autotune.schema import SCHEMA_VERSION
-from autotune.study.store import measured_count, open_storage, was_trained
+from autotune.store.session import StudyStore
+from autotune.store.storage import open_storage
+from autotune.store.trials import measured_count, was_trained
 from autotune.urls import engine_url
 from tests.helpers import terminate_connections, wait_for, write_space
 from tests.integration.test_pools import _check_finished_study, _end, _load, _search_args
@@ -110,7 +112,7 @@ def test_workers_in_other_pid_namespaces_finish_the_budget(tmp_path: Path, postg
     assert [p.returncode for p in members] == [0, 0], outputs
     study = _load(postgres_url, name)
     assert study is not None
-    assert measured_count(study) == 4, outputs  # exact: a trial past it yields (over_budget)
+    assert measured_count(StudyStore(study)) == 4, outputs  # exact: a trial past it yields (over_budget)
     _check_finished_study(study)
     assert "interrupted" not in _reasons(study).values(), outputs
     namespaces = {t.user_attrs["worker"].get("pid_ns") for t in study.trials if was_trained(t)}
@@ -161,7 +163,7 @@ def test_a_postgres_outage_during_a_trial_loses_nothing(tmp_path: Path, postgres
     assert search.returncode == 0, out
     study = _load(postgres_url, name)
     assert study is not None
-    assert measured_count(study) >= budget
+    assert measured_count(StudyStore(study)) >= budget
     _check_finished_study(study)  # nothing RUNNING
     assert not FAILED_FOR_NOTHING & set(_reasons(study).values()), (_reasons(study), out)
     print(
@@ -209,7 +211,7 @@ def test_an_outage_past_the_bound_is_one_line_and_leaves_nothing_running(
     study = _load(postgres_url, name)
     assert study is not None
     _check_finished_study(study)
-    assert "interrupted" in _reasons(study).values() or measured_count(study) >= budget
+    assert "interrupted" in _reasons(study).values() or measured_count(StudyStore(study)) >= budget
     print(f"retry bound 1 s: the search stopped {stopped_s:.0f} s into the outage: {lines[0]}")
 
 

@@ -16,8 +16,10 @@ import optuna
 import pytest
 import sqlalchemy
 
-from autotune.study.owner import Owner, is_alive
-from autotune.study.store import measured_count, open_storage, was_trained
+from autotune.store.owner import Owner, is_alive
+from autotune.store.session import StudyStore
+from autotune.store.storage import open_storage
+from autotune.store.trials import measured_count, was_trained
 from tests.helpers import study_if_there, wait_for, write_space
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
@@ -106,7 +108,7 @@ def test_three_searches_share_a_postgres_study_and_survive_a_kill(tmp_path: Path
 
         def victim_running() -> bool:
             study = _load(postgres_url, name)
-            if study is None or measured_count(study) < 2:
+            if study is None or measured_count(StudyStore(study)) < 2:
                 return False
             now = datetime.datetime.now()
             # Not a repeat of an earlier configuration: the store answers that one in milliseconds
@@ -135,7 +137,7 @@ def test_three_searches_share_a_postgres_study_and_survive_a_kill(tmp_path: Path
     assert [p.returncode for p in procs[1:]] == [0, 0], outputs
     study = _load(postgres_url, name)
     assert study is not None
-    assert measured_count(study) == 9, outputs  # the budget is global, and exact
+    assert measured_count(StudyStore(study)) == 9, outputs  # the budget is global, and exact
     _check_finished_study(study)
     for trial in victim_trials:  # the killed search's trial: failed by a survivor, its worker gone
         after = study.trials[trial.number]
@@ -197,7 +199,7 @@ def test_a_search_with_two_workers_and_a_joining_worker_on_mariadb(tmp_path: Pat
     assert "2 workers share this CPU" in out
     study = _load(mysql_url, name)
     assert study is not None
-    assert 5 <= measured_count(study) <= 6
+    assert 5 <= measured_count(StudyStore(study)) <= 6
     _check_finished_study(study)
     pids = {Owner.from_attrs(t.user_attrs["worker"]).pid for t in study.trials if was_trained(t)}
-    assert len(pids) == measured_count(study)  # one fresh process per measured trial
+    assert len(pids) == measured_count(StudyStore(study))  # one fresh process per measured trial

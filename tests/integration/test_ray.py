@@ -29,7 +29,8 @@ import autotune
 from autotune.cli import main
 from autotune.executors import ray as ray_search
 from autotune.executors.processes import descendants, wait_gone
-from autotune.study.store import measured_count
+from autotune.store.session import StudyStore
+from autotune.store.trials import measured_count
 from tests.helpers import FAST, wait_for, write_space
 
 pytest.importorskip("ray")
@@ -127,7 +128,7 @@ def ray_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def test_trials_land_in_the_study_with_their_user_attrs(ray_run: dict[str, Any]) -> None:
     study = ray_run["result"].study
-    assert measured_count(study) == 2
+    assert measured_count(StudyStore(study)) == 2
     assert not study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert complete, [(t.number, t.state, t.user_attrs.get("message")) for t in study.trials]
@@ -289,7 +290,7 @@ def test_a_search_on_a_running_ray_head_and_its_resume(tmp_path: Path, ray_head:
     done = subprocess.run(search, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     study = optuna.load_study(study_name="head", storage=storage)
-    assert measured_count(study) == 1
+    assert measured_count(StudyStore(study)) == 1
     first = study.trials[-1]
     assert first.state == optuna.trial.TrialState.COMPLETE and first.user_attrs["ray_trial_id"]
 
@@ -301,7 +302,7 @@ def test_a_search_on_a_running_ray_head_and_its_resume(tmp_path: Path, ray_head:
     done = subprocess.run(resume, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     study = optuna.load_study(study_name="head", storage=storage)
-    assert measured_count(study) == 2
+    assert measured_count(StudyStore(study)) == 2
     assert not study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
     assert all(t.user_attrs.get("ray_trial_id") for t in study.trials if t.user_attrs.get("trained"))
 

@@ -14,8 +14,9 @@ import pytest
 
 import autotune
 from autotune.errors import UsageError
-from autotune.study.owner import Owner, is_alive
-from autotune.study.store import measured_count
+from autotune.store.owner import Owner, is_alive
+from autotune.store.session import StudyStore
+from autotune.store.trials import measured_count
 from tests.helpers import FAST_RUN, trial_states, wait_for, write_space
 
 
@@ -92,7 +93,7 @@ def test_sigkill_mid_trial_then_resume(tmp_path: Path) -> None:
     interrupted = after[killed[0]]
     assert interrupted.state == optuna.trial.TrialState.FAIL
     assert interrupted.user_attrs["reason"] == "interrupted"
-    assert measured_count(study) == 4  # the total budget, exactly
+    assert measured_count(StudyStore(study)) == 4  # the total budget, exactly
     trained = [t for t in study.trials if t.user_attrs.get("trained") and "duplicate_of" not in t.user_attrs]
     params_trained = [tuple(sorted(t.params.items())) for t in trained]
     assert len(params_trained) == len(set(params_trained))  # no finished trial ran again

@@ -30,7 +30,7 @@ def test_a_diverging_configuration_is_loss_diverged_never_the_winner(tmp_path: P
         trials=2,
         storage=f"sqlite:///{tmp_path / 'loss.db'}",
         seq_len=16,
-        # Windows long enough for several paired steps (`autotune.study.objective.compare_losses`).
+        # Windows long enough for several paired steps (`autotune.store.objective.compare_losses`).
         **{**IN_PROCESS, "measure_baseline": True, "measure": LOSS_WINDOWS},
         callbacks=[hook],
         enqueue=[{"optim": "adafactor"}, {"optim": "adamw_torch_fused"}],

@@ -16,7 +16,8 @@ from transformers import TrainingArguments
 import autotune
 from autotune.answer.instrument import rounds_fit
 from autotune.records import read_study, read_trial
-from autotune.study.store import measured_count
+from autotune.store.session import StudyStore
+from autotune.store.trials import measured_count
 from tests.helpers import FAST, FAST_RUN, FakeOOM, FixedStepTime, KnobProbe, write_space
 
 QUICK_KNOBS = {
@@ -174,7 +175,9 @@ def test_cli_runs_a_search_end_to_end(tmp_path: Path) -> None:
     assert proc.stdout.count("tok/s") >= 2
     assert '"per_device_train_batch_size"' in proc.stdout  # the best config is printed
     study = optuna.load_study(study_name="cli-study", storage=storage)
-    assert measured_count(study) == 2  # the budget; proposals of a measured point are reused, not run
+    assert (
+        measured_count(StudyStore(study)) == 2
+    )  # the budget; proposals of a measured point are reused, not run
     assert all(
         t.user_attrs.get("duplicate_of") is not None for t in study.trials if not t.user_attrs["trained"]
     )

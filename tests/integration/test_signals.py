@@ -116,7 +116,7 @@ def test_a_trial_is_created_with_its_owner(tmp_path: Path, monkeypatch: pytest.M
     worker runs a job (its plan and store rebuilt from the study), here in this process."""
     import autotune
     from autotune.progress import Reporter
-    from autotune.study.rdb import RetryingRDBStorage
+    from autotune.store.rdb import RetryingRDBStorage
     from autotune.trial.entry import run_job
     from autotune.trial.job import Job, TrialDone
     from tests.helpers import IN_PROCESS

@@ -20,7 +20,8 @@ import pytest
 
 from autotune.executors.processes import descendants, wait_gone
 from autotune.records import read_study
-from autotune.study.store import fail_interrupted_trials, load_existing_study
+from autotune.store.session import StudyStore
+from autotune.store.trials import fail_interrupted_trials
 from tests.helpers import default_interrupt_signals, trial_states, wait_for, write_space
 
 FAULT_HOOK = Path(__file__).resolve().parents[1] / "fixtures" / "store_fault"
@@ -112,8 +113,8 @@ class _Search:
         assert wait_gone(self.started, timeout_s=15), output
         assert not [p.name for p in self.temp.iterdir() if p.name.startswith("autotune-")], output
         self.flag.unlink(missing_ok=True)
-        study = load_existing_study(self.storage, "full")
-        assert fail_interrupted_trials(study) == [0], output
+        study = StudyStore.open(self.storage, "full")
+        assert fail_interrupted_trials(StudyStore(study)) == [0], output
         trials = optuna.load_study(study_name="full", storage=self.storage).trials
         assert [t.state.name for t in trials] == ["FAIL"], output
         assert trials[0].user_attrs["reason"] == "interrupted"

@@ -28,8 +28,9 @@ pytestmark = pytest.mark.timeout(360)
 
 NEXT_OPEN = """
 import optuna
-from autotune.study.store import fail_interrupted_trials, load_existing_study
-study = load_existing_study({storage!r}, "full")
+from autotune.store.session import StudyStore
+from autotune.store.trials import fail_interrupted_trials
+study = StudyStore.open({storage!r}, "full")
 print("interrupted:", fail_interrupted_trials(study))
 print("states:", [t.state.name for t in optuna.load_study(study_name="full", storage={storage!r}).trials])
 """

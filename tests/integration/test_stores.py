@@ -13,7 +13,8 @@ import optuna
 import pytest
 
 from autotune.cli import main
-from autotune.study.store import load_existing_study, open_storage
+from autotune.store.session import StudyStore
+from autotune.store.storage import open_storage
 
 # Plain ask/tell on a store with heartbeats on: optuna reminds that heartbeats serve `optimize`.
 pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage")
@@ -105,7 +106,7 @@ def test_search_never_shows_nor_stores_the_password(
     captured = capsys.readouterr()
     assert "postgres:***@127.0.0.1" in captured.out + captured.err  # the header names the store
     assert "SECRET" not in captured.out + captured.err
-    study = load_existing_study(url, "secret")
+    study = StudyStore.open(url, "secret")
     try:
         assert study.user_attrs["run_config"]["storage"] == url.replace("SECRET", "***")
         assert "SECRET" not in repr(study.user_attrs)

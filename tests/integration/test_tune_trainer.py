@@ -21,7 +21,8 @@ import autotune
 from autotune.answer.decide import study_answer
 from autotune.export.config import export_config
 from autotune.plan.build import plan_from_study
-from autotune.study.owner import Owner, is_alive
+from autotune.store.owner import Owner, is_alive
+from autotune.store.session import StudyStore
 from tests.helpers import FAST_RUN, write_space
 from tests.local_models import sentences, write_model
 
@@ -145,8 +146,8 @@ def test_a_trainer_subclass_is_tuned_in_worker_processes_running_its_override(tm
     batch = answer.choice.params["per_device_train_batch_size"]
     assert out.per_device_train_batch_size == batch
     # Same store as `autotune search`: the export reads the study's answer, function and command alike.
-    assert study_answer(study) == answer
-    exported = export_config(study, study_answer(study))
+    assert study_answer(StudyStore(study)) == answer
+    exported = export_config(StudyStore(study), study_answer(StudyStore(study)))
     assert exported["expected"]["trial"] == best.number
     assert exported["training_args"]["per_device_train_batch_size"] == batch
     done = subprocess.run(

@@ -17,7 +17,7 @@ from rich.console import Console
 import autotune
 from autotune.cli import main
 from autotune.records import read_study
-from autotune.study.outcomes import WHOLE_RUN_OVER_CAP
+from autotune.store.outcomes import WHOLE_RUN_OVER_CAP
 from tests.helpers import FAST, IN_PROCESS, EvalMemory, FixedStepTime, write_space
 from tests.local_models import write_model
 

@@ -13,6 +13,7 @@ from autotune.driver.accounting import PHASES, TimeAccount, breakdown, job_phase
 from autotune.export.words import finalists_time_text
 from autotune.progress import PHASE_NAMES, describe_time_breakdown
 from autotune.records import measured_record
+from autotune.store.session import StudyStore
 
 
 def test_compile_is_counted_out_of_the_warm_up() -> None:
@@ -70,7 +71,7 @@ def test_the_measure_jobs_of_each_stage_are_summed_apart(tmp_path: Path) -> None
     # The baseline's job and two finalists' jobs, told apart by the stage they ran in; the
     # answer states the finalists' part, and every export says it in one line.
     study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}")
-    account = TimeAccount(study, 1)
+    account = TimeAccount(StudyStore(study), 1)
     job = {"tokens_per_s": 1.0, "setup_s": 1.0, "warmup_s": 2.0, "compile_s": 0.5, "window_s": 3.0}
     measure = account.measuring(lambda *args, **kwargs: measured_record(dict(job)))
     with account.stage("baseline"):
@@ -79,7 +80,7 @@ def test_the_measure_jobs_of_each_stage_are_summed_apart(tmp_path: Path) -> None
         measure({}, 0, window={"max_steps": 10})
         measure({}, -1)
     measure({}, 5)  # outside any stage: counted in the phases, in no stage
-    stored = account.store(study)
+    stored = account.store(StudyStore(study))
     assert stored["by_stage"]["baseline"]["measurements"] == 1
     finalists = stored["by_stage"]["finalists"]
     assert finalists == {

@@ -10,8 +10,9 @@ import optuna
 import pytest
 
 from autotune.space.availability import Hardware, ModelSupport
-from autotune.study.outcomes import NOT_TRAINED, OVER_BUDGET
-from autotune.study.store import measured_count
+from autotune.store.outcomes import NOT_TRAINED, OVER_BUDGET
+from autotune.store.session import StudyStore
+from autotune.store.trials import measured_count
 from autotune.trial.errors import OverBudget
 from autotune.trial.prechecks import precheck_trial
 
@@ -56,7 +57,7 @@ def test_of_two_trials_racing_for_the_last_place_the_earlier_trains_the_later_yi
     study.tell(second, state=optuna.trial.TrialState.PRUNED)
     first.set_user_attr("tokens_per_s", 100.0)
     study.tell(first, 100.0)
-    assert measured_count(study) == 4
+    assert measured_count(StudyStore(study)) == 4
 
 
 def test_room_left_or_no_budget_given_trains() -> None:

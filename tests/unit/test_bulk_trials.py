@@ -1,4 +1,4 @@
-"""The bulk trial reader (`autotune.study.bulk`) returns what optuna's own `RDBStorage._get_trials`
+"""The bulk trial reader (`autotune.store.bulk`) returns what optuna's own `RDBStorage._get_trials`
 returns, trial for trial, whatever the trial holds and whichever trials are asked for."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
-from autotune.study import bulk
-from autotune.study.rdb import RetryingRDBStorage
+from autotune.store import bulk
+from autotune.store.rdb import RetryingRDBStorage
 
 
 def _study(url: str) -> optuna.Study:

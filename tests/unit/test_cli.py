@@ -341,14 +341,14 @@ def joins(monkeypatch) -> list[dict]:
     """Replace the real pool member with a fake that records what the CLI hands it (and the
     store's check it makes first, with a fake that records what it asked)."""
     import autotune.driver.pool
-    import autotune.study.resumable
+    import autotune.store.resumable
 
     seen: list[dict] = []
 
     def fake_check(study_name, storage_url, *, trust_remote_code):
         seen.append({"checked": study_name, "storage": storage_url, "trust": trust_remote_code})
 
-    monkeypatch.setattr(autotune.study.resumable, "stored_run_config", fake_check)
+    monkeypatch.setattr(autotune.store.resumable, "stored_run_config", fake_check)
 
     def fake_join(study_name, storage_url, *, reporter=None, workers=None, debug=False, trust_remote_code):
         seen.append(

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from autotune.answer.failure import common_failure
 from autotune.records import Failure, TrialRecord, measured_record
-from autotune.study.outcomes import ERROR, OOM, UNAVAILABLE
+from autotune.store.outcomes import ERROR, OOM, UNAVAILABLE
 
 MESSAGE = "AttributeError: 'TrainingArguments' object has no attribute 'loss_type'"
 

@@ -78,7 +78,7 @@ def test_the_cold_figure_is_kept_by_the_cold_trial_and_read_by_warm_ones(tmp_pat
 
 def test_a_run_is_predicted_with_the_cold_compile() -> None:
     from autotune.records import measured_record
-    from autotune.study.objective import predicted_run_s, run_compile_s
+    from autotune.store.objective import predicted_run_s, run_compile_s
 
     warm = measured_record({"tokens_per_s": 1000.0, "setup_s": 1.0, "compile_s": 2.0, "compile_cold_s": 30.0})
     assert run_compile_s(warm) == 30.0

@@ -17,7 +17,7 @@ from autotune.options import (
 )
 from autotune.plan.paths import stored_run_config
 from autotune.schema import SCHEMA_VERSION
-from autotune.study.trust import refuse_stored_remote_code
+from autotune.store.trust import refuse_stored_remote_code
 
 # --- parse_memory_cap ------------------------------------------------------------------------------
 

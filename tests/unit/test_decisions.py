@@ -23,7 +23,8 @@ from autotune.driver.finalists import BASELINE, remeasure_finalists
 from autotune.options import MeasureSettings
 from autotune.progress import Reporter
 from autotune.records import TrialRecord, measured_record, read_study
-from autotune.study.store import read_trials
+from autotune.store.session import StudyStore
+from autotune.store.trials import read_trials
 
 RUNS = 120
 
@@ -93,8 +94,8 @@ def _runs(
         plan = SimpleNamespace(
             config=SimpleNamespace(finalists=3, finalist_rounds=2, measure=MeasureSettings())
         )
-        remeasure_finalists(machine, plan, study, Reporter(), budget_s, clock=machine.clock)
-        choice = decide(read_study(study), read_trials(study)).choice
+        remeasure_finalists(machine, plan, StudyStore(study), Reporter(), budget_s, clock=machine.clock)
+        choice = decide(read_study(study), read_trials(StudyStore(study))).choice
         if choice is not None and not choice.is_defaults:
             claims += 1
             speedup = choice.speedup

@@ -19,11 +19,11 @@ from optuna.storages import RDBStorage
 from autotune.disk import disk_full_line, full_path, is_disk_full
 from autotune.errors import StoreError, StoreFull
 from autotune.progress import Reporter
-from autotune.study import retry
-from autotune.study.outcomes import DISK_FULL, STORE_LOST
-from autotune.study.rdb import RetryingRDBStorage
-from autotune.study.retry import end_retries_within, is_transient, restore_retries, retry_transient
-from autotune.study.store import open_storage
+from autotune.store import retry
+from autotune.store.outcomes import DISK_FULL, STORE_LOST
+from autotune.store.rdb import RetryingRDBStorage
+from autotune.store.retry import end_retries_within, is_transient, restore_retries, retry_transient
+from autotune.store.storage import open_storage
 from autotune.trial.feasibility import PastTrial, find_duplicate
 from tests.helpers import FakeClock
 

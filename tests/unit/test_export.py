@@ -25,7 +25,8 @@ from autotune.export.render import FORMATS, render
 from autotune.measure.stats import t95
 from autotune.space.knobs import ATTENTION, COMPILE_BACKENDS, OPTIMIZERS, PRECISIONS
 from autotune.space.mapping import trial_kwargs
-from autotune.study.store import summarize_trial
+from autotune.store.session import StudyStore
+from autotune.store.trials import summarize_trial
 
 MiB = 2**20
 STUDY = "tiny-gpt2-cpu-seq128"
@@ -179,20 +180,20 @@ def study() -> optuna.Study:
 
 def chosen(study: optuna.Study, cap_bytes: int | None) -> int | None:
     """The trial the study's answer hands back (None: the defaults)."""
-    answer = study_answer(study, cap_bytes)
+    answer = study_answer(StudyStore(study), cap_bytes)
     assert answer.choice is not None, answer.verdict
     return answer.choice.trial
 
 
 def test_no_cap_picks_the_winner(study: optuna.Study) -> None:
-    answer = study_answer(study, None)
+    answer = study_answer(StudyStore(study), None)
     assert answer.choice is not None and answer.choice.trial == 0
     assert answer.choice.remeasured  # the finalists' rounds, not the search window
 
 
 def test_no_cap_without_winner_picks_fastest_feasible(tmp_path: Path) -> None:
     # 1 is over the study's cap, 3 a duplicate, 4 and 5 pruned: 0 is the fastest that counts
-    answer = study_answer(make_study(None, standard_specs()), None)
+    answer = study_answer(StudyStore(make_study(None, standard_specs())), None)
     assert answer.choice is not None and answer.choice.trial == 0
     assert answer.rule == NOT_REMEASURED and not answer.choice.remeasured
 
@@ -209,7 +210,7 @@ def test_cap_keeps_the_winner_when_it_fits(study: optuna.Study) -> None:
     # 1 is faster in its search window and fits 1 GiB, but the re-measured winner is ranked first
     assert chosen(study, 1024 * MiB) == 0
     assert chosen(study, 700 * MiB) == 0  # <= cap, not < cap
-    assert study_answer(study, 700 * MiB).memory_cap_bytes == 700 * MiB
+    assert study_answer(StudyStore(study), 700 * MiB).memory_cap_bytes == 700 * MiB
 
 
 def test_smaller_cap_reselects_another_trial(study: optuna.Study) -> None:
@@ -224,10 +225,10 @@ def test_larger_cap_admits_trials_pruned_only_for_the_old_cap(tmp_path: Path) ->
 
 
 def test_no_trial_fits_names_cap_and_smallest_peak(study: optuna.Study) -> None:
-    answer = study_answer(study, 100 * MiB)
+    answer = study_answer(StudyStore(study), 100 * MiB)
     assert answer.rule == NO_TRIAL and answer.choice is None  # no baseline to fall back on
     with pytest.raises(UsageError) as info:
-        export_config(study, answer, cap_text="100MiB")
+        export_config(StudyStore(study), answer, cap_text="100MiB")
     error = info.value
     assert "100MiB" in error.message
     assert "500 MiB" in error.message and "trial 2" in error.message
@@ -240,21 +241,21 @@ def test_study_without_feasible_trial_is_a_usage_error(tmp_path: Path) -> None:
     spec = trial_spec(8, 1, "fp32", "sgd", "off", "eager", False, None, None, state="PRUNED", reason="oom")
     study = make_study(None, [spec])
     with pytest.raises(UsageError, match="no feasible completed trial"):
-        export_config(study, study_answer(study, None))
+        export_config(StudyStore(study), study_answer(StudyStore(study), None))
 
 
 def test_fractional_cap_is_of_the_study_device(study: optuna.Study) -> None:
-    assert resolve_cap(study, "50%") == 1000 * MiB
-    assert resolve_cap(study, "600MiB") == 600 * MiB
+    assert resolve_cap(StudyStore(study), "50%") == 1000 * MiB
+    assert resolve_cap(StudyStore(study), "600MiB") == 600 * MiB
     with pytest.raises(UsageError):
-        resolve_cap(study, "lots")
+        resolve_cap(StudyStore(study), "lots")
 
 
 # -- the exported config -----------------------------------------------------------------------
 
 
 def _config(study: optuna.Study, number: int) -> dict[str, Any]:
-    return export_config(study, summarize_trial(study.trials[number]))
+    return export_config(StudyStore(study), summarize_trial(study.trials[number]))
 
 
 def test_config_keeps_what_the_search_set(study: optuna.Study) -> None:
@@ -325,9 +326,9 @@ def test_the_answer_exports_the_remeasured_figures(tmp_path: Path) -> None:
     # its re-measured mean and the paired speedup, with their intervals, not its search window.
     baseline = {"tokens_per_s": 20000.0, "peak_memory_bytes": 600 * MiB}
     study = make_study(None, standard_specs(), winner=0, baseline=baseline)
-    answer = study_answer(study)
+    answer = study_answer(StudyStore(study))
     assert answer.rule == BEATS_DEFAULTS and answer.choice is not None and answer.choice.trial == 0
-    config = export_config(study, answer)
+    config = export_config(StudyStore(study), answer)
     expected = config["expected"]
     assert (expected["rule"], expected["verdict"]) == (BEATS_DEFAULTS, answer.verdict)
     assert expected["remeasured"] is True and expected["rounds"] == 3
@@ -491,7 +492,9 @@ def test_cli_prints_each_format(stored: tuple[optuna.Study, str], run_cli: Any, 
             continue
         assert run_cli(STUDY, "--storage", url, "--format", fmt) == 0
         captured = capsys.readouterr()
-        answered = export_config(study, study_answer(study))  # the answer: trial 0, re-measured
+        answered = export_config(
+            StudyStore(study), study_answer(StudyStore(study))
+        )  # the answer: trial 0, re-measured
         assert answered["expected"]["trial"] == 0
         assert captured.out == render(answered, fmt)
         notes_text = "".join(f"{line}\n" for line in notes(answered, fmt))

@@ -79,7 +79,7 @@ def test_a_model_with_unused_parameters_keeps_their_search_on() -> None:
 
 
 def test_unused_parameters_are_a_configuration_that_cannot_run_for_the_sampler() -> None:
-    from autotune.study.outcomes import NOT_TRAINED, constraint_values
+    from autotune.store.outcomes import NOT_TRAINED, constraint_values
 
     for reason in ("unused_parameters", "unused_parameters_known", "unavailable"):
         assert constraint_values(reason, None, None)["runs_here"] == 1.0

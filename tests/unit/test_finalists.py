@@ -31,7 +31,8 @@ from autotune.measure.rounds import fit_rounds, look_level, round_order
 from autotune.options import MeasureSettings
 from autotune.progress import Reporter
 from autotune.records import TrialRecord, measured_record, read_study, trial_record
-from autotune.study.store import read_trials
+from autotune.store.session import StudyStore
+from autotune.store.trials import read_trials
 
 
 def _study(rates: dict[int, float], baseline: bool = True, first_step_s: float | None = None) -> optuna.Study:
@@ -133,7 +134,7 @@ def _rounds_of(study: optuna.Study) -> dict[int, list[int]]:
 
 
 def _answer(study: optuna.Study) -> Any:
-    return decide(read_study(study), read_trials(study))
+    return decide(read_study(study), read_trials(StudyStore(study)))
 
 
 # -- the first rounds ---------------------------------------------------------------------------------
@@ -142,7 +143,7 @@ def _answer(study: optuna.Study) -> Any:
 def test_the_first_rounds_measure_everyone_the_baseline_twice_in_rotated_order() -> None:
     script = _Script({0: [200.0, 202.0], 1: [150.0, 149.0], BASELINE: [100.0, 101.0]})
     study = _study({0: 200.0, 1: 150.0})
-    remeasure_finalists(script, _plan(finalists=2, rounds=2), study, Reporter())
+    remeasure_finalists(script, _plan(finalists=2, rounds=2), StudyStore(study), Reporter())
     contestants = [0, 1, BASELINE, BASELINE_AGAIN]
     assert script.calls[:4] == round_order(contestants, 1)
     assert script.calls[4:8] == round_order(contestants, 2)
@@ -155,7 +156,7 @@ def test_the_first_rounds_measure_everyone_the_baseline_twice_in_rotated_order()
 def test_a_decided_answer_ends_after_the_rounds_asked_for() -> None:
     script = _Script({0: [200.0, 202.0, 199.0], 1: [150.0] * 3, BASELINE: [100.0, 101.0, 99.0]})
     study = _study({0: 200.0, 1: 150.0})
-    remeasure_finalists(script, _plan(finalists=2, rounds=2), study, Reporter())
+    remeasure_finalists(script, _plan(finalists=2, rounds=2), StudyStore(study), Reporter())
     assert len(script.calls) == 4 * 2
     answer = _answer(study)
     assert answer.rule == BEATS_DEFAULTS and answer.choice is not None and answer.choice.trial == 0
@@ -168,7 +169,7 @@ def test_a_trial_of_the_baselines_configuration_is_not_a_finalist() -> None:
         "baseline", {"params": dict(study.trials[0].params), "tokens_per_s": 100.0, "peak_memory_bytes": 1}
     )
     script = _Script({1: [150.0] * 3, 2: [140.0] * 3, BASELINE: [100.0] * 3})
-    remeasure_finalists(script, _plan(finalists=2, rounds=2), study, Reporter())
+    remeasure_finalists(script, _plan(finalists=2, rounds=2), StudyStore(study), Reporter())
     assert 0 not in script.calls and sorted(set(script.calls)) == sorted([1, 2, BASELINE, BASELINE_AGAIN])
 
 
@@ -183,7 +184,7 @@ def test_an_undecided_speedup_races_the_leader_and_the_baseline_until_decided() 
     baseline = _rates([0.0, -0.02, 0.01, 0.0, 0.01, -0.01, 0.0, 0.01, -0.01, 0.0, 0.0, 0.0])
     script = _Script({0: _rates(logs), 1: [60.0] * 12, BASELINE: baseline})
     study = _study({0: 115.0, 1: 60.0})
-    remeasure_finalists(script, _plan(finalists=2, rounds=2), study, Reporter())
+    remeasure_finalists(script, _plan(finalists=2, rounds=2), StudyStore(study), Reporter())
     rounds = _rounds_of(study)
     assert rounds[1] == [1, 2]
     extra = len(rounds[0]) - 2
@@ -206,7 +207,7 @@ def test_a_leader_no_faster_than_the_baseline_ends_the_rounds() -> None:
     # would prove it, so none are run.
     script = _Script({0: [103.0, 97.0, 102.0], 1: [60.0] * 3, BASELINE: [100.0, 99.0, 101.0]})
     study = _study({0: 100.0, 1: 60.0})
-    remeasure_finalists(script, _plan(finalists=2, rounds=2), study, Reporter())
+    remeasure_finalists(script, _plan(finalists=2, rounds=2), StudyStore(study), Reporter())
     assert len(script.calls) == 4 * 2
     answer = _answer(study)
     assert answer.rule == KEEP_DEFAULTS and answer.keeps_defaults
@@ -217,7 +218,7 @@ def test_a_tie_between_two_trials_is_not_raced() -> None:
     # Two configurations alike, no baseline: their ratio sits at 1 and no round could order them.
     script = _Script({0: [120.0, 110.0, 121.0], 1: [112.0, 119.0, 114.0], 2: [60.0] * 3})
     study = _study({0: 120.0, 1: 118.0, 2: 100.0}, baseline=False)
-    remeasure_finalists(script, _plan(finalists=3, rounds=2), study, Reporter())
+    remeasure_finalists(script, _plan(finalists=3, rounds=2), StudyStore(study), Reporter())
     assert len(script.calls) == 3 * 2
     assert "either is as good" in study.user_attrs["winner"]["verdict"]
 
@@ -229,7 +230,7 @@ def test_a_lead_more_rounds_can_decide_races_the_top_two_without_the_rest() -> N
         {0: _rates([0.11, 0.03, 0.07, 0.07, 0.08, 0.06, 0.07, 0.07]), 1: [100.0] * 8, 2: [60.0] * 8}
     )
     study = _study({0: 120.0, 1: 118.0, 2: 100.0}, baseline=False)
-    remeasure_finalists(script, _plan(finalists=3, rounds=2), study, Reporter())
+    remeasure_finalists(script, _plan(finalists=3, rounds=2), StudyStore(study), Reporter())
     rounds = _rounds_of(study)
     assert rounds[2] == [1, 2] and len(rounds[0]) > 2 and rounds[0] == rounds[1]
     assert sorted(script.calls[6:]) == sorted([0, 1] * (len(rounds[0]) - 2))
@@ -267,7 +268,7 @@ def test_the_fastest_math_keeping_trial_stays_while_the_leader_changes_the_math(
     script = _Script(
         {0: [200.0, 204.0, 198.0], 1: [100.0, 99.0, 101.0], 2: [90.0] * 3, BASELINE: [95.0, 96.0, 94.0]}
     )
-    remeasure_finalists(script, _plan(finalists=3, rounds=3), study, Reporter())
+    remeasure_finalists(script, _plan(finalists=3, rounds=3), StudyStore(study), Reporter())
     assert script.calls.count(2) == 2
     assert script.calls.count(1) == script.calls.count(0) == 3
 
@@ -281,7 +282,7 @@ def test_a_tight_budget_leaves_out_the_runner_up_before_the_best_math_keeping_tr
     clock = _Clock()
     script = _Script({0: [200.0] * 4, 1: [190.0] * 4, 2: [100.0] * 4, BASELINE: [95.0] * 4}, clock, 1.0)
     plan = _plan(finalists=2, rounds=2)
-    remeasure_finalists(script, plan, study, Reporter(), budget_s=10.0, clock=clock)
+    remeasure_finalists(script, plan, StudyStore(study), Reporter(), budget_s=10.0, clock=clock)
     assert 1 not in script.calls and script.calls.count(2) >= 2 and script.calls.count(0) >= 2
     answer = _answer(study)
     assert answer.alternative is not None and answer.alternative.trial == 2
@@ -315,7 +316,7 @@ class _LastPaysMore(_Script):
 def test_a_position_effect_is_not_claimed_as_a_speedup_between_equal_configurations() -> None:
     study = _study({0: 100.0, 1: 100.0})
     script = _LastPaysMore([0, 1, BASELINE, BASELINE_AGAIN])
-    remeasure_finalists(script, _plan(finalists=2, rounds=4), study, Reporter())
+    remeasure_finalists(script, _plan(finalists=2, rounds=4), StudyStore(study), Reporter())
     answer = _answer(study)
     assert answer.keeps_defaults and "beats the defaults" not in answer.verdict
     assert answer.aa is not None and answer.aa.slope == pytest.approx(math.log(0.97), abs=0.005)
@@ -333,7 +334,7 @@ def test_an_aa_pair_the_model_cannot_account_for_widens_every_interval() -> None
         }
     )
     study = _study({0: 104.0})
-    remeasure_finalists(script, _plan(finalists=1, rounds=4), study, Reporter())
+    remeasure_finalists(script, _plan(finalists=1, rounds=4), StudyStore(study), Reporter())
     answer = _answer(study)
     assert answer.keeps_defaults and answer.rule == KEEP_DEFAULTS
     assert answer.aa is not None and answer.aa.holds is False and answer.aa.scale > 1
@@ -353,7 +354,7 @@ def test_a_disturbed_window_is_measured_again() -> None:
         }
     )
     study = _study({0: 130.0, 1: 100.0, 2: 90.0})
-    remeasure_finalists(script, _plan(finalists=3, rounds=2), study, Reporter())
+    remeasure_finalists(script, _plan(finalists=3, rounds=2), StudyStore(study), Reporter())
     rounds = _rounds_of(study)
     assert len(rounds[0]) >= 3 and 3 in rounds[BASELINE]
     answer = _answer(study)
@@ -386,7 +387,8 @@ def test_a_tight_budget_keeps_fewer_finalists_and_fewer_rounds() -> None:
     assert all(
         c == pytest.approx(0.5 + 5 * 0.1 + 0.15, abs=0.01) for c in costs
     )  # set-up, 2 + 3 steps, start
-    remeasure_finalists(script, _plan(finalists=3, rounds=2), study, Reporter(), budget_s=12.0, clock=clock)
+    plan = _plan(finalists=3, rounds=2)
+    remeasure_finalists(script, plan, StudyStore(study), Reporter(), budget_s=12.0, clock=clock)
     assert sorted(set(script.calls)) == sorted({0, 1, BASELINE, BASELINE_AGAIN})
     assert len(script.calls) == 8 and study.user_attrs["rounds_looks"] == 1
     # a budget of 30 s keeps all three, and pays for more rounds than the two asked for
@@ -400,7 +402,9 @@ def test_the_rounds_stop_when_the_budget_is_spent() -> None:
     spread = _rates([0.3, -0.2, 0.25, -0.15, 0.3, -0.2, 0.25, -0.15, 0.3, -0.2, 0.25, -0.15])
     script = _Script({0: spread, BASELINE: [100.0] * 12}, clock, 1.0)
     study = _study({0: 110.0})
-    remeasure_finalists(script, _plan(finalists=1, rounds=2), study, Reporter(), budget_s=10.0, clock=clock)
+    remeasure_finalists(
+        script, _plan(finalists=1, rounds=2), StudyStore(study), Reporter(), budget_s=10.0, clock=clock
+    )
     assert clock.now <= 10.0
     assert planned_rounds({0: 0, -1: 0, -2: 0}, {0: 1.15, -1: 1.15, -2: 1.15}, 2, 10.0) >= len(
         _rounds_of(study)[0]
@@ -428,7 +432,9 @@ def test_the_rounds_looks_are_planned_from_the_first_rounds_costs() -> None:
     study = _study({0: 110.0}, first_step_s=2.0)
     predicted = {n: 3.05 for n in (0, BASELINE, BASELINE_AGAIN)}
     assert planned_rounds(predicted, predicted, 2, 20.0) == 2
-    remeasure_finalists(script, _plan(finalists=1, rounds=2), study, Reporter(), budget_s=20.0, clock=clock)
+    remeasure_finalists(
+        script, _plan(finalists=1, rounds=2), StudyStore(study), Reporter(), budget_s=20.0, clock=clock
+    )
     assert study.user_attrs["rounds_looks"] == 2 + (20 - 2 * 3) // 3 - 2 + 1
     assert clock.now <= 20.0
 
@@ -442,7 +448,9 @@ def test_a_round_the_time_left_cannot_pay_for_is_cut_to_the_leader_and_the_basel
         {0: _rates([0.3, 0.3, 0.3]), 1: [90.0] * 3, 2: [85.0] * 3, BASELINE: [100.0, 101.0, 99.0]}, clock, 2.0
     )
     study = _study({0: 130.0, 1: 90.0, 2: 85.0})
-    remeasure_finalists(script, _plan(finalists=3, rounds=2), study, Reporter(), budget_s=17.0, clock=clock)
+    remeasure_finalists(
+        script, _plan(finalists=3, rounds=2), StudyStore(study), Reporter(), budget_s=17.0, clock=clock
+    )
     assert script.calls[:5] == round_order([0, 1, 2, BASELINE, BASELINE_AGAIN], 1)
     assert sorted(script.calls[5:]) == sorted([0, BASELINE, BASELINE_AGAIN])
     assert clock.now <= 17.0
@@ -451,7 +459,7 @@ def test_a_round_the_time_left_cannot_pay_for_is_cut_to_the_leader_and_the_basel
 def test_the_looks_the_budget_allows_set_every_intervals_level() -> None:
     script = _Script({0: _rates([0.2, 0.22, 0.19]), BASELINE: [100.0, 101.0, 99.0]})
     study = _study({0: 120.0})
-    remeasure_finalists(script, _plan(finalists=1, rounds=2), study, Reporter())
+    remeasure_finalists(script, _plan(finalists=1, rounds=2), StudyStore(study), Reporter())
     looks, look = study.user_attrs["rounds_looks"], study.user_attrs["rounds_look"]
     fit = rounds_fit({f.number: f for f in read_study(study).finalists}, looks, look)
     # the first look spends half the error rate, the later ones the rest in equal parts
@@ -492,7 +500,7 @@ def test_a_rounds_window_is_as_long_as_its_question_needs() -> None:
     assert round_window(settings, None, seconds=1.5)["max_seconds"] == 1.5
     # the rounds pass it to every measurement
     script = _Script({0: [200.0] * 3, BASELINE: [100.0, 104.0, 98.0]})
-    remeasure_finalists(script, _plan(finalists=1, rounds=2), _study({0: 200.0}), Reporter())
+    remeasure_finalists(script, _plan(finalists=1, rounds=2), StudyStore(_study({0: 200.0})), Reporter())
     assert all(w is not None and w["max_steps"] == 10 for w in script.windows)
 
 
@@ -526,7 +534,9 @@ def test_the_first_rounds_windows_leave_room_for_the_rounds_a_decision_needs() -
     clock = _Clock()
     script = _Script({0: _rates([0.3, -0.2, 0.25, -0.15, 0.3]), BASELINE: [100.0] * 5}, clock, 1.0)
     study = _study({0: 110.0})
-    remeasure_finalists(script, _plan(finalists=1, rounds=2), study, Reporter(), budget_s=20.0, clock=clock)
+    remeasure_finalists(
+        script, _plan(finalists=1, rounds=2), StudyStore(study), Reporter(), budget_s=20.0, clock=clock
+    )
     first = script.windows[0]
     assert first is not None
     fixed = 3 * (0.5 + 5 * 0.1)  # each prediction less its process start: set-up, 2 + 3 steps

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from autotune.errors import UsageError
-from autotune.study.fingerprint import check_resume, differences
+from autotune.store.fingerprint import check_resume, differences
 
 STORED = {"device": "cpu", "device_memory_bytes": 25_276_510_208, "torch": "2.13.0"}
 

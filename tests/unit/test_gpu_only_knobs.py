@@ -23,7 +23,7 @@ from autotune.export.words import launch_lines
 from autotune.space.availability import OPTIONAL_PACKAGES, Hardware, ModelSupport, detect_hardware
 from autotune.space.knobs import RUNS_ON, combination_unavailable, value_unavailable
 from autotune.space.mapping import QLORA_QUANTIZATION, data_choices, fp8_trial, trial_kwargs
-from autotune.study.semantics import semantic_changes
+from autotune.store.semantics import semantic_changes
 from autotune.trial import apply
 from autotune.workloads.workload import load_kwargs, resolve_workload, unquantized
 from tests.local_models import write_model, write_text

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from autotune.records import measured_record, trial_attrs, write_study
-from autotune.study.store import open_storage
+from autotune.store.storage import open_storage
 from tests.unit.cli_helpers import run
 
 

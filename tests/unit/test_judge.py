@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from autotune.records import Baseline, TrialRecord, measured_record
-from autotune.study.outcomes import LOSS_DIVERGED, OVER_MEMORY_CAP
+from autotune.store.outcomes import LOSS_DIVERGED, OVER_MEMORY_CAP
 from autotune.trial.judge import Verdict, judge, non_finite_loss
 
 MiB = 2**20

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.study import outcomes
+from autotune.store import outcomes
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "autotune"
@@ -157,21 +157,21 @@ def test_no_two_top_level_parts_import_each_other() -> None:
     """Data flows one way between the subpackages and top-level modules (DESIGN.md, Layout): two
     parts that import each other are a circle of design even when no two of their modules are."""
     parts = part_graph(import_graph())
-    assert {"autotune.options", "autotune.plan", "autotune.study", "autotune.cli"} <= set(parts)
+    assert {"autotune.options", "autotune.plan", "autotune.store", "autotune.cli"} <= set(parts)
     assert find_circles(parts) == []
 
 
 def test_the_part_graph_finds_a_circle_no_module_is_in() -> None:
     graph = {
-        "autotune.config": {"autotune.study.urls"},
-        "autotune.study.store": {"autotune.config", "autotune.study.urls"},
-        "autotune.study.urls": {"autotune.errors"},
+        "autotune.config": {"autotune.store.urls"},
+        "autotune.store.store": {"autotune.config", "autotune.store.urls"},
+        "autotune.store.urls": {"autotune.errors"},
         "autotune.errors": set(),
     }
     assert find_circles(graph) == []
     parts = part_graph(graph)
-    assert parts["autotune.study"] == {"autotune.config", "autotune.errors"}
-    assert find_circles(parts) == [["autotune.config", "autotune.study"]]
+    assert parts["autotune.store"] == {"autotune.config", "autotune.errors"}
+    assert find_circles(parts) == [["autotune.config", "autotune.store"]]
 
 
 def test_nothing_but_the_entry_point_imports_the_cli() -> None:
@@ -199,7 +199,7 @@ def test_the_cli_check_sees_a_lazy_import_in_the_package_init(tmp_path: Path) ->
 def test_trial_processes_do_not_import_the_search() -> None:
     """Data flows one way: driver -> executors -> trial -> study."""
     graph = import_graph()
-    lower = [m for m in graph if m.startswith(("autotune.trial", "autotune.study", "autotune.plan"))]
+    lower = [m for m in graph if m.startswith(("autotune.trial", "autotune.store", "autotune.plan"))]
     for module in lower:
         upward = {
             t
@@ -233,12 +233,12 @@ def test_reasons_are_spelled_in_one_module() -> None:
     found = []
     for path in PACKAGE.rglob("*.py"):
         relative = path.relative_to(PACKAGE).as_posix()
-        if relative == "study/outcomes.py":
+        if relative == "store/outcomes.py":
             continue
         for line, value in _reason_literals(path, reasons):
             if (relative, value) not in NOT_REASONS:
                 found.append(f"{relative}:{line}: {value!r}")
-    assert found == [], "spell reasons as autotune.study.outcomes constants"
+    assert found == [], "spell reasons as autotune.store.outcomes constants"
 
 
 def test_the_reason_finder_sees_a_stray_literal(tmp_path: Path) -> None:
@@ -333,6 +333,36 @@ def test_first_line_is_defined_once() -> None:
             if isinstance(node, ast.FunctionDef) and node.name.lstrip("_") == "first_line":
                 found.append(path.relative_to(PACKAGE).as_posix())
     assert found == ["errors.py"]
+
+
+def _optuna_importers(package: Path) -> list[str]:
+    """The modules of `package` that import optuna (at any level, lazily or not)."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module]
+            if any(n == "optuna" or n.startswith("optuna.") for n in names):
+                found.append(path.relative_to(package).as_posix())
+                break
+    return found
+
+
+def test_optuna_is_imported_by_the_store_only() -> None:
+    """The store package is the only holder of optuna: every other package reads and writes a
+    study through its `StudyStore` sessions."""
+    importers = _optuna_importers(PACKAGE)
+    assert importers and all(path.startswith("store/") for path in importers), importers
+
+
+def test_the_optuna_finder_sees_every_form(tmp_path: Path) -> None:
+    (tmp_path / "store").mkdir()
+    (tmp_path / "a.py").write_text("def f():\n    import optuna.trial\n")
+    (tmp_path / "b.py").write_text("from optuna.trial import FrozenTrial\n")
+    (tmp_path / "c.py").write_text("import optunanot\nfrom . import optuna\n")
+    (tmp_path / "store" / "d.py").write_text("import optuna\n")
+    assert _optuna_importers(tmp_path) == ["a.py", "b.py", "store/d.py"]
 
 
 def test_the_benchmarks_have_no_import_circle() -> None:

@@ -1,5 +1,5 @@
 """Loss parity under noise: paired steps on identical data, the noise model, what is compared at all
-(`autotune.study.objective.compare_losses`, `autotune.trial.judge`, `autotune.study.semantics`),
+(`autotune.store.objective.compare_losses`, `autotune.trial.judge`, `autotune.store.semantics`),
 and masked-LM masks that are a function of the sample (`autotune.workloads.masking`)."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import torch
 from transformers import AutoTokenizer, DataCollatorForLanguageModeling
 
 from autotune.records import Baseline, measured_record
-from autotune.study.objective import LossComparison, compare_losses, loss_diverged
-from autotune.study.outcomes import LOSS_DIVERGED
-from autotune.study.semantics import loss_compared, semantic_changes
+from autotune.store.objective import LossComparison, compare_losses, loss_diverged
+from autotune.store.outcomes import LOSS_DIVERGED
+from autotune.store.semantics import loss_compared, semantic_changes
 from autotune.trial.judge import judge
 from autotune.workloads.masking import MaskedSamples, SampleMasking, padding_collator
 from autotune.workloads.user import UserWorkload

@@ -9,7 +9,7 @@ import pytest
 from autotune.errors import UsageError
 from autotune.options import RunConfig
 from autotune.records import Baseline, TrialRecord, measured_record, study_record, trial_attrs
-from autotune.study.objective import (
+from autotune.store.objective import (
     LossComparison,
     compare_losses,
     loss_delta,
@@ -21,7 +21,7 @@ from autotune.study.objective import (
     run_tokens,
     score,
 )
-from autotune.study.outcomes import LOSS_DIVERGED, constraint_values
+from autotune.store.outcomes import LOSS_DIVERGED, constraint_values
 
 PLAIN_ATTRS = {"tokens_per_s": 1000.0, "setup_s": 2.0, "warmup_excess_s": 0.5}
 COMPILED_ATTRS = {

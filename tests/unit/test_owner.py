@@ -15,8 +15,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.study import owner as owner_module
-from autotune.study.owner import (
+from autotune.store import owner as owner_module
+from autotune.store.owner import (
     Owner,
     is_alive,
     is_dead_here,
@@ -27,7 +27,9 @@ from autotune.study.owner import (
     this_pid_namespace,
     this_process,
 )
-from autotune.study.store import fail_interrupted_trials, open_storage, orphaned_trials
+from autotune.store.session import StudyStore
+from autotune.store.storage import open_storage
+from autotune.store.trials import fail_interrupted_trials, orphaned_trials
 from tests.unit.cli_helpers import run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -117,7 +119,7 @@ def test_interrupted_trials_by_owner(tmp_path: Path, monkeypatch: pytest.MonkeyP
         storage.record_heartbeat(trial._trial_id)
     stale = [old_stale._trial_id]
     monkeypatch.setattr(storage, "_get_stale_trial_ids", lambda study_id: stale)
-    assert fail_interrupted_trials(study) == [dead_here.number, old_stale.number]
+    assert fail_interrupted_trials(StudyStore(study)) == [dead_here.number, old_stale.number]
     running = {t.number for t in study.trials if t.state == optuna.trial.TrialState.RUNNING}
     assert running == {other_ns.number, old_fresh.number}
 
@@ -130,7 +132,7 @@ def test_a_listing_shows_an_orphaned_trial_as_interrupted_without_writing(
     orphan.set_user_attr("worker", _dead_child().to_dict())
     live.set_user_attr("worker", this_process().to_dict())
     stored = [(t.state, t.user_attrs) for t in study.trials]
-    assert [t.number for t in orphaned_trials(study)] == [orphan.number]
+    assert [t.number for t in orphaned_trials(StudyStore(study))] == [orphan.number]
     monkeypatch.setenv("COLUMNS", "200")
     assert run("show", "owners", "--storage", f"sqlite:///{tmp_path / 'owners.db'}") in (None, 0)
     out = capsys.readouterr().out
@@ -146,7 +148,7 @@ def test_a_listing_shows_an_orphaned_trial_as_interrupted_without_writing(
 
 _CHILD = """
 import json, sys
-from autotune.study.owner import this_process
+from autotune.store.owner import this_process
 print(json.dumps(this_process().to_dict()), flush=True)
 sys.stdin.read()  # until the test closes our stdin
 """
@@ -196,5 +198,5 @@ def test_a_live_owner_in_another_pid_namespace_is_not_judged_dead(
     trial = study.ask()
     trial.set_user_attr("worker", owner.to_dict())
     storage.record_heartbeat(trial._trial_id)
-    assert fail_interrupted_trials(study) == []
+    assert fail_interrupted_trials(StudyStore(study)) == []
     assert study.trials[trial.number].state == optuna.trial.TrialState.RUNNING

@@ -126,7 +126,7 @@ def test_what_the_store_alone_refuses_is_refused_before_the_training_stack(
 ) -> None:
     from autotune.options import SCHEMA_KEY, RunConfig
     from autotune.schema import SCHEMA_VERSION
-    from autotune.study.store import open_storage
+    from autotune.store.storage import open_storage
 
     url = f"sqlite:///{tmp_path / 's.db'}"
     study = optuna.create_study(storage=open_storage(url), study_name="s", direction="maximize")

@@ -125,7 +125,7 @@ def test_rays_error_file_is_read_whole(tmp_path: Any) -> None:
 
 def test_rays_text_is_stored_in_its_own_attribute() -> None:
     from autotune.records import trial_record
-    from autotune.study.outcomes import TrialOutcome
+    from autotune.store.outcomes import TrialOutcome
 
     attrs = TrialOutcome.process_ended("killed", "one line", ray_error=SIGKILLED).user_attrs(None)
     assert attrs["message"] == "one line" and attrs["ray_error"] == SIGKILLED

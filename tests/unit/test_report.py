@@ -24,6 +24,7 @@ from autotune.export.config import export_config
 from autotune.export.words import answer_lines
 from autotune.records import FinalistRecord, write_study
 from autotune.report import build_report, collect, write_report
+from autotune.store.session import StudyStore
 
 MIB = 2**20
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -149,7 +150,7 @@ def _rows(html: str) -> dict[int, str]:
 
 
 def test_the_page_is_self_contained_with_plotly_inline_once(study: optuna.Study) -> None:
-    html = build_report(study)
+    html = build_report(StudyStore(study))
     assert html.startswith("<!DOCTYPE html>")
     assert len(re.findall(r"\* plotly\.js v\d", html)) == 1
     assert not re.search(r"<script[^>]*\bsrc=", html)
@@ -160,7 +161,7 @@ def test_the_page_is_self_contained_with_plotly_inline_once(study: optuna.Study)
 
 
 def test_header_names_study_model_device_and_winner(study: optuna.Study) -> None:
-    html = build_report(study)
+    html = build_report(StudyStore(study))
     assert STUDY in html
     assert "tiny-gpt2 (causal-lm), seq len 128" in html
     assert "CPU (16.00 GiB RAM)" in html
@@ -173,9 +174,9 @@ def test_header_names_study_model_device_and_winner(study: optuna.Study) -> None
 
 
 def test_the_header_states_the_answer_as_every_export_does(study: optuna.Study) -> None:
-    answer = study_answer(study)
-    html_text = build_report(study, answer)
-    config = export_config(study, answer)
+    answer = study_answer(StudyStore(study))
+    html_text = build_report(StudyStore(study), answer)
+    config = export_config(StudyStore(study), answer)
     for line in answer_lines(config, time_line=False):
         key, _, value = line.partition(": ")
         if value and not line.startswith(" "):
@@ -184,7 +185,7 @@ def test_the_header_states_the_answer_as_every_export_does(study: optuna.Study) 
 
 
 def test_history_shows_measured_trials_and_the_best_feasible_so_far(study: optuna.Study) -> None:
-    data, _ = _plot(build_report(study), "history")
+    data, _ = _plot(build_report(StudyStore(study)), "history")
     feasible = _trace(data, "feasible")
     assert feasible["x"] == [0, 1, 4, 5]
     assert feasible["y"] == [30001.5, 20002.25, 20002.25, 18004.5]
@@ -198,7 +199,7 @@ def test_history_shows_measured_trials_and_the_best_feasible_so_far(study: optun
 
 
 def test_throughput_against_memory_has_cap_and_pareto_front(study: optuna.Study) -> None:
-    html = build_report(study)
+    html = build_report(StudyStore(study))
     data, layout = _plot(html, "throughput_memory")
     feasible = _trace(data, "feasible")
     # Reused duplicates are not drawn twice; the skipped trial has no point.
@@ -221,7 +222,7 @@ def test_throughput_against_memory_has_cap_and_pareto_front(study: optuna.Study)
 def test_cap_line_absent_without_a_cap(storage: str) -> None:
     s = optuna.create_study(study_name="nocap", storage=storage, direction="maximize")
     _add(s, _params(8, "bf16"), TrialState.COMPLETE, **_measured(1000.0, 100, None))
-    html = build_report(s)
+    html = build_report(StudyStore(s))
     _, layout = _plot(html, "throughput_memory")
     assert not layout.get("shapes")
     assert "<dt>memory cap</dt><dd>none</dd>" in html
@@ -232,11 +233,11 @@ def test_cap_line_absent_without_a_cap(storage: str) -> None:
 
 def test_fractional_cap_resolves_against_the_device(study: optuna.Study) -> None:
     study.set_user_attr("memory_cap", "5%")  # of 16 GiB
-    assert collect(study).cap_bytes == int(0.05 * 16 * 2**30)
+    assert collect(StudyStore(study)).cap_bytes == int(0.05 * 16 * 2**30)
 
 
 def test_memory_estimate_against_peak_with_the_identity_line(study: optuna.Study) -> None:
-    data, _ = _plot(build_report(study), "memory_estimate")
+    data, _ = _plot(build_report(StudyStore(study)), "memory_estimate")
     points = _trace(data, "trials")
     assert points["text"] == ["#0", "#1", "#2", "#5"]
     assert points["x"] == [610.0, 480.0, 850.0, 690.0]
@@ -246,7 +247,7 @@ def test_memory_estimate_against_peak_with_the_identity_line(study: optuna.Study
 
 
 def test_importances_over_completed_trials(study: optuna.Study) -> None:
-    data, _ = _plot(build_report(study), "importance")
+    data, _ = _plot(build_report(StudyStore(study)), "importance")
     assert sorted(data[0]["y"]) == ["bs", "prec"]
     assert abs(sum(data[0]["x"]) - 1.0) < 1e-6
 
@@ -256,7 +257,7 @@ def test_importance_note_when_too_few_trials(storage: str) -> None:
     _add(s, _params(8, "bf16"), TrialState.COMPLETE, **_measured(1000.0, 100, 90))
     _add(s, _params(8, "bf16"), TrialState.COMPLETE, **_measured(1000.0, 100, 90, duplicate_of=0))
     _add(s, _params(16, "bf16"), TrialState.PRUNED, **_measured(2000.0, 200, 190, feasible=False))
-    html = build_report(s)
+    html = build_report(StudyStore(s))
     assert 'id="fig-importance"' not in html
     assert "need at least 2 completed trials with different knob values; this study has 1" in html
     # The other figures are still there, and plotly.js is still embedded once.
@@ -266,14 +267,14 @@ def test_importance_note_when_too_few_trials(storage: str) -> None:
 
 def test_empty_study_still_renders(storage: str) -> None:
     s = optuna.create_study(study_name="empty", storage=storage, direction="maximize")
-    html = build_report(s)
+    html = build_report(StudyStore(s))
     assert "no feasible trial" in html
     assert "No trial has a throughput measurement yet." in html
     assert "Plotly.newPlot" not in html
 
 
 def test_trial_table_best_first_with_reasons_and_reuse(study: optuna.Study) -> None:
-    html = build_report(study)
+    html = build_report(StudyStore(study))
     rows = _rows(html)
     assert list(rows) == [0, 1, 5, 2, 3, 4]  # feasible by tokens/s, then the rest by number
     assert "<tr class='winner' data-trial='0'>" in html
@@ -294,7 +295,7 @@ def test_table_escapes_html(study: optuna.Study) -> None:
         reason="error",
         message="<script>alert(1)</script>",
     )
-    html = build_report(study)
+    html = build_report(StudyStore(study))
     assert "<script>alert(1)</script>" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
 
@@ -302,7 +303,7 @@ def test_table_escapes_html(study: optuna.Study) -> None:
 def test_write_report_with_pngs(study: optuna.Study, tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     out = tmp_path / "out" / "r.html"
-    written = write_report(study, out, tmp_path / "out" / "r_png")
+    written = write_report(StudyStore(study), out, tmp_path / "out" / "r_png")
     assert written[0] == out
     assert [p.name for p in written[1:]] == [
         "history.png",
@@ -386,7 +387,7 @@ def test_renders_offline_in_headless_chromium(study: optuna.Study, tmp_path: Pat
             pytest.fail("no chromium on PATH, though .ci/run installs it")
         pytest.skip("needs headless chromium (apt-get install chromium)")
     page = tmp_path / "report.html"
-    write_report(study, page)
+    write_report(StudyStore(study), page)
     flags = [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
     # The inline plotly.js ran with no network: every figure became an SVG.
     dom = subprocess.run(
@@ -408,9 +409,9 @@ def test_renders_offline_in_headless_chromium(study: optuna.Study, tmp_path: Pat
 
 
 def test_trial_table_shows_mfu_only_where_it_is_known(study: optuna.Study) -> None:
-    assert "<th title='model FLOPs utilisation'>MFU</th>" not in build_report(study)  # CPU trials
+    assert "<th title='model FLOPs utilisation'>MFU</th>" not in build_report(StudyStore(study))  # CPU trials
     _add(study, _params(16, "bf16"), TrialState.COMPLETE, **_measured(40_000, 700, None, mfu=0.4237))
-    html = build_report(study)
+    html = build_report(StudyStore(study))
     assert "<th title='model FLOPs utilisation'>MFU</th>" in html
     rows = _rows(html)
     cells = re.findall(r"<td class='[a-z]*'>(.*?)</td>", rows[6])
@@ -436,7 +437,7 @@ def test_header_shows_the_finalists_rounds_and_the_search_time(study: optuna.Stu
             "stages": {"search_s": 30.0, "finalists_s": 20.0},
         },
     )
-    html = build_report(study)
+    html = build_report(StudyStore(study))
     assert "#0 31.0k tok/s ±3.0% over 4 rounds, baseline 25.0k tok/s ±4.0% over 3 rounds" in html
     assert "<dt>search time</dt><dd>50.0 s, 80% of it measured (set-up 5.0 s" in html
 
@@ -450,5 +451,5 @@ def test_header_derives_the_finalists_median_and_spread_from_their_rounds(study:
             FinalistRecord(-1, [25e3, 26e3, 24e3], [1, 2, 3]),
         ],
     )
-    html = build_report(study)
+    html = build_report(StudyStore(study))
     assert "#0 31.0k tok/s ±3.2% over 4 rounds, baseline 25.0k tok/s ±4.0% over 3 rounds" in html

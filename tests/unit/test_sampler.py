@@ -1,4 +1,4 @@
-"""The search's sampler (autotune.study.sampler): seeded, a short random start then TPE, and
+"""The search's sampler (autotune.store.sampler): seeded, a short random start then TPE, and
 conditional knobs."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 import optuna
 
-from autotune.study.sampler import STARTUP_TRIALS, search_sampler
+from autotune.store.sampler import STARTUP_TRIALS, search_sampler
 
 KNOBS: dict[str, list[Any]] = {
     "per_device_train_batch_size": [4, 8, 16, 32],

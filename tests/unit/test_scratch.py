@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from autotune.scratch import STAMP, make_folder, owner_of, sweep, temporary_folder
-from autotune.study.owner import Owner, start_ticks, this_process
+from autotune.store.owner import Owner, start_ticks, this_process
 
 
 def _dead_owner() -> Owner:

@@ -19,7 +19,7 @@ from autotune.measure.deadline import StepDeadline, step_deadlines
 from autotune.measure.screen import ScreenedOut, ScreenReference
 from autotune.options import MeasureSettings
 from autotune.progress import Reporter
-from autotune.study import outcomes
+from autotune.store import outcomes
 from autotune.trial.errors import AGREED_ENDS, failure_reason
 
 SETTINGS = MeasureSettings(

@@ -23,6 +23,7 @@ from autotune.measure.screen import ScreenedOut, ScreenReference
 from autotune.options import MeasureSettings
 from autotune.progress import Reporter
 from autotune.records import Baseline, trial_attrs, trial_record, write_study
+from autotune.store.session import StudyStore
 from autotune.trial.measured import screen_reference
 
 SETTINGS = MeasureSettings(
@@ -261,20 +262,20 @@ def test_the_study_gives_its_best_throughput_and_its_shortest_run_each_with_its_
     baseline = {"tokens_per_s": 1000.0, "setup_s": 6.0, "probe_s": 0.002, "tokens_per_step": 100.0}
     study = _study([fast, plain], baseline)
     settings = MeasureSettings(screen_ratio=0.5)
-    assert screen_reference(study, settings.screen_ratio, None, None) == ScreenReference(
+    assert screen_reference(StudyStore(study), settings.screen_ratio, None, None) == ScreenReference(
         2000.0, probe_s=0.004
     )
     # 30k tokens: trial 0 takes 5 + 60 + 15 = 80 s, trial 1 8 + 1 + 20 = 29 s, the baseline 36 s.
-    run = screen_reference(study, settings.screen_ratio, 30_000, None)
+    run = screen_reference(StudyStore(study), settings.screen_ratio, 30_000, None)
     assert run is not None and run.run_s == pytest.approx(29.0)
     assert run == ScreenReference(2000.0, probe_s=0.003, run_tokens=30_000, run_s=run.run_s, setup_s=5.0)
     # --train-steps: the baseline's tokens per step make the run's tokens (300 x 100 = 30k).
-    steps = screen_reference(study, settings.screen_ratio, None, 300)
+    steps = screen_reference(StudyStore(study), settings.screen_ratio, None, 300)
     assert steps is not None and steps.run_tokens == 30_000 and steps.run_s == pytest.approx(29.0)
 
 
 def test_no_reference_without_a_measurement_or_with_screening_off() -> None:
-    assert screen_reference(_study([], {}), 0.5, None, None) is None
+    assert screen_reference(StudyStore(_study([], {})), 0.5, None, None) is None
     measured = _study([{"tokens_per_s": 1000.0}], {})
-    assert screen_reference(measured, 0.0, None, None) is None
+    assert screen_reference(StudyStore(measured), 0.0, None, None) is None
     assert screen_reference(None, MeasureSettings().screen_ratio, None, None) is None

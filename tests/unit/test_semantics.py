@@ -7,7 +7,7 @@ import pytest
 from autotune.records import study_record
 from autotune.space import load_space
 from autotune.space.knobs import optimizer_family
-from autotune.study.semantics import baseline_math, semantic_changes, study_changes
+from autotune.store.semantics import baseline_math, semantic_changes, study_changes
 
 BASE = {
     "per_device_train_batch_size": 8,

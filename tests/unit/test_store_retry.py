@@ -20,10 +20,10 @@ from optuna.storages._cached_storage import _CachedStorage
 from optuna.trial import TrialState
 
 from autotune.errors import StoreError
-from autotune.study import retry
-from autotune.study.rdb import RetryingRDBStorage
-from autotune.study.retry import is_transient, retry_transient
-from autotune.study.store import _engine_kwargs, open_storage
+from autotune.store import retry
+from autotune.store.rdb import RetryingRDBStorage
+from autotune.store.retry import is_transient, retry_transient
+from autotune.store.storage import _engine_kwargs, open_storage
 from autotune.urls import engine_url
 from tests.helpers import FakeClock, terminate_connections
 

@@ -12,7 +12,7 @@ import autotune.driver.pool
 import autotune.driver.search
 import autotune.executors.warm
 from autotune.cli import main
-from autotune.study.retry import STORE_RETRY_ENV, store_retry_s
+from autotune.store.retry import STORE_RETRY_ENV, store_retry_s
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import optuna
 import pytest
 
 from autotune.records import WholeRun, add_whole_run, read_study, study_attrs, study_record
-from autotune.study.store import open_storage
+from autotune.store.storage import open_storage
 
 ROOT = Path(__file__).resolve().parents[2]
 ADDS = 15  # per process
@@ -24,7 +24,7 @@ import sys, time
 from pathlib import Path
 import optuna
 from autotune.records import WholeRun, add_activation_probes, add_whole_run
-from autotune.study.store import open_storage
+from autotune.store.storage import open_storage
 
 url, name, go, adds = sys.argv[1], sys.argv[2], Path(sys.argv[3]), int(sys.argv[4])
 study = optuna.load_study(study_name="merges", storage=open_storage(url, existing=True))

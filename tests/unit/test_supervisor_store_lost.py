@@ -15,8 +15,9 @@ from autotune.driver.supervisor import MeasureFailed, Supervisor, WorkerFailed
 from autotune.errors import StoreError
 from autotune.executors.base import Ended, Executor
 from autotune.progress import Reporter
-from autotune.study.outcomes import DISK_FULL, ERROR, STORE_LOST
-from autotune.study.retry import unreachable
+from autotune.store.outcomes import DISK_FULL, ERROR, STORE_LOST
+from autotune.store.retry import unreachable
+from autotune.store.session import StudyStore
 from autotune.trial.errors import failure_reason, one_line
 from autotune.trial.job import Job, JobFailed, JobResult
 
@@ -60,7 +61,7 @@ def _supervisor(tmp_path: Path, result: JobResult) -> tuple[Supervisor, _EndsWit
     plan: Any = SimpleNamespace(study_name="s", config=SimpleNamespace(storage_url=url, ddp_timeout_s=60.0))
     executor = _EndsWith(result)
     notes = _Notes()
-    return Supervisor(plan, study, executor, notes), executor, notes
+    return Supervisor(plan, StudyStore(study), executor, notes), executor, notes
 
 
 def _lost() -> str:

@@ -15,8 +15,8 @@ import sqlalchemy.exc
 
 from autotune.executors import processes
 from autotune.executors.processes import ProcessExecutor, Watched
-from autotune.study import retry
-from autotune.study.retry import retry_transient, store_unreachable_s
+from autotune.store import retry
+from autotune.store.retry import retry_transient, store_unreachable_s
 from autotune.trial.job import Job, TrialDone
 
 pytestmark = pytest.mark.timeout(60)

@@ -17,7 +17,7 @@ from autotune.errors import UsageError
 from autotune.export.words import whole_run_text
 from autotune.options import RunConfig
 from autotune.records import WholeRun, study_attrs
-from autotune.study.outcomes import WHOLE_RUN_OVER_CAP, with_whole_run
+from autotune.store.outcomes import WHOLE_RUN_OVER_CAP, with_whole_run
 from autotune.trial.whole_run_steps import check_args, largest_peaks, longest_indices
 from tests.unit.test_answer import BASELINE_PARAMS, params, rounds, study, trial
 

@@ -21,8 +21,10 @@ from autotune.executors.processes import Slot, worker_slots
 from autotune.executors.torchrun import rank_exitcode as _rank_exitcode
 from autotune.measure.memory_model import static_bytes
 from autotune.space.availability import Hardware
-from autotune.study.owner import Owner, is_alive, start_ticks, this_process
-from autotune.study.store import fail_interrupted_trials, open_storage
+from autotune.store.owner import Owner, is_alive, start_ticks, this_process
+from autotune.store.session import StudyStore
+from autotune.store.storage import open_storage
+from autotune.store.trials import fail_interrupted_trials
 from autotune.trial.feasibility import PastTrial, precheck
 
 
@@ -163,7 +165,7 @@ def test_dead_local_owners_are_failed_at_once(tmp_path: Path) -> None:
     alive.set_user_attr("worker", this_process().to_dict())
     remote.set_user_attr("worker", {"host": "another-host", "pid": 1, "start_ticks": 1})
     storage.record_heartbeat(remote._trial_id)  # a fresh heartbeat: its process may be running
-    assert fail_interrupted_trials(study) == [dead.number]  # no waiting for a stale heartbeat
+    assert fail_interrupted_trials(StudyStore(study)) == [dead.number]  # no waiting for a stale heartbeat
     failed = study.trials[dead.number]
     assert failed.state == optuna.trial.TrialState.FAIL and failed.user_attrs["reason"] == "interrupted"
     assert failed.user_attrs["trained"] is False

@@ -3,7 +3,7 @@ them (`retry_transient`, `store_retry_s`), and what is raised past that (`StoreE
 store and how long it was unreachable).
 
 A PostgreSQL/MySQL server that restarts, fails over or has its connections terminated
-(``pg_terminate_backend``) for a few seconds must not end a search. `autotune.study.rdb` applies
+(``pg_terminate_backend``) for a few seconds must not end a search. `autotune.store.rdb` applies
 this policy to every call of optuna's RDB storage, with exponential backoff, for `retry_s` seconds
 in all.
 

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import optuna
-
 from autotune.errors import UsageError
 from autotune.options import RunConfig
 from autotune.records import StudyRecord, read_study
-from autotune.study.store import load_existing_study
-from autotune.study.trust import refuse_stored_remote_code
+from autotune.store.session import StudyStore
+from autotune.store.trust import refuse_stored_remote_code
 
 
 def refuse_user_trainer_study(study_name: str, record: StudyRecord) -> None:
@@ -40,10 +38,10 @@ def stored_run_config(
     trust_remote_code: bool | None = None,
     own_workload: bool = False,
     **overrides: Any,
-) -> tuple[optuna.Study, StudyRecord, RunConfig]:
+) -> tuple[StudyStore, StudyRecord, RunConfig]:
     """The study, its record and the run configuration stored with it (`overrides`: fields the
     caller sets, as `RunConfig.from_dict` takes them). `existing`: the store's schema is known to
-    be current (see `autotune.study.store.open_storage`). `trust_remote_code`: whether this
+    be current (see `autotune.store.storage.open_storage`). `trust_remote_code`: whether this
     process's own command line allows code the configuration asks for (None: not checked).
     `own_workload`: the caller brings the workload (a supervisor's handed-over Trainer pieces), so
     a study of a user's own Trainer is no refusal.
@@ -53,7 +51,7 @@ def stored_run_config(
             configuration or with a newer one than this autotune reads, or one that asks for
             remote code this process was not allowed.
     """
-    study = load_existing_study(storage_url, study_name, existing)
+    study = StudyStore.open(storage_url, study_name, existing)
     record = read_study(study)
     if not own_workload:
         refuse_user_trainer_study(study_name, record)

@@ -9,6 +9,7 @@ here only. No torch; optuna only where an outcome is written.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,8 @@ from autotune.records import (
 
 if TYPE_CHECKING:  # optuna is imported where outcomes are written, not where reasons are read
     import optuna
+
+    from autotune.store.session import StudyStore
 
 # -- reasons ------------------------------------------------------------------------------------
 # Trials that trained and failed (the exception that ended them, see `autotune.trial.errors`).
@@ -193,13 +196,14 @@ class _StoredTrial:
         self.storage.set_trial_user_attr(self._trial_id, key, value)
 
 
-def fail_running_trial(study: optuna.Study, trial_id: int, outcome: TrialOutcome) -> bool:
-    """End a RUNNING trial whose process is gone with `outcome` (a ``FAIL``); False when it had
-    already finished (its process, or another supervisor, got there first)."""
+def fail_running_trial(study: StudyStore, number: int, outcome: TrialOutcome) -> bool:
+    """End RUNNING trial `number`, whose process is gone, with `outcome` (a ``FAIL``); False when
+    it had already finished (its process, or another supervisor, got there first)."""
     from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
 
-    storage = study._storage
+    storage = study.storage
+    trial_id = study.trial_id(number)
     try:
         if storage.get_trial(trial_id).state != TrialState.RUNNING:
             return False
@@ -213,10 +217,7 @@ def fail_group_trial(storage: Any, study_name: str, number: int, outcome: TrialO
     """On a rank other than 0 of a DDP group (rank 0 records its own trials), fail the group's
     running trial `number` with this rank's `outcome`. Best effort: the supervisor or a resume
     fails it otherwise."""
-    import optuna
+    from autotune.store.session import StudyStore
 
-    try:
-        study = optuna.load_study(study_name=study_name, storage=storage)
-        fail_running_trial(study, study.trials[number]._trial_id, outcome)
-    except Exception:
-        pass
+    with contextlib.suppress(Exception):
+        fail_running_trial(StudyStore.load(storage, study_name), number, outcome)

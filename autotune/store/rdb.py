@@ -1,5 +1,5 @@
 """`RetryingRDBStorage`: optuna's `RDBStorage` whose calls ride out store outages
-(`autotune.study.retry`: which errors pass, how long to retry, how a retried write is applied once).
+(`autotune.store.retry`: which errors pass, how long to retry, how a retried write is applied once).
 
 Every method optuna's `_CachedStorage` wrapper and heartbeat thread call is retried: the reads and
 the writes whose repetition is harmless as they are (`RETRIED_AS_IS`), trial creation by its
@@ -28,8 +28,8 @@ from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import make_url
 
 from autotune.errors import StoreFull
-from autotune.study import bulk
-from autotune.study.retry import CREATE_TOKEN_ATTR, TRANSIENT, T, retry_transient
+from autotune.store import bulk
+from autotune.store.retry import CREATE_TOKEN_ATTR, TRANSIENT, T, retry_transient
 from autotune.urls import sqlite_file
 
 
