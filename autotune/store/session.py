@@ -96,6 +96,12 @@ class StudyStore:
         read_study(opened)  # refuses a store of a newer schema
         return opened
 
+    @property
+    def optuna_study(self) -> optuna.Study:
+        """The optuna `Study` itself, for a user's own optuna tools (its visualisations, its
+        dashboard, ``study.trials``). No package of autotune but this one reads it."""
+        return self._study
+
     # -- what `autotune.records` reads and writes --------------------------------------------
 
     @property

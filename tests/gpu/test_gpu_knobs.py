@@ -166,7 +166,7 @@ def test_fsdp_strategies_shard_the_model_on_gpus(tmp_path: Path) -> None:
         ddp_timeout_s=120,
         enqueue=[{"data_parallel": s} for s in knobs["data_parallel"]],
     )
-    for trial in result.study.trials:
+    for trial in result.study.optuna_study.trials:
         assert trial.state.name == "COMPLETE", trial.user_attrs.get("message")
         # Read back from what the Trainer built: an FSDP2 module, resharded or not after the forward.
         assert trial.user_attrs["data_parallel_applied"] == trial.params["data_parallel"]

@@ -61,7 +61,9 @@ def test_each_worker_sees_only_its_own_gpu(tmp_path: Path) -> None:
     seen = [json.loads(p.read_text()) for p in records.glob("*.json")]
     assert seen and all(s["count"] == 1 for s in seen)  # one worker, one GPU
     assert {s["visible"] for s in seen} <= {str(i) for i in range(gpus)}
-    for trial in result.study.trials:  # the allocator and NVML peaks come from the worker's own GPU
+    for (
+        trial
+    ) in result.study.optuna_study.trials:  # the allocator and NVML peaks come from the worker's own GPU
         if trial.state.name == "COMPLETE":
             assert trial.user_attrs["peak_memory_bytes"] >= trial.user_attrs["peak_allocated_bytes"] > 0
 
@@ -80,7 +82,7 @@ def test_a_ddp_trial_on_two_gpus(tmp_path: Path) -> None:
         nproc_per_node=2,
         ddp_timeout_s=120,
     )
-    trial = result.study.trials[0]
+    trial = result.study.optuna_study.trials[0]
     assert trial.state.name == "COMPLETE"
     assert trial.user_attrs["world_size"] == 2 and len(trial.user_attrs["rank_peak_memory_bytes"]) == 2
 
@@ -102,7 +104,7 @@ def test_a_compiled_trial_is_estimated_from_the_peak_of_its_kind_on_the_gpu(tmp_
         measure_baseline=False,
         enqueue=[{"per_device_train_batch_size": 32}, {"per_device_train_batch_size": 64}],
     )
-    first, second = sorted(result.study.trials, key=lambda t: t.number)
+    first, second = sorted(result.study.optuna_study.trials, key=lambda t: t.number)
     assert first.user_attrs["memory_source"].startswith("cuda")
     parts = second.user_attrs["memory_estimate"]
     assert parts["activations_from_trials"] == [first.number]
@@ -131,5 +133,9 @@ def test_two_workers_on_two_gpus_use_different_devices_and_record_them(tmp_path:
     )
     seen = [json.loads(p.read_text()) for p in records.glob("*.json")]
     assert len({s["bus"] for s in seen}) == 2 and all(s["count"] == 1 for s in seen)
-    devices = {t.user_attrs["worker"]["devices"] for t in result.study.trials if t.state.name == "COMPLETE"}
+    devices = {
+        t.user_attrs["worker"]["devices"]
+        for t in result.study.optuna_study.trials
+        if t.state.name == "COMPLETE"
+    }
     assert devices == {"0", "1"}  # each trial records the GPU it ran on

@@ -69,7 +69,7 @@ def test_each_ddp_knob_reaches_the_wrapper_of_a_two_rank_trial(tmp_path: Path) -
         "ddp_broadcast_buffers": True,
     }
     result = _ddp_search(tmp_path, "knobs.db", [first, second])
-    trials = {t.number: t for t in result.study.trials}
+    trials = {t.number: t for t in result.study.optuna_study.trials}
     for number, asked in ((0, first), (1, second)):
         trial = trials[number]
         assert trial.state == optuna.trial.TrialState.COMPLETE, trial.user_attrs.get("message")
@@ -97,7 +97,7 @@ def test_unused_parameters_without_their_search_are_a_recorded_reason(tmp_path: 
         callbacks=[SkipLastBlock()],
         trials=2,  # the second trial is known to fail and costs no training
     )
-    failed, known, searched = sorted(result.study.trials, key=lambda t: t.number)[:3]
+    failed, known, searched = sorted(result.study.optuna_study.trials, key=lambda t: t.number)[:3]
     assert failed.params == without and failed.state != optuna.trial.TrialState.COMPLETE
     assert failed.user_attrs["reason"] == "unused_parameters", failed.user_attrs.get("message")
     # Learned: another trial without the search is not trained on this model.
@@ -123,7 +123,7 @@ def test_ddp_trials_through_the_supervisor(tmp_path: Path) -> None:
         callbacks=[RankRecorder(str(records)), Fault("raise", {"per_device_train_batch_size": 4}, rank=1)],
         whole_run_check=True,
     )
-    study = result.study
+    study = result.study.optuna_study
     assert measured_count(StudyStore(study)) == 3
     # The answer's whole-run check ran as its trials did: a group of both ranks, each one's step.
     (check,) = read_study(study).whole_run
@@ -241,7 +241,7 @@ def test_each_strategy_that_runs_here_is_measured_per_rank_and_the_rest_say_why(
     if not plan.hardware.cuda:
         assert "fsdp_full_shard" not in runs_here and "plain DDP" in not_here
     result = _ddp_search(tmp_path, "strategies.db", [{"data_parallel": s} for s in runs_here], knobs=knobs)
-    for trial in result.study.trials:
+    for trial in result.study.optuna_study.trials:
         assert trial.state == optuna.trial.TrialState.COMPLETE, trial.user_attrs.get("message")
         # What the Trainer built, read back from it, is the strategy asked for.
         assert trial.user_attrs["data_parallel_applied"] == trial.params["data_parallel"]

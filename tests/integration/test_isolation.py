@@ -83,7 +83,7 @@ def test_a_worker_killed_mid_trial_is_recorded_and_the_search_completes(tmp_path
         stop.set()
         killer.join(timeout=10)
     assert killed, "no worker was found running a trial"
-    study = result.study
+    study = result.study.optuna_study
     trial = study.trials[killed["number"]]
     assert trial.state == optuna.trial.TrialState.FAIL
     assert trial.user_attrs["reason"] == "killed"
@@ -103,7 +103,7 @@ def test_a_hung_trial_is_killed_by_the_watchdog(tmp_path: Path) -> None:
         enqueue=[{"per_device_train_batch_size": 2, "precision": "fp32"}],
         callbacks=[hang],
     )
-    study = result.study
+    study = result.study.optuna_study
     hung = study.trials[0]
     assert hung.params["per_device_train_batch_size"] == 2
     assert hung.state == optuna.trial.TrialState.FAIL
@@ -124,7 +124,7 @@ def test_a_crashing_worker_is_a_recorded_result(tmp_path: Path, kind: str, reaso
         enqueue=[{"per_device_train_batch_size": 4, "precision": "fp32"}],
         callbacks=[Fault(kind, {"per_device_train_batch_size": 4})],
     )
-    crashed = result.study.trials[0]
+    crashed = result.study.optuna_study.trials[0]
     assert crashed.state == optuna.trial.TrialState.FAIL
     assert crashed.user_attrs["reason"] == reason
     assert words in crashed.user_attrs["message"]
@@ -149,8 +149,8 @@ def test_isolation_does_not_change_what_a_trial_measures(tmp_path: Path) -> None
     path = write_space(tmp_path, space, "wide")
     first = _run(tmp_path, 1, space=path, enqueue=[target], study="first")
     later = _run(tmp_path, 11, space=path, enqueue=[*others, target], study="later")
-    alone = first.study.trials[0]
-    eleventh = later.study.trials[10]
+    alone = first.study.optuna_study.trials[0]
+    eleventh = later.study.optuna_study.trials[10]
     assert alone.params == target and eleventh.params == target
     ratio = eleventh.user_attrs["peak_memory_bytes"] / alone.user_attrs["peak_memory_bytes"]
     assert 0.95 <= ratio <= 1.05, ratio
@@ -158,7 +158,7 @@ def test_isolation_does_not_change_what_a_trial_measures(tmp_path: Path) -> None
 
 def test_in_process_isolation_still_runs_every_trial_here(tmp_path: Path) -> None:
     result = _run(tmp_path, 2, isolation="none")
-    owners = {Owner.from_attrs(t.user_attrs["worker"]) for t in result.study.trials}
+    owners = {Owner.from_attrs(t.user_attrs["worker"]) for t in result.study.optuna_study.trials}
     assert {o.pid for o in owners if o is not None} == {os.getpid()}
     assert measured_count(result.study) == 2
 

@@ -36,7 +36,7 @@ def test_the_ladder_goes_past_the_listed_batches_when_memory_allows(
     again = autotune.search(
         model="tiny-gpt2", space=space, trials=3, storage=storage, seq_len=16, study="l", **IN_PROCESS
     )
-    batches = {t.params["per_device_train_batch_size"] for t in again.study.trials}
+    batches = {t.params["per_device_train_batch_size"] for t in again.study.optuna_study.trials}
     assert batches <= {4, 8, 16, 32}
     assert measured_count(again.study) == 3  # (a repeated proposal is reused, not measured)
 
@@ -54,7 +54,7 @@ def test_a_memory_cap_stops_the_ladder(tmp_path: Path) -> None:
         **IN_PROCESS,
     )
     assert result.study.user_attrs["batch_ladder"] == []
-    assert {t.params["per_device_train_batch_size"] for t in result.study.trials} <= {4}
+    assert {t.params["per_device_train_batch_size"] for t in result.study.optuna_study.trials} <= {4}
 
 
 def test_a_batch_in_doubt_is_probed_once_and_the_probe_decides(tmp_path: Path) -> None:

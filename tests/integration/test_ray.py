@@ -127,7 +127,7 @@ def ray_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def test_trials_land_in_the_study_with_their_user_attrs(ray_run: dict[str, Any]) -> None:
-    study = ray_run["result"].study
+    study = ray_run["result"].study.optuna_study
     assert measured_count(StudyStore(study)) == 2
     assert not study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
@@ -148,7 +148,7 @@ def test_trials_land_in_the_study_with_their_user_attrs(ray_run: dict[str, Any])
 
 
 def test_a_dead_ray_trial_is_a_recorded_result(ray_run: dict[str, Any]) -> None:
-    study = ray_run["result"].study
+    study = ray_run["result"].study.optuna_study
     died_pid = int(ray_run["died"].read_text())
     dead = [t for t in study.trials if t.user_attrs.get("worker", {}).get("pid") == died_pid]
     assert len(dead) == 1

@@ -42,7 +42,7 @@ def test_a_diverging_configuration_is_loss_diverged_never_the_winner(tmp_path: P
     assert diverged.state == "PRUNED" and diverged.reason == "loss_diverged"
     assert diverged.attrs["feasible"] is False and diverged.attrs["loss_curve"]
     assert "worse than the baseline's at equal tokens" in (diverged.message or "")
-    assert result.study.trials[diverged.number].constraints["loss_parity"] == 1.0
+    assert result.study.optuna_study.trials[diverged.number].constraints["loss_parity"] == 1.0
     # The healthy trial runs the baseline's configuration: the same samples, the same loss.
     assert healthy.state == "COMPLETE" and abs(healthy.attrs["loss_delta"]) < 0.05
     assert result.best is not None and result.best.number == healthy.number
@@ -93,7 +93,7 @@ def test_a_short_run_picks_no_compile_where_compile_wins_on_throughput(
     expected = export_config(result.study, result.best)["expected"]
     if train_tokens is None:
         # The objective stays throughput, and the answer says when compiling pays for itself.
-        assert result.study.trials[compiled.number].value == pytest.approx(compiled.tokens_per_s)
+        assert result.study.optuna_study.trials[compiled.number].value == pytest.approx(compiled.tokens_per_s)
         # 3 s more up front, 0.5 s less per step of 128 tokens: about 768 tokens
         assert 200 < expected["compile_payoff_tokens"] < 5_000
     else:
@@ -101,6 +101,6 @@ def test_a_short_run_picks_no_compile_where_compile_wins_on_throughput(
         assert expected["predicted_run_s"] == pytest.approx(
             plain.attrs["setup_s"] + plain.attrs["warmup_excess_s"] + train_tokens / plain.tokens_per_s
         )
-        assert result.study.trials[plain.number].value == pytest.approx(
+        assert result.study.optuna_study.trials[plain.number].value == pytest.approx(
             train_tokens / expected["predicted_run_s"]
         )

@@ -205,7 +205,7 @@ def test_the_baseline_is_measured_first_and_the_speedup_stated(tmp_path: Path) -
     assert baseline["params"]["torch_compile"] == "off"
     assert baseline["tokens_per_s"] > 0 and baseline["peak_memory_bytes"] > 0
     assert probe.trials[0]["batch_size"] == 8  # measured before any trial
-    assert len(result.study.trials) == 1  # the baseline is not a trial of the search
+    assert len(result.study.optuna_study.trials) == 1  # the baseline is not a trial of the search
     assert result.best is not None
     # The speedup stated is the search windows' (nothing re-measured): the best trial's over the
     # baseline's. It is the answer's when the best trial is handed back; when it did not beat the
@@ -307,7 +307,7 @@ def test_optuna_dashboard_reads_the_store(first_run: Any) -> None:
     summary = next(s for s in summaries if s["study_name"] == result.study.study_name)
     detail = get(f"/api/studies/{summary['study_id']}")
     assert {"fingerprint", "workload", "space"} <= {a["key"] for a in detail["user_attrs"]}
-    assert len(detail["trials"]) == len(result.study.trials)
+    assert len(detail["trials"]) == len(result.study.optuna_study.trials)
     trial_attrs = {a["key"] for a in detail["trials"][0]["user_attrs"]}
     assert {"tokens_per_s", "peak_memory_bytes", "training_args"} <= trial_attrs
 
@@ -339,6 +339,6 @@ def test_a_leader_that_changes_the_math_has_its_math_keeping_twin_tried(tmp_path
         0: {"activation_checkpointing": False, "optim": "adafactor"},
         1: {"activation_checkpointing": False, "optim": "adamw_torch_fused"},
     }
-    assert measured_count(result.study) == 2 and read_trial(result.study.trials[1]).twin_of == 0
+    assert measured_count(result.study) == 2 and read_trial(result.study.optuna_study.trials[1]).twin_of == 0
     # both are in the rounds: the math change is compared with its twin, not only with the defaults
     assert {0, 1} <= {f["number"] for f in result.study.user_attrs["finalists"]}

@@ -114,7 +114,7 @@ class _Search:
         assert not [p.name for p in self.temp.iterdir() if p.name.startswith("autotune-")], output
         self.flag.unlink(missing_ok=True)
         study = StudyStore.open(self.storage, "full")
-        assert fail_interrupted_trials(StudyStore(study)) == [0], output
+        assert fail_interrupted_trials(study) == [0], output
         trials = optuna.load_study(study_name="full", storage=self.storage).trials
         assert [t.state.name for t in trials] == ["FAIL"], output
         assert trials[0].user_attrs["reason"] == "interrupted"

@@ -111,7 +111,7 @@ def test_search_never_shows_nor_stores_the_password(
         assert study.user_attrs["run_config"]["storage"] == url.replace("SECRET", "***")
         assert "SECRET" not in repr(study.user_attrs)
     finally:
-        study._storage._backend.engine.dispose()  # type: ignore[attr-defined]
+        study.storage._backend.engine.dispose()  # type: ignore[attr-defined]
 
 
 def _share_one_store(url: str, barrier: Any, results: Any) -> None:

@@ -70,7 +70,7 @@ def test_unavailable_combination_is_skipped_without_training(
         assert trial.reason == "unavailable"
         assert trial.attrs["unavailable_knob"] == "attn_implementation"
         assert "fp16 or bf16" in (trial.message or "")
-    frozen = result.study.trials
+    frozen = result.study.optuna_study.trials
     assert all(t.constraints["runs_here"] == 1.0 for t in frozen)  # the sampler sees them as infeasible
     assert probe.trials == []  # no trial reached training
     assert builds == []  # no model at all: the Trainer's own is a placeholder, and no trial built one
@@ -104,7 +104,7 @@ def test_nan_loss_makes_a_trial_infeasible(tmp_path: Path) -> None:
     poisoned = next(t for t in result.trials if t.params["per_device_train_batch_size"] == 4)
     assert poisoned.state == "PRUNED"
     assert poisoned.reason == "nan_loss"
-    frozen = result.study.trials[poisoned.number]
+    frozen = result.study.optuna_study.trials[poisoned.number]
     assert frozen.constraints["finite_loss"] == 1.0
     assert result.best is not None and result.best.params == {"per_device_train_batch_size": 2}
 
@@ -155,8 +155,8 @@ def test_keep_semantics_holds_the_math_of_the_base_config(tmp_path: Path) -> Non
         assert seen["bf16"] is True
         assert seen["optim"] in ("adamw_torch", "adamw_torch_fused")  # same update rule
         assert seen["learning_rate"] == 1e-3  # the base config is every trial's base
-    assert "precision" not in result.study.trials[0].params
-    assert "gradient_accumulation_steps" not in result.study.trials[0].params
+    assert "precision" not in result.study.optuna_study.trials[0].params
+    assert "gradient_accumulation_steps" not in result.study.optuna_study.trials[0].params
     assert result.study.user_attrs["space"]["fixed"] == {"precision": "bf16"}
     assert result.study.user_attrs["space"]["global_batch"] == 8
 

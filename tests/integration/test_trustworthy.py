@@ -38,7 +38,7 @@ def test_fake_oom_larger_batches_are_predicted_not_trained(tmp_path: Path) -> No
     assert by_batch[16].attrs["dominated_by"] == by_batch[8].number
     assert by_batch[16].attrs["trained"] is False
     assert 16 not in [seen["batch_size"] for seen in probe.trials]  # never reached training
-    frozen = {t.number: t for t in result.study.trials}
+    frozen = {t.number: t for t in result.study.optuna_study.trials}
     assert frozen[by_batch[8].number].constraints["memory"] > 0
     assert frozen[by_batch[16].number].constraints["memory"] > 0
     assert result.best is not None and result.best.params["per_device_train_batch_size"] in (2, 4)
@@ -73,11 +73,11 @@ def test_real_cpu_memory_cap_makes_large_batches_infeasible(tmp_path: Path) -> N
     assert big.attrs["peak_memory_bytes"] > cap
     assert big.attrs["tokens_per_s"] > 0  # stored with its measurements
     assert big.attrs["feasible"] is False
-    assert result.study.trials[big.number].constraints["memory"] > 0
+    assert result.study.optuna_study.trials[big.number].constraints["memory"] > 0
     assert small.state == "COMPLETE" and small.attrs["peak_memory_bytes"] <= cap
     assert result.best is not None and result.best.number == small.number
     # optuna's own best trial agrees: an infeasible trial has no value it could pick.
-    assert result.study.best_trial.number == small.number
+    assert result.study.optuna_study.best_trial.number == small.number
 
 
 def test_repeated_trials_do_not_grow_baseline_memory(tmp_path: Path) -> None:

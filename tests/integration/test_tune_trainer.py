@@ -12,7 +12,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import optuna
 import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
@@ -111,9 +110,9 @@ def _markers(tmp_path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (tmp_path / "marker.jsonl").read_text().splitlines()]
 
 
-def _owners(study: optuna.Study) -> list[Owner]:
-    trained = [t for t in study.trials if t.user_attrs.get("trained")]
-    owners = [Owner.from_attrs(t.user_attrs.get("worker")) for t in trained]
+def _owners(study: StudyStore) -> list[Owner]:
+    trained = [t for t in study.records() if t.trained]
+    owners = [Owner.from_attrs(t.owner) for t in trained]
     assert trained and all(owner is not None for owner in owners)
     return [owner for owner in owners if owner is not None]
 
@@ -128,7 +127,7 @@ def test_a_trainer_subclass_is_tuned_in_worker_processes_running_its_override(tm
         study_name="mine",
         **FAST_RUN,
     )
-    study = tuned.search.study
+    study = tuned.search.study.optuna_study
     assert study.study_name == "mine" and len(tuned.search.trials) == 2
     owners = _owners(study)
     workers = {owner.pid for owner in owners}

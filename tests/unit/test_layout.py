@@ -356,6 +356,20 @@ def test_optuna_is_imported_by_the_store_only() -> None:
     assert importers and all(path.startswith("store/") for path in importers), importers
 
 
+def test_no_package_but_the_store_reaches_through_a_session_to_optuna() -> None:
+    """`StudyStore.optuna_study` is for users' own optuna tools, never for autotune's packages."""
+    reached = [
+        path.relative_to(PACKAGE).as_posix()
+        for path in PACKAGE.rglob("*.py")
+        if not path.relative_to(PACKAGE).as_posix().startswith("store/")
+        and any(
+            isinstance(node, ast.Attribute) and node.attr in ("optuna_study", "_study")
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        )
+    ]
+    assert reached == []
+
+
 def test_the_optuna_finder_sees_every_form(tmp_path: Path) -> None:
     (tmp_path / "store").mkdir()
     (tmp_path / "a.py").write_text("def f():\n    import optuna.trial\n")
