@@ -10,7 +10,9 @@ defaults of what they lack. A store newer than this autotune is refused in one l
 Versions: 0 (stored no version): the first stores. 1: the stored answer and the finalists'
 per-round figures; the run configuration's version. 3: ``peft``. 4: the whole-run check's options,
 and activation probes and whole-run checks stored one attr each (the record and the run
-configuration share this number from 4 on).
+configuration share this number from 4 on). 5: the measurement options' names (``settle_steps``,
+``measure_steps``, ... for ``warmup_steps``, ``max_steps``, ...), which an older autotune would read
+as defaults.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 
 from autotune.errors import UsageError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 def autotune_version() -> str:

@@ -1,7 +1,7 @@
 """An A/A benchmark: searches over a space in which the defaults are the fastest configuration.
 
     python -m benchmarks.aa_check                     # 10 searches of 6 trials, 15-25 minutes on 2 cores
-    python -m benchmarks.aa_check --searches 2 --trials 3 --check-quads 1 --max-steps 5   # a smoke run
+    python -m benchmarks.aa_check --searches 2 --trials 3 --check-quads 1 --measure-steps 5   # a smoke run
 
 Every value of `benchmarks/space_aa.yaml` other than the defaults' is slower on a 2-core CPU, so
 every speedup a search over it claims is one the instrument made up (the issue's bar: at most 1 in
@@ -321,7 +321,7 @@ def main() -> None:
     parser.add_argument("--space", type=Path, default=SPACE)
     parser.add_argument("--global-batch", type=int, default=8, help="0: free")
     parser.add_argument("--check-quads", type=int, default=3, help="A B B A quads per change (0: no check)")
-    parser.add_argument("--max-steps", type=int, default=None, help="a shorter window, for smoke runs")
+    parser.add_argument("--measure-steps", type=int, default=None, help="a shorter window, for smoke runs")
     args = parser.parse_args()
     knobs = space_knobs(args.space)
     global_batch = args.global_batch or None
@@ -343,7 +343,7 @@ def main() -> None:
                 trials=args.trials,
                 global_batch_size=global_batch,
                 **workload,
-                **({"max_steps": args.max_steps} if args.max_steps else {}),
+                **({"measure_steps": args.measure_steps} if args.measure_steps else {}),
             )
             searches.append(row)
             claim = "CLAIMS a speedup" if row["claims_speedup"] else "no claim"
@@ -360,7 +360,7 @@ def main() -> None:
         "knobs": knobs,
         "global_batch": global_batch,
         "trials": args.trials,
-        "max_steps": args.max_steps,
+        "measure_steps": args.measure_steps,
         "finalists": run.finalists,
         "finalist_rounds": run.finalist_rounds,
         "wall_s": time.monotonic() - began,

@@ -1,7 +1,7 @@
 """The A/B check: does the speedup a search states hold when a user re-measures it?
 
     python -m benchmarks.ab_check                      # tiny-gpt2, tiny-llama, tiny-bert: about 25 minutes
-    python -m benchmarks.ab_check --presets tiny-gpt2 --seconds 5 --rounds 1 --trials 3 --max-steps 5  # smoke
+    python -m benchmarks.ab_check --presets tiny-gpt2 --seconds 5 --rounds 1 --trials 3 --measure-steps 5  # smoke
 
 Per preset, a search as ``make run`` runs it (a fresh store); then the configuration its answer
 speaks of and `TrainingArguments()`'s defaults are trained as a user trains them (`user_run.py`: a
@@ -70,7 +70,7 @@ def check_preset(model: str, folder: Path, args: argparse.Namespace) -> dict[str
         seed=args.seed,
         storage=f"sqlite:///{folder / f'{model}.db'}",
         study=f"ab-{model}",
-        **({"max_steps": args.max_steps} if args.max_steps else {}),
+        **({"measure_steps": args.measure_steps} if args.measure_steps else {}),
     )
     search_s = time.monotonic() - began
     answer = result.answer
@@ -171,7 +171,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=60.0, help="steady window per user run")
-    parser.add_argument("--max-steps", type=int, default=None, help="shorter search windows, for smoke runs")
+    parser.add_argument(
+        "--measure-steps", type=int, default=None, help="shorter search windows, for smoke runs"
+    )
     args = parser.parse_args()
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bench-ab-") as folder:
@@ -182,7 +184,7 @@ def main() -> None:
         "space": args.space,
         "trials": args.trials,
         "seed": args.seed,
-        "max_steps": args.max_steps,
+        "measure_steps": args.measure_steps,
         "rounds": args.rounds,
         "seconds": args.seconds,
         "wall_s": time.monotonic() - began,

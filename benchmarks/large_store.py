@@ -51,9 +51,9 @@ LIMIT_S = (
 SHORT = [
     "--seq-len",
     "16",
-    "--warmup-steps",
+    "--settle-steps",
     "1",
-    "--max-steps",
+    "--measure-steps",
     "3",
     "--finalists",
     "2",
@@ -240,10 +240,10 @@ def time_commands(url: str, folder: Path, trials: int) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     commands = {
-        "show": ["show", STUDY],
-        "export": ["export", STUDY, "-o", str(folder / "answer.json")],
-        "report": ["report", STUDY, "-o", str(folder / "report.html")],
-        "resume": ["resume", STUDY, "--trials", str(trials + 1)],
+        "show": ["show", "--study", STUDY],
+        "export": ["export", "--study", STUDY, "-o", str(folder / "answer.json")],
+        "report": ["report", "--study", STUDY, "-o", str(folder / "report.html")],
+        "resume": ["resume", "--study", STUDY, "--trials", str(trials + 1)],
     }
     for name, args in commands.items():
         wall_s, done = timed_command(*args, "--storage", url, timeout=TIMEOUT_S)

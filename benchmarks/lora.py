@@ -73,7 +73,7 @@ def run(name: str, flags: list[str], trials: int, seed: int, folder: Path) -> di
     command = [
         sys.executable, "-m", "autotune", "search", "--model", MODEL, "--space", str(space),
         "--seq-len", str(SEQ_LEN), "--trials", str(trials), "--seed", str(seed), "--storage", storage,
-        "--no-baseline", "--finalists", "0", "--screen-ratio", "0", "--max-steps", "12", *flags,
+        "--no-baseline", "--finalists", "0", "--screen-ratio", "0", "--measure-steps", "12", *flags,
     ]  # fmt: skip
     from benchmarks.harness import run_search
 

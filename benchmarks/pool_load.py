@@ -104,7 +104,12 @@ def create_study(url: str, name: str, space: Path, trials: int) -> None:
     from autotune.progress import Reporter
 
     fast = MeasureSettings(
-        warmup_steps=1, max_warmup_steps=2, min_steps=2, max_steps=3, max_seconds=10.0, screen_ratio=0.0
+        settle_steps=1,
+        max_settle_steps=2,
+        min_measure_steps=2,
+        measure_steps=3,
+        max_seconds=10.0,
+        screen_ratio=0.0,
     )
     config = RunConfig(
         model="tiny-gpt2", space=str(space), trials=trials, storage=url, study=name, seq_len=16, measure=fast,
@@ -117,7 +122,7 @@ def create_study(url: str, name: str, space: Path, trials: int) -> None:
 
 def run_members(url: str, name: str, members: int, bound_s: float, folder: Path) -> list[dict[str, Any]]:
     """Start `members` pool members at once; wait for all (killing what is left at `bound_s`)."""
-    command = [sys.executable, "-m", "autotune", "worker", name, "--storage", url]
+    command = [sys.executable, "-m", "autotune", "worker", "--study", name, "--storage", url]
     logs = [folder / f"member-{i}.log" for i in range(members)]
     start = time.monotonic()
     procs = []

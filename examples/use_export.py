@@ -1,6 +1,6 @@
 """Train with the config `autotune export --format json` wrote: its TrainingArguments and model kwargs.
 
-    autotune export tiny-gpt2-quick-seq128 --format json -o best.json
+    autotune export --study tiny-gpt2-quick-seq128 --format json -o best.json
     python examples/use_export.py best.json
 
 The model here is the tiny-gpt2 preset the study measured; with a hub model, load it as

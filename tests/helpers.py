@@ -16,7 +16,12 @@ from autotune.options import MeasureSettings
 # No screening: what a test measures must not depend on which configurations this machine runs
 # slowly (bf16 without native bf16); tests/*/test_screening.py test it.
 FAST = MeasureSettings(
-    warmup_steps=1, max_warmup_steps=2, min_steps=2, max_steps=3, max_seconds=10.0, screen_ratio=0.0
+    settle_steps=1,
+    max_settle_steps=2,
+    min_measure_steps=2,
+    measure_steps=3,
+    max_seconds=10.0,
+    screen_ratio=0.0,
 )
 # A search that measures only its own trials: fast windows, no baseline, no finalist re-measurement,
 # no whole-run check (tests/integration/test_whole_run.py tests it).

@@ -188,7 +188,7 @@ SEARCH = Command(MAKE_RUN, MAKE_RUN)
 LORA = "autotune search --model tiny-llama --peft lora --space quick --trials 6 --storage sqlite:///lora.db"
 STUDY = "tiny-gpt2-quick-seq128"
 OWN_DATA = (
-    "autotune search --model ./my-model --dataset corpus.txt --seq-len 32 --trials 3 --max-steps 10 "
+    "autotune search --model ./my-model --dataset corpus.txt --seq-len 32 --trials 3 --measure-steps 10 "
     "--finalists 0"
 )
 # Space files the examples write (printf's format: \\n is a newline).
@@ -213,7 +213,7 @@ LONG_RUN = SHORT_RUN.replace("short-run --train-tokens 2000000", "long-run --tra
 RUN_LINES = ("trial ", "after ", "answer:", "use:", "expected:", "predicted run", "search time")
 RAY = (
     "autotune search --model tiny-gpt2 --seq-len 16 --space batch.yaml --trials 2 --storage sqlite:///ray.db "
-    "--study ray-demo --backend ray --max-steps 5 --finalist-rounds 1"
+    "--study ray-demo --backend ray --measure-steps 5 --finalist-rounds 1"
 )
 
 EXAMPLES: tuple[Example, ...] = (
@@ -228,8 +228,8 @@ EXAMPLES: tuple[Example, ...] = (
                 keep(("baseline:", "trial ", "answer:", "use:", "expected:", "parameters:", "whole run:")),
             ),
             Command(
-                "autotune export tiny-llama-quick-seq128 --storage sqlite:///lora.db --format json",
-                "autotune export tiny-llama-quick-seq128 --storage sqlite:///lora.db --format json",
+                "autotune export --study tiny-llama-quick-seq128 --storage sqlite:///lora.db --format json",
+                "autotune export --study tiny-llama-quick-seq128 --storage sqlite:///lora.db --format json",
                 json_key(
                     "peft",
                     comment='# its "peft" in part, as LoraConfig(**exported["peft"]) takes it:',
@@ -242,8 +242,8 @@ EXAMPLES: tuple[Example, ...] = (
         "export-yaml",
         (
             Command(
-                f"autotune export {STUDY} --format yaml",
-                f"autotune export {STUDY} --format yaml",
+                f"autotune export --study {STUDY} --format yaml",
+                f"autotune export --study {STUDY} --format yaml",
                 until_line("expected:", then="  ...   # its figures, the verdict's rule, the whole run"),
             ),
         ),
@@ -252,8 +252,8 @@ EXAMPLES: tuple[Example, ...] = (
         "export-flags",
         (
             Command(
-                f"autotune export {STUDY} --format flags -o flags.txt 2>expected.txt",
-                f"autotune export {STUDY} --format flags -o flags.txt 2>expected.txt",
+                f"autotune export --study {STUDY} --format flags -o flags.txt 2>expected.txt",
+                f"autotune export --study {STUDY} --format flags -o flags.txt 2>expected.txt",
             ),
             Command("cat flags.txt", "cat flags.txt"),
         ),
@@ -261,7 +261,7 @@ EXAMPLES: tuple[Example, ...] = (
     Example(
         "use-export",
         (
-            Command("", f"autotune export {STUDY} --format json -o best.json", nothing),
+            Command("", f"autotune export --study {STUDY} --format json -o best.json", nothing),
             Command("python use_export.py best.json", "python {repo}/examples/use_export.py best.json"),
         ),
     ),

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from types import FrameType
 
 import typer
+from typer.core import TyperCommand
 
 from autotune.cli import _estimate, _export, _inspect, _knobs, _report, _search, _worker
 from autotune.cli._render import print_error
@@ -43,15 +44,27 @@ def _root(
     """Find the fastest way to train a Hugging Face model on this hardware, by measuring."""
 
 
+class _Command(TyperCommand):
+    """A command whose usage line leaves out its hidden parameters: a deprecated argument (the
+    study named without ``--study``) still works, and is not offered."""
+
+    def collect_usage_pieces(self, ctx: typer.Context) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if not getattr(param, "hidden", False):
+                pieces.extend(param.get_usage_pieces(ctx))
+        return pieces
+
+
 app.command("search")(_search.search_command)
 app.command("knobs")(_knobs.knobs_command)
 app.command("estimate")(_estimate.estimate_command)
 app.command("studies")(_inspect.studies_command)
-app.command("show")(_inspect.show_command)
-app.command("resume")(_inspect.resume_command)
-app.command("worker")(_worker.worker_command)
-app.command("export")(_export.export_command)
-app.command("report")(_report.report_command)
+app.command("show", cls=_Command)(_inspect.show_command)
+app.command("resume", cls=_Command)(_inspect.resume_command)
+app.command("worker", cls=_Command)(_worker.worker_command)
+app.command("export", cls=_Command)(_export.export_command)
+app.command("report", cls=_Command)(_report.report_command)
 
 
 def _is_usage_error(exc: BaseException) -> bool:

@@ -6,11 +6,12 @@ from typing import Annotated
 
 import typer
 
-from autotune.cli._options import StorageOpt, run_option
+from autotune.cli._options import StorageOpt, StoredStudyOpt, StudyArg, run_option, study_named
 
 
 def export_command(
-    study: Annotated[str, typer.Argument(help="Study name (see `autotune studies`).")],
+    study_argument: StudyArg = None,
+    study: StoredStudyOpt = None,
     storage: StorageOpt = None,
     format: Annotated[
         str,
@@ -38,6 +39,7 @@ def export_command(
 ) -> None:
     """Export a study's answer (or its answer under --memory-cap) as a ready-to-use config: the
     defaults when nothing beat them measurably, with the best measured named beside them."""
+    study = study_named("export", study, study_argument)
     from autotune.answer.decide import study_answer
     from autotune.errors import UsageError
     from autotune.export.config import export_config, resolve_cap

@@ -10,9 +10,12 @@ from autotune.cli._options import (
     DebugOpt,
     FormatOpt,
     StorageOpt,
+    StoredStudyOpt,
     StoreRetryOpt,
+    StudyArg,
     apply_store_retry,
     run_option,
+    study_named,
 )
 
 
@@ -82,7 +85,8 @@ SHOW_ROWS = 50
 
 
 def show_command(
-    study: Annotated[str, typer.Argument(help="Study name (see `autotune studies`).")],
+    study_argument: StudyArg = None,
+    study: StoredStudyOpt = None,
     storage: StorageOpt = None,
     feasible: Annotated[bool, typer.Option("--feasible", help="Only feasible completed trials.")] = False,
     failed: Annotated[
@@ -96,6 +100,7 @@ def show_command(
     """Show a study's trials, best first (knob values, tokens/s, samples/s, peak memory, state,
     reason), then its answer as the search gave it and where the search's time went. A trial left
     running by a process that is gone is listed as interrupted (owner gone)."""
+    study = study_named("show", study, study_argument)
     from autotune.answer.choices import same_as_baseline
     from autotune.answer.decide import study_answer
     from autotune.driver.result import SearchResult
@@ -181,7 +186,8 @@ def _trial_facts(trial: Any, remeasured: dict[int, float], baseline_like: list[i
 
 
 def resume_command(
-    study: Annotated[str, typer.Argument(help="Study name (see `autotune studies`).")],
+    study_argument: StudyArg = None,
+    study: StoredStudyOpt = None,
     storage: StorageOpt = None,
     trials: Annotated[
         int | None, run_option("trials", "A new total budget.", show_default="the stored one")
@@ -191,6 +197,7 @@ def resume_command(
     debug: DebugOpt = False,
 ) -> None:
     """Continue a stored study with the run configuration it was started with."""
+    study = study_named("resume", study, study_argument)
     apply_store_retry(store_retry_s)
     from autotune.options import RunConfig
     from autotune.store.resumable import stored_run_config

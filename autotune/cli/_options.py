@@ -51,6 +51,13 @@ BaseArgsOpt = Annotated[str | None, run_option("base_args")]
 PeftOpt = Annotated[str | None, run_option("peft")]
 StorageOpt = Annotated[str | None, run_option("storage")]
 StudyOpt = Annotated[str | None, run_option("study")]
+# The study a command reads or continues: named by --study, as `autotune search` names it.
+StoredStudyOpt = Annotated[
+    str | None,
+    run_option("study", "The study's name (required; see `autotune studies`).", show_default=False),
+]
+# The same as an argument: deprecated, it still works for one release with a warning.
+StudyArg = Annotated[str | None, typer.Argument(hidden=True, show_default=False, metavar="STUDY")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks of errors.")]
 OUTPUT_FORMATS = ("table", "json", "yaml")
 FormatOpt = Annotated[
@@ -91,3 +98,31 @@ def apply_store_retry(seconds: float | None) -> None:
     if seconds < 0:
         raise UsageError(f"--store-retry-s {seconds:g} is negative", "pass 0 (no retries) or more seconds")
     os.environ[STORE_RETRY_ENV] = repr(float(seconds))
+
+
+def study_named(command: str, option: str | None, argument: str | None) -> str:
+    """The study `command` names, by ``--study NAME`` (`option`) or, deprecated, as its argument
+    (`argument`: a one-line warning on stderr names ``--study``).
+
+    Raises:
+        UsageError: no study, or one named both ways.
+    """
+    from autotune.cli._render import print_error
+    from autotune.errors import UsageError
+
+    if option is not None and argument is not None:
+        raise UsageError(
+            f"the study is named twice, by --study {option} and as the argument {argument}",
+            "give --study alone",
+        )
+    if argument is not None:
+        print_error(
+            f"warning: the study as an argument (autotune {command} {argument}) is deprecated and goes "
+            f"in the next release: use autotune {command} --study {argument}"
+        )
+        return argument
+    if option is None:
+        raise UsageError(
+            f"autotune {command} needs a study", "name it with --study NAME; autotune studies lists them"
+        )
+    return option

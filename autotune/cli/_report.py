@@ -7,11 +7,12 @@ from typing import Annotated
 
 import typer
 
-from autotune.cli._options import StorageOpt
+from autotune.cli._options import StorageOpt, StoredStudyOpt, StudyArg, study_named
 
 
 def report_command(
-    study: Annotated[str, typer.Argument(help="Name of the study in the store.", show_default=False)],
+    study_argument: StudyArg = None,
+    study: StoredStudyOpt = None,
     storage: StorageOpt = None,
     output: Annotated[
         Path, typer.Option("--output", "-o", help="HTML file to write (opens with no server or network).")
@@ -21,6 +22,7 @@ def report_command(
     ] = False,
 ) -> None:
     """Write an HTML report of a study: history, throughput vs memory, importances, trial table."""
+    study = study_named("report", study, study_argument)
     from autotune.answer.decide import study_answer
     from autotune.errors import UsageError
     from autotune.options import RunConfig

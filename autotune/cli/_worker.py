@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import typer
-
 from autotune.cli._options import (
     DebugOpt,
     StorageOpt,
+    StoredStudyOpt,
     StoreRetryOpt,
+    StudyArg,
     WorkersOpt,
     apply_store_retry,
     run_option,
+    study_named,
 )
 
 # The flag of the run option, with this command's meaning: an opt-in of this host's.
@@ -28,7 +29,8 @@ TrustRemoteCodeOpt = Annotated[
 
 
 def worker_command(
-    study: Annotated[str, typer.Argument(help="Study name (see `autotune studies`).")],
+    study_argument: StudyArg = None,
+    study: StoredStudyOpt = None,
     storage: StorageOpt = None,
     workers: WorkersOpt = None,
     trust_remote_code: TrustRemoteCodeOpt = False,
@@ -41,6 +43,7 @@ def worker_command(
     match the study's hardware and library versions. The supervisor that created the study
     measures the baseline and re-measures the finalists; a worker only measures trials.
     """
+    study = study_named("worker", study, study_argument)
     from autotune.options import RunConfig
     from autotune.store.resumable import stored_run_config
 

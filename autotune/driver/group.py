@@ -78,7 +78,7 @@ def search_in_group(
                 raise GroupFailed(
                     f"rank {rank}: {one_line(exc)}; the trial is recorded, and the process group "
                     "cannot go on after a failure on one rank",
-                    f"continue with your launcher: ... -m autotune resume {plan.study_name} "
+                    f"continue with your launcher: ... -m autotune resume --study {plan.study_name} "
                     f"--storage {display_url(config.storage_url)}",
                 ) from exc
     return finish(study, config, done_before, quiet)

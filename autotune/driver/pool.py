@@ -1,4 +1,4 @@
-"""Joining a stored study as a pool member: `autotune worker STUDY --storage URL` on any host."""
+"""Joining a stored study as a pool member: `autotune worker --study STUDY --storage URL` on any host."""
 
 from __future__ import annotations
 

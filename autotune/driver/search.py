@@ -37,7 +37,7 @@ def search(
     Args:
         config: the run configuration (default `RunConfig()`).
         overrides: run options that replace the config's: every field of `RunConfig` and of
-            `MeasureSettings` by its name (``search(model="tiny-llama", trials=4, max_steps=10)``),
+            `MeasureSettings` by its name (``search(model="tiny-llama", trials=4, measure_steps=10)``),
             as docs/reference/options.md lists them; the keywords of this signature.
         reporter: receives progress events; the default prints nothing.
         callbacks: extra Trainer callbacks added to every trial.

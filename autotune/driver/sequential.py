@@ -51,8 +51,8 @@ def warming_window(settings: MeasureSettings) -> dict[str, Any]:
     """The baseline's first, warming measurement: the steps that warm the process and the machine,
     no more (its figure is said, not stored)."""
     return {
-        "min_steps": min(settings.min_steps, ROUND_MIN_STEPS),
-        "max_steps": min(settings.max_steps, ROUND_MIN_STEPS),
+        "min_measure_steps": min(settings.min_measure_steps, ROUND_MIN_STEPS),
+        "measure_steps": min(settings.measure_steps, ROUND_MIN_STEPS),
         "max_seconds": settings.max_seconds / 3,
     }
 
@@ -79,11 +79,11 @@ def round_window(
     if seconds is not None:
         max_seconds = max(0.0, min(max_seconds, seconds))
     return {
-        "min_steps": min(settings.min_steps, ROUND_MIN_STEPS),
-        "max_steps": max(settings.min_steps, math.ceil(settings.max_steps / 3)),
+        "min_measure_steps": min(settings.min_measure_steps, ROUND_MIN_STEPS),
+        "measure_steps": max(settings.min_measure_steps, math.ceil(settings.measure_steps / 3)),
         "max_seconds": max_seconds,
         "target_rel_ci": min(ROUND_CI_CAP, max(settings.target_rel_ci, needed)),
-        "eager_warmup_steps": min(settings.warmup_steps, ROUND_EAGER_WARMUP_STEPS),
+        "eager_settle_steps": min(settings.settle_steps, ROUND_EAGER_WARMUP_STEPS),
     }
 
 
@@ -191,7 +191,7 @@ def predicted_cost(record: TrialRecord, settings: MeasureSettings) -> float:
     # a round's warm-up steps: its fresh process's first step (a data-loader worker's start, the
     # first kernels, as the search's first step took them), then steady ones; without a first step
     # on record, every step of the search's warm-up beyond steady ones
-    eager = min(settings.warmup_steps, ROUND_EAGER_WARMUP_STEPS)
+    eager = min(settings.settle_steps, ROUND_EAGER_WARMUP_STEPS)
     if measured.first_step_s is not None and eager >= 1:
         warmup_s = measured.first_step_s + (eager - 1) * step_s
     else:
@@ -199,12 +199,12 @@ def predicted_cost(record: TrialRecord, settings: MeasureSettings) -> float:
     if record.compile.seconds:
         warmup_s = max(warmup_s, measured.warmup_s or 0.0)
     window = round_window(settings, None)
-    steps = float(window["min_steps"])
+    steps = float(window["min_measure_steps"])
     ci, count = measured.rel_ci_halfwidth, measured.measured_steps
     if ci and count and count > 1 and math.isfinite(ci):
         per_step = ci * math.sqrt(count) / t_quantile(0.975, count - 1)  # one step's relative spread
         needed = (1.96 * per_step / window["target_rel_ci"]) ** 2
-        steps = min(float(window["max_steps"]), max(steps, needed))
+        steps = min(float(window["measure_steps"]), max(steps, needed))
     return (measured.setup_s or 0.0) + warmup_s + steps * step_s + PROCESS_START_S
 
 

@@ -74,7 +74,7 @@ def finish(study: StudyStore, config: Any, done_before: int, reporter: Reporter)
         reason, message, count = failed
         raise SearchFailed(
             f"every trial failed the same way ({count} trials, {reason}): {message}",
-            f"`autotune show {study.study_name} --failed` lists them; --debug keeps their tracebacks",
+            f"`autotune show --study {study.study_name} --failed` lists them; --debug keeps their tracebacks",
             reason=reason,
             trials=count,
         )

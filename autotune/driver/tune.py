@@ -40,7 +40,7 @@ from autotune.errors import UsageError, first_line
 from autotune.executors.warm import start_forkserver
 from autotune.logs import quiet_libraries
 from autotune.measure.peak import release_device_memory
-from autotune.options import KEYWORDS, run_config, with_option_keywords
+from autotune.options import ALIASES, KEYWORDS, run_config, with_option_keywords
 from autotune.plan.base_args import RESERVED_ARGS
 from autotune.plan.build import plan_for
 from autotune.preflight import check_before_creating
@@ -81,6 +81,13 @@ _NOT_OPTIONS = {
 }
 OPTIONS = tuple(name for name in KEYWORDS if name not in _NOT_OPTIONS)
 """The run options `tune` takes as keywords (docs/reference/options.md), by their field names."""
+
+
+def _aliased(name: str) -> str | None:
+    """The option another keyword of it names (``max_steps``: ``measure_steps``), or None."""
+    alias = ALIASES.get(name)
+    return alias.option if alias is not None else None
+
 
 # The callbacks every Trainer adds itself: the trial Trainer adds its own.
 _STOCK_CALLBACKS = (DefaultFlowCallback, PrinterCallback, ProgressCallback)
@@ -145,7 +152,7 @@ def tune(
         callbacks: extra Trainer callbacks added to every trial.
         debug: keep tracebacks of failed trials in their user attrs.
         options: more run options, by their field names as for `autotune.search`:
-            ``memory_cap``, ``max_steps`` (or a whole ``measure``), ``keep_semantics``,
+            ``memory_cap``, ``measure_steps`` (or a whole ``measure``), ``keep_semantics``,
             ``global_batch_size``, ``finalists``, ``measure_baseline``, ``isolation`` (``"none"``:
             trials in this process), ``workers``, ``output_dir``, ... (`OPTIONS`; the keywords of
             this signature).
@@ -156,7 +163,7 @@ def tune(
             option), a bad space or store.
         AutotuneError: what ``autotune search`` raises.
     """
-    unknown = sorted(set(options) - set(OPTIONS))
+    unknown = sorted(name for name in options if name not in OPTIONS and _aliased(name) not in OPTIONS)
     if unknown:
         raise UsageError(
             f"tune() takes no option {unknown[0]!r}",

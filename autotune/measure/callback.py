@@ -181,7 +181,9 @@ class ThroughputCallback(TrainerCallback):
         timed_out = now - self._train_begin > s.trial_timeout_s
         warming = not self.window_times_s and self._warming(s)
         window = [*self.window_times_s, step_s]
-        done = not warming and window_done(window, s.min_steps, s.max_steps, s.max_seconds, s.target_rel_ci)
+        done = not warming and window_done(
+            window, s.min_measure_steps, s.measure_steps, s.max_seconds, s.target_rel_ci
+        )
         if not warming and not done:
             done = self._behind(window)
         screened = None if done else self._screen(step_s)
@@ -207,11 +209,11 @@ class ThroughputCallback(TrainerCallback):
 
     def _warming(self, s: MeasureSettings) -> bool:
         """Whether the steps so far are still warm-up: a set number for a configuration that
-        compiles nothing where the settings give one (`MeasureSettings.eager_warmup_steps`), else
+        compiles nothing where the settings give one (`MeasureSettings.eager_settle_steps`), else
         until step times stop falling (`warmup_done`)."""
-        if s.eager_warmup_steps is not None and not self._compiled:
-            return len(self.warmup_times_s) < s.eager_warmup_steps
-        return not warmup_done(self.warmup_times_s, s.warmup_steps, s.max_warmup_steps)
+        if s.eager_settle_steps is not None and not self._compiled:
+            return len(self.warmup_times_s) < s.eager_settle_steps
+        return not warmup_done(self.warmup_times_s, s.settle_steps, s.max_settle_steps)
 
     def _screen_line_s(self) -> float | None:
         """The seconds a step takes at the screening line (each sample at its full length), on the
@@ -313,12 +315,17 @@ class ThroughputCallback(TrainerCallback):
     def _behind(self, window: list[float]) -> bool:
         """Whether the window can end now because it measures the trial clearly under the promotion
         line (`MeasureSettings.promote_ratio` of the study's best, `screen_against`): after
-        `min_steps` steps, the upper end of its 95% interval, each sample counted at its full
+        `min_measure_steps` steps, the upper end of its 95% interval, each sample counted at its full
         length, is under the line. The trial keeps what the window measured (its interval wider
         than the target); it only does not earn the rest of the window (`not_promoted`). Not where
         the trial is judged on the user's run: the line reads throughput, not the run's time."""
         reference, line = self.screen_against, self.settings.promote_ratio
-        if not reference or reference.judges_run or line <= 0 or len(window) < self.settings.min_steps:
+        if (
+            not reference
+            or reference.judges_run
+            or line <= 0
+            or len(window) < self.settings.min_measure_steps
+        ):
             return False
         full_length = self.samples_per_step * self.tokens_per_sample
         stats = summarize_window(window, full_length, self.samples_per_step)
@@ -338,10 +345,10 @@ class ThroughputCallback(TrainerCallback):
         """The first step screening judges. The first step carries one-time costs (lazy set-up,
         the optimizer's state, data-loader workers starting) and never alone stops a trial: an
         eager trial is judged from its second step, when one steady step bounds its speed. A
-        compiled one waits for its minimum warm-up (`MeasureSettings.warmup_steps`): dynamo
+        compiled one waits for its minimum warm-up (`MeasureSettings.settle_steps`): dynamo
         recompiles on the second step when a shape changes (variable-length data), and CUDA
         graphs record on the second step and replay only from the third."""
-        return max(2, self.settings.warmup_steps) if self._compiled else 2
+        return max(2, self.settings.settle_steps) if self._compiled else 2
 
     def result(self) -> dict[str, Any]:
         """The trial's measurements as flat user attrs.

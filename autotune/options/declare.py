@@ -1,10 +1,15 @@
 """How a run option is declared once: a dataclass field made by `option`, with its default, help,
-group and flag in its metadata (`GROUPS`: the groups, in the order they are shown)."""
+group and flag in its metadata (`GROUPS`: the groups, in the order they are shown); its other
+keywords, deprecated or not, in `ALIASES` (`resolve_aliases` reads them)."""
 
 from __future__ import annotations
 
-from dataclasses import field
+import warnings
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
 from typing import Any
+
+from autotune.errors import UsageError
 
 # The groups of run options, in the order they are shown: the panels of `autotune search --help`
 # and the sections of docs/reference/options.md.
@@ -57,3 +62,77 @@ def option(
         "default_text": default_text,
     }
     return field(default=default, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class Alias:
+    """Another keyword for a run option.
+
+    Attributes:
+        option: the name of the option it names (a field of `RunConfig` or `MeasureSettings`).
+        deprecated: an old name, kept for one release: it works and warns, naming `option`. On the
+            command line, where the option has a flag, ``--`` and the old name with dashes is the
+            old flag, and works and warns the same way.
+    """
+
+    option: str
+    deprecated: bool = False
+
+
+ALIASES: dict[str, Alias] = {
+    # The keywords optuna and `Trainer.hyperparameter_search` name two options by.
+    "n_trials": Alias("trials"),
+    "study_name": Alias("study"),
+    # The measurement options' old names, which read as `TrainingArguments.max_steps` and
+    # `warmup_steps` (the training run's length and its learning-rate warm-up) to a Hugging Face user.
+    "warmup_steps": Alias("settle_steps", deprecated=True),
+    "max_warmup_steps": Alias("max_settle_steps", deprecated=True),
+    "eager_warmup_steps": Alias("eager_settle_steps", deprecated=True),
+    "min_steps": Alias("min_measure_steps", deprecated=True),
+    "max_steps": Alias("measure_steps", deprecated=True),
+}
+"""Every other keyword of a run option, by that keyword."""
+
+
+def deprecation(alias: str, spell: Callable[[str], str] = str) -> str:
+    """The warning the deprecated `alias` gives: the name to use instead, and why (`spell`: how a
+    name is written, ``--max-steps`` on the command line)."""
+    name = ALIASES[alias].option
+    return (
+        f"{spell(alias)} is deprecated and goes in the next release: use {spell(name)} "
+        f"({spell(alias)} reads as the Trainer's own TrainingArguments.{alias})"
+        if alias in ("max_steps", "warmup_steps")
+        else f"{spell(alias)} is deprecated and goes in the next release: use {spell(name)}"
+    )
+
+
+def resolve_aliases(
+    values: dict[str, Any], names: Collection[str] | None = None, *, warn: int | None = 1
+) -> list[str]:
+    """Rename in `values`, in place, each alias (`ALIASES`) to the name of the option it names;
+    the deprecated aliases that were given, in the order given.
+
+    Args:
+        names: only aliases of these options (`MeasureSettings`' own fields, for its constructor).
+        warn: the `warnings.warn` stack level of a `FutureWarning` for each deprecated alias,
+            counted from the caller of this function (1: the caller's line); None: no warning (a
+            stored configuration, or the command line, which says it in its own words).
+
+    Raises:
+        UsageError: an option given under two of its names (naming both).
+    """
+    used: list[str] = []
+    for alias in [key for key in values if key in ALIASES]:
+        name = ALIASES[alias].option
+        if names is not None and name not in names:
+            continue
+        if name in values:
+            raise UsageError(
+                f"{alias} and {name} name the same option", "give one of them", field=(name, alias)
+            )
+        values[name] = values.pop(alias)
+        if ALIASES[alias].deprecated:
+            used.append(alias)
+            if warn is not None:
+                warnings.warn(deprecation(alias), FutureWarning, stacklevel=warn + 1)
+    return used

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from autotune.errors import AutotuneError, UsageError
-from autotune.options.declare import GROUPS
+from autotune.options.declare import ALIASES, GROUPS, deprecation, resolve_aliases
 from autotune.options.run import RunConfig
 from autotune.options.settings import MeasureSettings
 
@@ -113,28 +113,40 @@ KEYWORDS: tuple[str, ...] = tuple(
 """The keywords `search()` takes: every option, and ``measure`` (a whole `MeasureSettings`)."""
 
 
-# The keywords optuna and `Trainer.hyperparameter_search` name two options by: `search()` and
-# `tune()` take them beside the options' own names.
-ALIASES: dict[str, str] = {"n_trials": "trials", "study_name": "study"}
+def alias_flag(alias: str) -> str | None:
+    """The command-line flag of the alias `alias`: a deprecated one's old flag (``--max-steps``),
+    where its option has a flag; None for any other (``n_trials`` is Python's only)."""
+    entry = ALIASES.get(alias)
+    if entry is None or not entry.deprecated or BY_NAME[entry.option].flag is None:
+        return None
+    return f"--{alias.replace('_', '-')}"
+
+
+def deprecated_flags() -> dict[str, str]:
+    """The deprecated flags the command line still takes: each alias's name by its flag."""
+    return {flag: alias for alias in ALIASES if (flag := alias_flag(alias)) is not None}
+
+
+def flag_deprecation(alias: str) -> str:
+    """The command line's warning for the deprecated flag of `alias`, naming the flag to use."""
+    return deprecation(alias, lambda name: flagged(name, (name,)))
 
 
 def run_config(base: RunConfig | None = None, /, **values: Any) -> RunConfig:
     """`base` (default: `RunConfig()`) with the options in `values` replaced. A `MeasureSettings`
-    field may be given by itself (``max_steps=10``); one of the two fields no flag sets follows the
-    given ones where it is not given itself (``max_warmup_steps`` at least ``warmup_steps``,
-    ``min_steps`` at most ``max_steps``), as on the command line.
+    field may be given by itself (``measure_steps=10``); one of the fields no flag sets follows the
+    given ones where it is not given itself (``max_settle_steps`` at least ``settle_steps``,
+    ``min_measure_steps`` at most ``measure_steps``), as on the command line.
 
-    ``n_trials`` and ``study_name`` (`ALIASES`) name ``trials`` and ``study``, as optuna does.
+    An option's other names (`ALIASES`) work too: ``n_trials`` and ``study_name`` name ``trials``
+    and ``study``, as optuna does; a deprecated one (``max_steps``) with a `FutureWarning` at the
+    line that called `search()` or `tune()`.
 
     Raises:
-        UsageError: an unknown keyword, an option given under both its names, or a value
+        UsageError: an unknown keyword, an option given under two of its names, or a value
             `RunConfig` refuses (naming the field).
     """
-    for alias, name in ALIASES.items():
-        if alias in values:
-            if name in values:
-                raise UsageError(f"{alias} and {name} name the same option", "give one of them", field=name)
-            values[name] = values.pop(alias)
+    resolve_aliases(values, warn=3)  # this function's caller is search() or tune(): their caller
     unknown = [name for name in values if name not in KEYWORDS]
     if unknown:
         raise UsageError(
@@ -175,10 +187,10 @@ def with_option_keywords(
 
 def _measure_with(measure: MeasureSettings, given: dict[str, Any]) -> MeasureSettings:
     values = {f.name: getattr(measure, f.name) for f in dataclasses.fields(MeasureSettings)} | given
-    if "max_warmup_steps" not in given:
-        values["max_warmup_steps"] = max(measure.max_warmup_steps, values["warmup_steps"])
-    if "min_steps" not in given:
-        values["min_steps"] = min(measure.min_steps, values["max_steps"])
+    if "max_settle_steps" not in given:
+        values["max_settle_steps"] = max(measure.max_settle_steps, values["settle_steps"])
+    if "min_measure_steps" not in given:
+        values["min_measure_steps"] = min(measure.min_measure_steps, values["measure_steps"])
     return MeasureSettings(**values)
 
 
@@ -194,6 +206,9 @@ def flagged(text: str, fields: tuple[str, ...]) -> str:
     their names."""
     for name in fields:
         option = BY_NAME.get(name)
+        old_flag = alias_flag(name)
+        if old_flag is not None:  # a deprecated name: its old flag
+            option = dataclasses.replace(BY_NAME[ALIASES[name].option], flag=old_flag, negative=None)
         if option is None or option.flag is None:
             continue
         # Not a part of a longer name, a path or a flag.
@@ -265,7 +280,7 @@ def reference() -> str:
         "(those of how a trial is measured: of `MeasureSettings`, its `measure`). The option's name is",
         "a keyword of `autotune.search(...)`, and of `autotune.tune(trainer, ...)` but for what `tune`",
         "takes from the Trainer or its own parameters (`autotune.driver.tune.OPTIONS`); a",
-        "`MeasureSettings` field by its name too (`max_steps=10`), or all of them as",
+        "`MeasureSettings` field by its name too (`measure_steps=10`), or all of them as",
         "`measure=MeasureSettings(...)`. `autotune search` takes the flag. Errors name the option;",
         "the command line prints its flag instead. An option without a flag is for Python callers.",
     ]
@@ -287,4 +302,19 @@ def reference() -> str:
             default = table_cell(option.default_text or f"`{option.default!r}`".replace("'", ""))
             meaning = table_cell(help_text(option, command_line=False))
             lines.append(f"| {name} | {flags} | {_type_name(option)} | {default} | {meaning} |")
+    lines += [
+        "",
+        "## Other names",
+        "",
+        "Another keyword names the same option; a deprecated one (and its flag) still works for one",
+        "release, with a warning naming the option's name. An option given under two names is refused.",
+        "",
+        "| keyword | flag | names | deprecated |",
+        "|---|---|---|---|",
+    ]
+    for alias, entry in ALIASES.items():
+        flag = alias_flag(alias)
+        flag_text = f"`{flag}`" if flag else "-"
+        deprecated = "yes" if entry.deprecated else "no"
+        lines.append(f"| `{alias}` | {flag_text} | `{entry.option}` | {deprecated} |")
     return "\n".join(lines) + "\n"

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from autotune.errors import UsageError
 from autotune.options.checks import check_backend, check_execution, check_run_length, check_workload
-from autotune.options.declare import option
+from autotune.options.declare import option, resolve_aliases
 from autotune.options.settings import MeasureSettings
 from autotune.options.sizes import MemoryCap, parse_memory_cap
 from autotune.schema import SCHEMA_VERSION, autotune_version, check_schema
@@ -309,8 +309,9 @@ class RunConfig:
     def from_dict(cls, data: dict[str, Any], **overrides: Any) -> RunConfig:
         """Rebuild a stored run configuration (``autotune resume``, a pool member), with `overrides`
         on top. An older configuration (an older schema, or none recorded) is read with defaults
-        for the keys it lacks; keys this autotune does not know are ignored (a key an older schema
-        had and this one dropped).
+        for the keys it lacks, and its options' old names (`autotune.options.declare.ALIASES`:
+        ``max_steps`` for ``measure_steps``) as the new ones; keys this autotune does not know are
+        ignored (a key an older schema had and this one dropped).
 
         Raises:
             UsageError: the configuration was written with a newer schema than this autotune reads
@@ -320,9 +321,9 @@ class RunConfig:
         fields = {**data, **{k: v for k, v in overrides.items() if v is not None}}
         if isinstance(fields.get("measure"), dict):
             known_measure = set(MeasureSettings.__dataclass_fields__)
-            fields["measure"] = MeasureSettings(
-                **{k: v for k, v in fields["measure"].items() if k in known_measure}
-            )
+            measure = dict(fields["measure"])
+            resolve_aliases(measure, known_measure, warn=None)  # stored under the old names
+            fields["measure"] = MeasureSettings(**{k: v for k, v in measure.items() if k in known_measure})
         fields["allow_mismatch"] = tuple(fields.get("allow_mismatch") or ())
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in fields.items() if k in known})

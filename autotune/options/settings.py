@@ -2,46 +2,53 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import dataclass
+from typing import Any
 
 from autotune.errors import UsageError
-from autotune.options.declare import option
+from autotune.options.declare import option, resolve_aliases
 
 
 @dataclass(frozen=True)
 class MeasureSettings:
-    """How one trial is measured (DESIGN.md, "Measurement protocol"). Each field is a run option
-    declared with its help (docs/reference/options.md)."""
+    """How one trial is measured (DESIGN.md, "Measurement protocol"): the settling steps run first
+    and never scored, then the measured window. Each field is a run option declared with its help
+    (docs/reference/options.md). Their names are not `TrainingArguments`' ``warmup_steps`` and
+    ``max_steps`` (the run's learning-rate warm-up and length); those old names are deprecated
+    keywords of the constructor (`autotune.options.declare.ALIASES`)."""
 
-    warmup_steps: int = option(
+    settle_steps: int = option(
         3,
-        help="Optimizer steps always run before the measured window and never scored; warm-up goes on "
-        "while step times still fall (compilation), up to {max_warmup_steps}.",
+        help="Optimizer steps always run before the measured window and never scored (the trial's "
+        "warm-up); settling goes on while step times still fall (compilation), up to "
+        "{max_settle_steps}.",
         group="measurement",
     )
-    max_warmup_steps: int = option(
+    max_settle_steps: int = option(
         20,
-        help="Warm-up goes on while step times still fall (compilation) up to this many steps; where "
-        "not given, raised to {warmup_steps}.",
+        help="Settling goes on while step times still fall (compilation) up to this many steps; where "
+        "not given, raised to {settle_steps}.",
         group="measurement",
         flag=None,
     )
-    eager_warmup_steps: int | None = option(
+    eager_settle_steps: int | None = option(
         None,
-        help="Where given, the warm-up of a configuration that compiles nothing is this many steps, "
+        help="Where given, a configuration that compiles nothing settles for this many steps, "
         "whatever their times (a finalists' round: 2, the search has seen the configuration "
-        "settle); not given: as any other's, {warmup_steps} and more while step times fall.",
+        "settle); not given: as any other, {settle_steps} and more while step times fall.",
         group="measurement",
         flag=None,
     )
-    min_steps: int = option(
+    min_measure_steps: int = option(
         5,
         help="Measured steps before the stability rule may end the window; where not given, lowered "
-        "to {max_steps}.",
+        "to {measure_steps}.",
         group="measurement",
         flag=None,
     )
-    max_steps: int = option(
+    measure_steps: int = option(
         30,
         help="The measured window ends after this many optimizer steps at the latest.",
         group="measurement",
@@ -65,7 +72,7 @@ class MeasureSettings:
     screen_ratio: float = option(
         0.5,
         help="Screening: a search trial whose fastest step, from its second step on (a compiled "
-        "trial: once its minimum warm-up is done), runs under this fraction of the best tokens/s "
+        "trial: once its {settle_steps} are done), runs under this fraction of the best tokens/s "
         "the study has measured (its trials and its baseline) stops there, reason screened_out, "
         "instead of taking its full window; with {train_tokens} or {train_steps}, one whose run "
         "at that speed (its set-up at the least measured, no compilation) is predicted to take "
@@ -77,7 +84,7 @@ class MeasureSettings:
     )
     promote_ratio: float = option(
         0.8,
-        help="The promotion line: a search trial's window that, after {min_steps} steps, measures it "
+        help="The promotion line: a search trial's window that, after {min_measure_steps} steps, measures it "
         "clearly under this fraction of the study's best (the upper end of its 95% interval is) "
         "ends there: the trial keeps its figure, less precise, and does not earn the rest of its "
         "window; 0: every trial that passed screening gets its full window.",
@@ -101,29 +108,29 @@ class MeasureSettings:
             raise UsageError(
                 f"trial_timeout_s must be positive, got {self.trial_timeout_s}", field="trial_timeout_s"
             )
-        if self.eager_warmup_steps is not None and self.eager_warmup_steps < 1:
+        if self.eager_settle_steps is not None and self.eager_settle_steps < 1:
             raise UsageError(
-                f"eager_warmup_steps must be >= 1, got {self.eager_warmup_steps}", field="eager_warmup_steps"
+                f"eager_settle_steps must be >= 1, got {self.eager_settle_steps}", field="eager_settle_steps"
             )
-        if self.warmup_steps < 1:
-            raise UsageError(f"warmup_steps must be >= 1, got {self.warmup_steps}", field="warmup_steps")
-        if self.max_warmup_steps < self.warmup_steps:
+        if self.settle_steps < 1:
+            raise UsageError(f"settle_steps must be >= 1, got {self.settle_steps}", field="settle_steps")
+        if self.max_settle_steps < self.settle_steps:
             raise UsageError(
-                f"max_warmup_steps must be >= warmup_steps, got {self.max_warmup_steps} and "
-                f"{self.warmup_steps}",
-                field=("max_warmup_steps", "warmup_steps"),
+                f"max_settle_steps must be >= settle_steps, got {self.max_settle_steps} and "
+                f"{self.settle_steps}",
+                field=("max_settle_steps", "settle_steps"),
             )
-        if self.max_steps < 2:
+        if self.measure_steps < 2:
             raise UsageError(
-                f"max_steps must be at least 2, got {self.max_steps}",
+                f"measure_steps must be at least 2, got {self.measure_steps}",
                 "a confidence interval needs two measured steps",
-                field="max_steps",
+                field="measure_steps",
             )
-        if not 2 <= self.min_steps <= self.max_steps:
+        if not 2 <= self.min_measure_steps <= self.measure_steps:
             raise UsageError(
-                f"need 2 <= min_steps <= max_steps, got min_steps={self.min_steps}, "
-                f"max_steps={self.max_steps}",
-                field=("min_steps", "max_steps"),
+                f"need 2 <= min_measure_steps <= measure_steps, got min_measure_steps="
+                f"{self.min_measure_steps}, measure_steps={self.measure_steps}",
+                field=("min_measure_steps", "measure_steps"),
             )
         for name in ("max_seconds", "target_rel_ci"):
             if not getattr(self, name) > 0:
@@ -131,5 +138,21 @@ class MeasureSettings:
 
     @property
     def step_budget(self) -> int:
-        """The `max_steps` given to the Trainer: the window always ends before it."""
-        return self.max_warmup_steps + self.max_steps + 1
+        """The `TrainingArguments.max_steps` given to the Trainer: the window always ends before it."""
+        return self.max_settle_steps + self.measure_steps + 1
+
+
+def _taking_old_names(init: Any) -> Any:
+    """`MeasureSettings`' constructor, also taking its fields' deprecated names (with a
+    `FutureWarning` at the caller's line): ``MeasureSettings(max_steps=10)`` still works."""
+    names = {f.name for f in dataclasses.fields(MeasureSettings)}
+
+    @functools.wraps(init)
+    def __init__(self: MeasureSettings, *args: Any, **values: Any) -> None:
+        resolve_aliases(values, names, warn=2)
+        init(self, *args, **values)
+
+    return __init__
+
+
+MeasureSettings.__init__ = _taking_old_names(MeasureSettings.__init__)  # type: ignore[method-assign]

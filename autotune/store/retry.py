@@ -243,7 +243,7 @@ def store_full(
     return StoreFull(
         f"store {store} cannot be written, its disk or database is full ({said}{where}); not retried",
         "free space there (a server store: its data disk or table quota), then continue with "
-        "`autotune resume STUDY`: a trial it could not record is marked interrupted then",
+        "`autotune resume --study STUDY`: a trial it could not record is marked interrupted then",
     )
 
 

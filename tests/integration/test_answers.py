@@ -38,7 +38,9 @@ def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[str, str]
 
 
 def _exports(study: str, url: str, capsys: pytest.CaptureFixture[str]) -> dict[str, tuple[str, str]]:
-    return {fmt: _run(["export", study, "--storage", url, "--format", fmt], capsys) for fmt in FORMATS}
+    return {
+        fmt: _run(["export", "--study", study, "--storage", url, "--format", fmt], capsys) for fmt in FORMATS
+    }
 
 
 def _search(
@@ -110,7 +112,7 @@ def test_a_tie_with_the_defaults_hands_back_the_defaults_everywhere(
     assert "finalists: " in printed and "instrument (A/A)" in printed
     assert "use: the defaults" in exported["flags"][1]  # beside the flags, on stderr
     # `autotune show` gives the same answer from the store.
-    shown, _ = _run(["show", result.study.study_name, "--storage", url], capsys)
+    shown, _ = _run(["show", "--study", result.study.study_name, "--storage", url], capsys)
     shown = " ".join(shown.split())
     assert answer.verdict in shown and "use: the defaults" in shown
     assert f"alternative, not handed back: trial {result.best.number}" in shown

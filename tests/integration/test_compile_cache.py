@@ -103,7 +103,7 @@ def test_the_search_stores_its_time_breakdown_and_show_prints_it(
     assert describe_time_breakdown(breakdown) in expected_lines(config)
 
     with pytest.raises(SystemExit) as exit_info:
-        main(["show", "time", "--storage", storage])
+        main(["show", "--study", "time", "--storage", storage])
     out, _ = capsys.readouterr()
     assert exit_info.value.code in (0, None)
     assert "Time of the last search" in out and "measured" in out

@@ -208,13 +208,13 @@ def test_a_failure_on_one_rank_under_torchrun_is_recorded_and_resumable(tmp_path
     storage, _, failed = _launched_search(tmp_path, "failing")
     assert failed.returncode != 0
     assert "rank 1: RuntimeError: injected failure" in failed.stderr
-    assert "-m autotune resume failing" in failed.stderr
+    assert "-m autotune resume --study failing" in failed.stderr
     study = optuna.load_study(study_name="failing", storage=storage)
     first = study.trials[0]
     assert first.state == optuna.trial.TrialState.FAIL  # recorded, not left RUNNING
     assert first.user_attrs["message"].startswith("rank 1: RuntimeError: injected failure")
 
-    resumed = _torchrun("-m", "autotune", "resume", "failing", "--storage", storage, timeout_s=300)
+    resumed = _torchrun("-m", "autotune", "resume", "--study", "failing", "--storage", storage, timeout_s=300)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert resumed.stdout.count("Top trials of failing") == 1  # rank 0 alone reports
     study = optuna.load_study(study_name="failing", storage=storage)

@@ -49,14 +49,16 @@ def test_studies_lists_the_study(stored: dict[str, Any], capsys: pytest.CaptureF
 def test_show_lists_trials_best_first_with_filters(
     stored: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, _ = run_cli(["show", "inspect", "--storage", stored["storage"]], capsys)
+    code, out, _ = run_cli(["show", "--study", "inspect", "--storage", stored["storage"]], capsys)
     assert code == 0
     assert "Trials of inspect (2)" in out
     assert out.index("│ 1 ") < out.index("│ 0 ")  # the completed trial ranks before the failed one
     assert "#0 oom: OutOfMemoryError" in out
-    code, out, _ = run_cli(["show", "inspect", "--storage", stored["storage"], "--failed"], capsys)
+    code, out, _ = run_cli(["show", "--study", "inspect", "--storage", stored["storage"], "--failed"], capsys)
     assert "Trials of inspect (1)" in out and "pruned (oom)" in out
-    code, out, _ = run_cli(["show", "inspect", "--storage", stored["storage"], "--feasible"], capsys)
+    code, out, _ = run_cli(
+        ["show", "--study", "inspect", "--storage", stored["storage"], "--feasible"], capsys
+    )
     assert "Trials of inspect (1)" in out and "pruned" not in out
 
 
@@ -64,13 +66,13 @@ def test_show_errors_are_one_line_usage_errors(
     stored: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, _, err = run_cli(
-        ["show", "inspect", "--storage", stored["storage"], "--feasible", "--failed"], capsys
+        ["show", "--study", "inspect", "--storage", stored["storage"], "--feasible", "--failed"], capsys
     )
     assert code == 2 and len(err.strip().splitlines()) == 1 and "exclude each other" in err
-    code, _, err = run_cli(["show", "nope", "--storage", stored["storage"]], capsys)
+    code, _, err = run_cli(["show", "--study", "nope", "--storage", stored["storage"]], capsys)
     assert code == 2 and "no study 'nope'" in err and "studies there: inspect" in err
     missing = f"sqlite:///{stored['folder'] / 'missing.db'}"
-    code, _, err = run_cli(["show", "inspect", "--storage", missing], capsys)
+    code, _, err = run_cli(["show", "--study", "inspect", "--storage", missing], capsys)
     assert code == 2 and "does not exist" in err
     assert not (stored["folder"] / "missing.db").exists()  # reading never creates a store
 
@@ -80,7 +82,9 @@ def test_resume_reads_the_stored_run_configuration(
 ) -> None:
     # No --model/--space/--seq-len: they come from the store (a different sequence length would be
     # refused by the fingerprint check).
-    code, out, err = run_cli(["resume", "inspect", "--storage", stored["storage"], "--trials", "3"], capsys)
+    code, out, err = run_cli(
+        ["resume", "--study", "inspect", "--storage", stored["storage"], "--trials", "3"], capsys
+    )
     assert code == 0, err
     assert "budget 3 trials: 2 done, 1 to run" in out
     study = optuna.load_study(study_name="inspect", storage=stored["storage"])

@@ -76,7 +76,7 @@ def test_a_worker_killed_mid_trial_is_recorded_and_the_search_completes(tmp_path
 
     killer = threading.Thread(target=kill_the_first_running_worker, daemon=True)
     killer.start()
-    slow = autotune.MeasureSettings(warmup_steps=1, max_steps=100000, max_seconds=2.0, target_rel_ci=1e-6)
+    slow = autotune.MeasureSettings(settle_steps=1, measure_steps=100000, max_seconds=2.0, target_rel_ci=1e-6)
     try:
         result = _run(tmp_path, 3, measure=slow)
     finally:

@@ -21,7 +21,12 @@ pytestmark = pytest.mark.timeout(300)
 
 # Windows long enough for several paired steps in the second half of the compared tokens.
 MEASURE = MeasureSettings(
-    warmup_steps=1, max_warmup_steps=2, min_steps=6, max_steps=8, max_seconds=10.0, screen_ratio=0.0
+    settle_steps=1,
+    max_settle_steps=2,
+    min_measure_steps=6,
+    measure_steps=8,
+    max_seconds=10.0,
+    screen_ratio=0.0,
 )
 CHECKPOINTED = {"activation_checkpointing": True, "per_device_train_batch_size": 8}
 SMALLER = {"activation_checkpointing": False, "per_device_train_batch_size": 4}

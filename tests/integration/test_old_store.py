@@ -58,15 +58,15 @@ def test_the_old_store_shows_exports_and_reports(
     url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert STUDY in _run(["studies", "--storage", url], capsys)
-    shown = _run(["show", STUDY, "--storage", url], capsys)
+    shown = _run(["show", "--study", STUDY, "--storage", url], capsys)
     assert "answer: nothing beat the defaults measurably" in shown and "use: the defaults" in shown
     assert "alternative, not handed back: trial 2" in shown
-    exported = json.loads(_run(["export", STUDY, "--storage", url, "--format", "json"], capsys))
+    exported = json.loads(_run(["export", "--study", STUDY, "--storage", url, "--format", "json"], capsys))
     assert exported["training_args"]["per_device_train_batch_size"] == 8
     assert exported["expected"]["trial"] is None and exported["expected"]["remeasured"] is True
     for fmt in ("yaml", "flags", "accelerate", "python"):
-        _run(["export", STUDY, "--storage", url, "--format", fmt], capsys)
-    _run(["report", STUDY, "--storage", url, "--output", str(tmp_path / "report.html")], capsys)
+        _run(["export", "--study", STUDY, "--storage", url, "--format", fmt], capsys)
+    _run(["report", "--study", STUDY, "--storage", url, "--output", str(tmp_path / "report.html")], capsys)
     assert "use" in (tmp_path / "report.html").read_text()
     # Reading wrote nothing: the store is still a version 0 store.
     assert read_study(optuna.load_study(study_name=STUDY, storage=url)).schema_version == 0
@@ -74,7 +74,7 @@ def test_the_old_store_shows_exports_and_reports(
 
 def test_the_old_store_resumes_and_stores_its_answer(url: str, capsys: pytest.CaptureFixture[str]) -> None:
     before = {t.number: dict(t.user_attrs) for t in optuna.load_study(study_name=STUDY, storage=url).trials}
-    out = _run(["resume", STUDY, "--storage", url, "--trials", "4"], capsys)
+    out = _run(["resume", "--study", STUDY, "--storage", url, "--trials", "4"], capsys)
     assert "answer:" in out
     study = optuna.load_study(study_name=STUDY, storage=url)
     record = read_study(study)

@@ -83,7 +83,7 @@ def _created_study(space: str, url: str, name: str, trials: int) -> None:
         study=name,
         seq_len=16,
         # Windows of 2 s (as the pool tests' searches): the members' trials overlap in time.
-        measure=MeasureSettings(warmup_steps=1, max_steps=100_000, max_seconds=2.0, target_rel_ci=1e-6),
+        measure=MeasureSettings(settle_steps=1, measure_steps=100_000, max_seconds=2.0, target_rel_ci=1e-6),
         finalists=0,
         measure_baseline=False,
     )
@@ -97,7 +97,7 @@ def test_workers_in_other_pid_namespaces_finish_the_budget(tmp_path: Path, postg
     unshare = _unshare()
     name = f"ns-{uuid.uuid4().hex[:8]}"
     _created_study(write_space(tmp_path, SPACE), postgres_url, name, 4)
-    command = [sys.executable, "-m", "autotune", "worker", name, "--storage", postgres_url]
+    command = [sys.executable, "-m", "autotune", "worker", "--study", name, "--storage", postgres_url]
     members: list[subprocess.Popen[str]] = []
     try:
         for prefix in ([], unshare):
@@ -206,7 +206,7 @@ def test_an_outage_past_the_bound_is_one_line_and_leaves_nothing_running(
     assert len(lines) == 1 and "unreachable" in lines[0] and "postgresql://" in lines[0], err
     assert "--store-retry-s" in lines[0]
     # Once the store is back, the next process on the study marks the lost trials: none is left RUNNING.
-    joined = _cli("worker", name, "--storage", postgres_url, timeout=400)
+    joined = _cli("worker", "--study", name, "--storage", postgres_url, timeout=400)
     assert joined.returncode == 0, joined.stdout + joined.stderr
     study = _load(postgres_url, name)
     assert study is not None
@@ -239,7 +239,7 @@ def test_a_worker_refuses_remote_code_it_was_not_allowed(tmp_path: Path) -> None
     model = _remote_code_model(tmp_path, marker)
     url = f"sqlite:///{tmp_path / 'remote.db'}"
     _stored_study(url, "remote", model=str(model), trust_remote_code=True)
-    result = _cli("worker", "remote", "--storage", url)
+    result = _cli("worker", "--study", "remote", "--storage", url)
     assert result.returncode == 2, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "--trust-remote-code" in lines[0], result.stderr
@@ -249,7 +249,7 @@ def test_a_worker_refuses_remote_code_it_was_not_allowed(tmp_path: Path) -> None
 def test_a_newer_run_configuration_is_refused_in_one_line(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'newer.db'}"
     _stored_study(url, "newer", **{SCHEMA_KEY: SCHEMA_VERSION + 1, "pipeline_stages": 4})
-    for command in (["worker", "newer"], ["resume", "newer"]):
+    for command in (["worker", "--study", "newer"], ["resume", "--study", "newer"]):
         result = _cli(*command, "--storage", url)
         assert result.returncode == 2, result.stdout + result.stderr
         lines = result.stderr.strip().splitlines()

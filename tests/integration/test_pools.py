@@ -32,7 +32,16 @@ SPACE = {
 # Each trial measures for about 2 s (a CI target it cannot reach), so trials of different
 # processes overlap and a kill lands mid-trial.
 # No screening: no trial is cut short (bf16 is slow on CPUs without native bf16).
-SLOW_TRIAL = ["--warmup-steps", "1", "--max-steps", "100000", "--max-seconds", "2", "--target-ci", "0.000001"]
+SLOW_TRIAL = [
+    "--settle-steps",
+    "1",
+    "--measure-steps",
+    "100000",
+    "--max-seconds",
+    "2",
+    "--target-ci",
+    "0.000001",
+]
 SLOW_TRIAL += ["--screen-ratio", "0"]
 
 
@@ -186,7 +195,7 @@ def test_a_search_with_two_workers_and_a_joining_worker_on_mariadb(tmp_path: Pat
             lambda: (s := _load(mysql_url, name)) is not None and "run_config" in s.user_attrs, 120, "study"
         )
         joined = subprocess.run(
-            [sys.executable, "-m", "autotune", "worker", name, "--storage", mysql_url],
+            [sys.executable, "-m", "autotune", "worker", "--study", name, "--storage", mysql_url],
             capture_output=True,
             text=True,
             timeout=400,

@@ -164,7 +164,7 @@ def test_a_dead_ray_trial_is_a_recorded_result(ray_run: dict[str, Any]) -> None:
 def test_export_works_on_it(ray_run: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
     capsys.readouterr()
     with pytest.raises(SystemExit) as info:
-        main(["export", "ray", "--storage", ray_run["storage"]])
+        main(["export", "--study", "ray", "--storage", ray_run["storage"]])
     assert info.value.code in (0, None)
     exported = json.loads(capsys.readouterr().out)
     answer = ray_run["result"].answer
@@ -285,7 +285,7 @@ def test_a_search_on_a_running_ray_head_and_its_resume(tmp_path: Path, ray_head:
     search = [sys.executable, "-m", "autotune", "search", "--model", "tiny-gpt2"]
     search += ["--space", write_space(tmp_path, SPACE), "--storage", storage, "--study", "head"]
     search += ["--seq-len", "16", "--trials", "1", "--finalists", "0", "--no-baseline"]
-    search += ["--warmup-steps", "1", "--max-steps", "3", "--max-seconds", "10", "--no-whole-run-check"]
+    search += ["--settle-steps", "1", "--measure-steps", "3", "--max-seconds", "10", "--no-whole-run-check"]
     search += ["--backend", "ray", "--ray-address", ray_head]
     done = subprocess.run(search, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -297,7 +297,18 @@ def test_a_search_on_a_running_ray_head_and_its_resume(tmp_path: Path, ray_head:
     # `autotune resume` takes the stored configuration, the cluster's address included. It runs
     # where a token lies in ~/.ray (a local Ray wrote it) and RAY_AUTH_MODE is unset, so it sends
     # the token: a head without token authentication takes it all the same.
-    resume = [sys.executable, "-m", "autotune", "resume", "head", "--storage", storage, "--trials", "2"]
+    resume = [
+        sys.executable,
+        "-m",
+        "autotune",
+        "resume",
+        "--study",
+        "head",
+        "--storage",
+        storage,
+        "--trials",
+        "2",
+    ]
     env = {**_without_auth(dict(os.environ)), "HOME": str(_client_home(tmp_path, "a-local-token"))}
     done = subprocess.run(resume, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -330,7 +341,7 @@ def test_a_head_with_token_authentication(tmp_path: Path, ray_token_head: tuple[
     search += ["--space", write_space(tmp_path, SPACE), "--trials", "2", "--finalists", "0", "--no-baseline"]
     # Windows of 6 s: the trial killed 2 s into its training is still in its window, and the other
     # trial, which completes, takes no longer than that.
-    search += ["--warmup-steps", "1", "--max-steps", "100000", "--max-seconds", "6"]
+    search += ["--settle-steps", "1", "--measure-steps", "100000", "--max-seconds", "6"]
     search += ["--target-ci", "0.000001", "--no-whole-run-check"]
     search += ["--backend", "ray", "--ray-address", address]
     out = open(tmp_path / "search.out", "w+")  # noqa: SIM115
@@ -420,8 +431,8 @@ def test_a_killed_search_takes_its_ray_daemons_with_it(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": str(temp), "HOME": str(temp)}  # Ray's token
     args = [sys.executable, "-m", "autotune", "search", "--model", "tiny-gpt2", "--space", space]
     args += ["--trials", "2", "--storage", storage, "--study", "killed", "--seq-len", "16"]
-    args += ["--backend", "ray", "--no-baseline", "--finalists", "0", "--warmup-steps", "1"]
-    args += ["--max-steps", "100000", "--max-seconds", "60", "--target-ci", "0.000001"]
+    args += ["--backend", "ray", "--no-baseline", "--finalists", "0", "--settle-steps", "1"]
+    args += ["--measure-steps", "100000", "--max-seconds", "60", "--target-ci", "0.000001"]
     log = open(tmp_path / "search.log", "w+")  # noqa: SIM115
     proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
     started: list[tuple[int, str]] = []

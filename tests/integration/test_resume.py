@@ -31,7 +31,16 @@ def test_sigkill_mid_trial_then_resume(tmp_path: Path) -> None:
     # Each trial measures for ~2 s (a CI target it cannot reach), so a kill lands mid-trial.
     args = [sys.executable, "-m", "autotune", "search", "--model", "tiny-gpt2", "--space", space]
     args += ["--trials", "4", "--storage", storage, "--study", "kill", "--seq-len", "16", "--finalists", "0"]
-    args += ["--warmup-steps", "1", "--max-steps", "100000", "--max-seconds", "2", "--target-ci", "0.000001"]
+    args += [
+        "--settle-steps",
+        "1",
+        "--measure-steps",
+        "100000",
+        "--max-seconds",
+        "2",
+        "--target-ci",
+        "0.000001",
+    ]
     args += ["--screen-ratio", "0"]  # no trial cut short: the kill lands in a full window
     args += ["--no-whole-run-check"]  # tests/integration/test_whole_run.py checks it
     proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -62,7 +71,7 @@ def test_sigkill_mid_trial_then_resume(tmp_path: Path) -> None:
     # A read-only listing shows the killed trial, as interrupted, and writes nothing.
     wait_for(lambda: not is_alive(owner), timeout_s=30, what="the worker to end with its supervisor")
     shown = subprocess.run(
-        [sys.executable, "-m", "autotune", "show", "kill", "--storage", storage, "--limit", "0"],
+        [sys.executable, "-m", "autotune", "show", "--study", "kill", "--storage", storage, "--limit", "0"],
         env={**env, "COLUMNS": "200"},
         capture_output=True,
         text=True,
@@ -77,7 +86,7 @@ def test_sigkill_mid_trial_then_resume(tmp_path: Path) -> None:
     assert unchanged.user_attrs == before[killed[0]].user_attrs
 
     resumed = subprocess.run(  # at once: no waiting for a heartbeat to go stale
-        [sys.executable, "-m", "autotune", "resume", "kill", "--storage", storage],
+        [sys.executable, "-m", "autotune", "resume", "--study", "kill", "--storage", storage],
         env=env,
         capture_output=True,
         text=True,

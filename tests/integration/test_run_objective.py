@@ -16,7 +16,7 @@ from autotune.export.config import export_config
 from tests.helpers import FAST, IN_PROCESS, DivergeLoss, SlowCompile, write_space
 
 pytestmark = pytest.mark.timeout(300)
-LOSS_WINDOWS = replace(FAST, min_steps=6, max_steps=8)
+LOSS_WINDOWS = replace(FAST, min_measure_steps=6, measure_steps=8)
 
 
 def test_a_diverging_configuration_is_loss_diverged_never_the_winner(tmp_path: Path) -> None:

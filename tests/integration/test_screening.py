@@ -18,7 +18,9 @@ from tests.helpers import IN_PROCESS, SlowParams, write_space
 pytestmark = pytest.mark.timeout(300)
 
 # A window the slow configuration would spend many steps in: at least 6 measured steps.
-WINDOW = MeasureSettings(warmup_steps=3, max_warmup_steps=4, min_steps=6, max_steps=8, max_seconds=30.0)
+WINDOW = MeasureSettings(
+    settle_steps=3, max_settle_steps=4, min_measure_steps=6, measure_steps=8, max_seconds=30.0
+)
 
 
 @pytest.mark.parametrize("ratio", [0.5, 0.0], ids=["screening", "no screening"])
@@ -41,9 +43,9 @@ def test_a_slowed_configuration_is_not_promoted_to_a_full_window(
     )
     by_batch = {t.params["per_device_train_batch_size"]: t for t in result.trials}
     fast, slow = by_batch[8], by_batch[4]
-    assert fast.state == "COMPLETE" and fast.attrs["measured_steps"] >= WINDOW.min_steps
+    assert fast.state == "COMPLETE" and fast.attrs["measured_steps"] >= WINDOW.min_measure_steps
     if ratio == 0:  # the control: without screening the slow one takes its full window
-        assert slow.state == "COMPLETE" and slow.attrs["measured_steps"] >= WINDOW.min_steps
+        assert slow.state == "COMPLETE" and slow.attrs["measured_steps"] >= WINDOW.min_measure_steps
         return
     assert slow.state == "PRUNED" and slow.reason == "screened_out"
     # An eager trial: one steady step after the first decides, before the warm-up's 3.
@@ -89,15 +91,15 @@ def test_a_configuration_clearly_behind_does_not_earn_a_full_window(tmp_path: Pa
     )
     by_optim = {t.params["optim"]: t for t in result.trials}
     fast, slow = by_optim["adamw_torch_fused"], by_optim["adamw_torch"]
-    assert fast.state == "COMPLETE" and fast.attrs["measured_steps"] == window.max_steps
+    assert fast.state == "COMPLETE" and fast.attrs["measured_steps"] == window.measure_steps
     assert slow.state == "COMPLETE" and slow.reason is None  # measured: its figure stands
     assert slow.attrs["tokens_per_s"] < 0.7 * fast.attrs["tokens_per_s"]
     assert result.best is not None and result.best.number == fast.number
     if line == 0:  # the control: without the line the slow one takes its whole window
-        assert slow.attrs["measured_steps"] == window.max_steps and "not_promoted" not in slow.attrs
+        assert slow.attrs["measured_steps"] == window.measure_steps and "not_promoted" not in slow.attrs
         return
-    assert slow.attrs["measured_steps"] == window.min_steps < window.max_steps
+    assert slow.attrs["measured_steps"] == window.min_measure_steps < window.measure_steps
     behind = slow.attrs["not_promoted"]
     assert behind["reference_tokens_per_s"] == pytest.approx(fast.attrs["tokens_per_s"])
     assert behind["upper_tokens_per_s"] < 0.9 * fast.attrs["tokens_per_s"]
-    assert behind["promote_ratio"] == 0.9 and behind["steps"] == window.min_steps
+    assert behind["promote_ratio"] == 0.9 and behind["steps"] == window.min_measure_steps

@@ -25,7 +25,12 @@ from tests.helpers import IN_PROCESS, SlowParams, Throttle, write_space
 pytestmark = pytest.mark.timeout(600)
 
 WINDOW = MeasureSettings(
-    warmup_steps=2, max_warmup_steps=3, min_steps=3, max_steps=5, max_seconds=10.0, promote_ratio=0.0
+    settle_steps=2,
+    max_settle_steps=3,
+    min_measure_steps=3,
+    measure_steps=5,
+    max_seconds=10.0,
+    promote_ratio=0.0,
 )
 
 
@@ -119,7 +124,7 @@ def test_on_the_run_a_hopeless_configuration_is_screened_out_and_a_slower_compil
         storage=f"sqlite:///{tmp_path / 'run.db'}",
         seq_len=32,
         train_tokens=1_000_000,
-        **{**IN_PROCESS, "measure": MeasureSettings(**{**WINDOW.__dict__, "warmup_steps": 3})},
+        **{**IN_PROCESS, "measure": MeasureSettings(**{**WINDOW.__dict__, "settle_steps": 3})},
         callbacks=steps,
         enqueue=[fast, hopeless, compiled],
     )
@@ -131,6 +136,6 @@ def test_on_the_run_a_hopeless_configuration_is_screened_out_and_a_slower_compil
     assert slow.attrs["screen_run_s"] > 2 * slow.attrs["screen_reference_run_s"]
     # Measured in full: slower per step (its fastest step is), and compiled.
     assert compiling.state == "COMPLETE" and compiling.reason is None, compiling.message
-    assert compiling.attrs["measured_steps"] >= WINDOW.min_steps
+    assert compiling.attrs["measured_steps"] >= WINDOW.min_measure_steps
     assert compiling.attrs["step_time_min_s"] > 1.2 * best.attrs["step_time_min_s"]
     assert compiling.attrs["training_args"]["torch_compile"] is True

@@ -56,11 +56,11 @@ def test_four_trials_complete_with_measurements(first_run: Any) -> None:
             assert trial.attrs[key] > 0, key
         # Tokens are counted from the batch shape: samples x sequence length.
         assert trial.attrs["tokens_per_s"] == pytest.approx(trial.attrs["samples_per_s"] * 32)
-        assert trial.attrs["measured_steps"] >= FAST.min_steps
+        assert trial.attrs["measured_steps"] >= FAST.min_measure_steps
         assert trial.attrs["model_flops_per_token"] > 0
         if not torch.cuda.is_available():
             assert trial.measurement.mfu is None  # no peak FLOPS for a CPU: never guessed
-        assert trial.attrs["warmup_steps"] >= FAST.warmup_steps
+        assert trial.attrs["warmup_steps"] >= FAST.settle_steps
 
 
 def test_objective_is_the_stored_tokens_per_second(first_run: Any) -> None:
@@ -165,7 +165,7 @@ def test_cli_runs_a_search_end_to_end(tmp_path: Path) -> None:
     space = write_space(tmp_path, {"per_device_train_batch_size": [2, 4]}, name="cli")
     storage = f"sqlite:///{tmp_path / 'cli.db'}"
     args = ["--model", "tiny-llama", "--space", space, "--trials", "2", "--storage", storage]
-    args += ["--seq-len", "16", "--warmup-steps", "1", "--max-steps", "3", "--study", "cli-study"]
+    args += ["--seq-len", "16", "--settle-steps", "1", "--measure-steps", "3", "--study", "cli-study"]
     args += ["--screen-ratio", "0"]  # both measured in full, whatever the baseline's speed here
     proc = subprocess.run(
         [sys.executable, "-m", "autotune", "search", *args], capture_output=True, text=True, timeout=300

@@ -38,7 +38,7 @@ def _interrupt_mid_trial(tmp_path: Path, number: signal.Signals, *extra: str) ->
     # Each trial measures for up to 60 s (a CI target it cannot reach): the signal lands mid-trial.
     args = [sys.executable, "-m", "autotune", "search", "--model", "tiny-gpt2", "--space", space]
     args += ["--trials", "4", "--storage", storage, "--study", "sig", "--seq-len", "16", "--finalists", "0"]
-    args += ["--no-baseline", "--warmup-steps", "1", "--max-steps", "100000", "--max-seconds", "60"]
+    args += ["--no-baseline", "--settle-steps", "1", "--measure-steps", "100000", "--max-seconds", "60"]
     args += ["--target-ci", "0.000001", *extra]
     log = open(tmp_path / "search.log", "w+")  # noqa: SIM115
     # As a shell starts it: SIGINT and SIGTERM at their defaults, whatever this test process inherited

@@ -49,7 +49,7 @@ class _Search:
         # Each trial measures for up to 60 s (a CI target it cannot reach): the fault lands mid-trial.
         args = [sys.executable, "-m", "autotune", "search", "--model", "tiny-gpt2", "--space", space]
         args += ["--trials", "4", "--storage", self.storage, "--study", "full", "--seq-len", "16"]
-        args += ["--finalists", "0", "--no-baseline", "--warmup-steps", "1", "--max-steps", "100000"]
+        args += ["--finalists", "0", "--no-baseline", "--settle-steps", "1", "--measure-steps", "100000"]
         args += ["--max-seconds", "60", "--target-ci", "0.000001", *extra]
         self.log = open(tmp_path / "search.log", "w+")  # noqa: SIM115
         self.proc = subprocess.Popen(

@@ -70,7 +70,7 @@ def test_a_search_whose_store_fills_its_filesystem_stops_at_once_in_one_line(tmp
     space = write_space(tmp_path, {"per_device_train_batch_size": [1, 2, 4, 8]})
     search = [sys.executable, "-m", "autotune", "search", "--model", "tiny-gpt2", "--space", space]
     search += ["--trials", "4", "--storage", storage, "--study", "full", "--seq-len", "16"]
-    search += ["--finalists", "0", "--no-baseline", "--warmup-steps", "1", "--max-steps", "100000"]
+    search += ["--finalists", "0", "--no-baseline", "--settle-steps", "1", "--measure-steps", "100000"]
     search += ["--max-seconds", "60", "--target-ci", "0.000001"]
     script = (
         f"mount -t tmpfs -o size=3m tmpfs {shlex.quote(str(mount))} || exit 97\n"

@@ -73,7 +73,14 @@ def test_plain_mysql_url_reaches_pymysql(mysql_url: str) -> None:
     "url", ["postgresql://user:SECRET@127.0.0.1:1/db", "mysql://user:SECRET@127.0.0.1:1/db"]
 )
 @pytest.mark.parametrize(
-    "command", [["studies"], ["show", "s"], ["resume", "s"], ["export", "s"], ["report", "s"]]
+    "command",
+    [
+        ["studies"],
+        ["show", "--study", "s"],
+        ["resume", "--study", "s"],
+        ["export", "--study", "s"],
+        ["report", "--study", "s"],
+    ],
 )
 def test_unreachable_url_fails_with_one_line_without_the_password(
     url: str, command: list[str], capsys: pytest.CaptureFixture[str]
@@ -95,12 +102,12 @@ def test_search_never_shows_nor_stores_the_password(
     monkeypatch.chdir(tmp_path)
     # The server trusts local connections, so a password in the URL is accepted and ignored.
     url = postgres_url.replace("postgres@", "postgres:SECRET@")
-    fast = ["--warmup-steps", "1", "--max-steps", "3", "--max-seconds", "10", "--finalists", "0"]
+    fast = ["--settle-steps", "1", "--measure-steps", "3", "--max-seconds", "10", "--finalists", "0"]
     args = ["--model", "tiny-gpt2", "--space", "quick", "--trials", "1", "--no-baseline", *fast]
     with pytest.raises(SystemExit) as info:
         main(["search", *args, "--study", "secret", "--storage", url])
     assert info.value.code == 0
-    for command in (["studies"], ["show", "secret"]):
+    for command in (["studies"], ["show", "--study", "secret"]):
         with pytest.raises(SystemExit):
             main([*command, "--storage", url])
     captured = capsys.readouterr()

@@ -150,7 +150,18 @@ def test_a_trainer_subclass_is_tuned_in_worker_processes_running_its_override(tm
     assert exported["expected"]["trial"] == best.number
     assert exported["training_args"]["per_device_train_batch_size"] == batch
     done = subprocess.run(
-        [sys.executable, "-m", "autotune", "export", "mine", "--storage", storage, "--format", "json"],
+        [
+            sys.executable,
+            "-m",
+            "autotune",
+            "export",
+            "--study",
+            "mine",
+            "--storage",
+            storage,
+            "--format",
+            "json",
+        ],
         capture_output=True,
         text=True,
         timeout=120,
@@ -161,7 +172,18 @@ def test_a_trainer_subclass_is_tuned_in_worker_processes_running_its_override(tm
     with pytest.raises(autotune.UsageError, match=r"made by autotune\.tune\(\) on your own Trainer"):
         plan_from_study("mine", storage)
     resumed = subprocess.run(
-        [sys.executable, "-m", "autotune", "resume", "mine", "--storage", storage, "--trials", "3"],
+        [
+            sys.executable,
+            "-m",
+            "autotune",
+            "resume",
+            "--study",
+            "mine",
+            "--storage",
+            storage,
+            "--trials",
+            "3",
+        ],
         capture_output=True,
         text=True,
         timeout=120,

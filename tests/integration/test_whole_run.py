@@ -76,14 +76,14 @@ def test_a_winner_whose_evaluation_goes_over_the_cap_falls_to_the_next_finalist(
     assert "whole run: peak" in printed and "under the memory cap of 2.00 GiB" in printed
     # The export carries the whole-run peak and the headroom.
     with pytest.raises(SystemExit) as exited:
-        main(["export", result.study.study_name, "--storage", url, "--format", "json"])
+        main(["export", "--study", result.study.study_name, "--storage", url, "--format", "json"])
     assert exited.value.code in (0, None)
     expected = json.loads(capsys.readouterr().out)["expected"]
     assert expected["trial"] == passed.trial
     assert expected["whole_run_peak_bytes"] == check.peak_bytes
     assert expected["whole_run_headroom_bytes"] == check.headroom_bytes
     with pytest.raises(SystemExit):
-        main(["export", result.study.study_name, "--storage", url, "--format", "yaml"])
+        main(["export", "--study", result.study.study_name, "--storage", url, "--format", "yaml"])
     assert "# whole run: peak" in capsys.readouterr().out
 
 

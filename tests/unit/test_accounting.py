@@ -77,7 +77,7 @@ def test_the_measure_jobs_of_each_stage_are_summed_apart(tmp_path: Path) -> None
     with account.stage("baseline"):
         measure({}, -1)
     with account.stage("finalists"):
-        measure({}, 0, window={"max_steps": 10})
+        measure({}, 0, window={"measure_steps": 10})
         measure({}, -1)
     measure({}, 5)  # outside any stage: counted in the phases, in no stage
     stored = account.store(StudyStore(study))

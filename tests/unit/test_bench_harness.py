@@ -28,17 +28,17 @@ def test_run_search_names_the_status_and_the_output_of_a_failed_search() -> None
 def test_timed_command_times_a_command_names_a_failure_and_kills_a_stuck_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sys, "executable", "/bin/true")  # `/bin/true -m autotune show x`
-    wall_s, done = harness.timed_command("show", "x", timeout=60)
+    monkeypatch.setattr(sys, "executable", "/bin/true")  # `/bin/true -m autotune show --study x`
+    wall_s, done = harness.timed_command("show", "--study", "x", timeout=60)
     assert done.returncode == 0 and 0 < wall_s < 60
     monkeypatch.setattr(sys, "executable", "/bin/false")
     with pytest.raises(RuntimeError, match=r"autotune show exited 1"):
-        harness.timed_command("show", "x", timeout=60)
+        harness.timed_command("show", "--study", "x", timeout=60)
     stuck = tmp_path / "stuck"
     stuck.write_text("#!/bin/sh\nexec sleep 30\n")
     stuck.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(stuck))
-    wall_s, done = harness.timed_command("show", "x", timeout=0.5)
+    wall_s, done = harness.timed_command("show", "--study", "x", timeout=0.5)
     assert (wall_s, done.returncode) == (0.5, -9)
 
 

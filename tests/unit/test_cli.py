@@ -62,8 +62,8 @@ def test_every_flag_reaches_the_config(calls, capsys):
         "--seq-len", "64",
         "--memory-cap", "20GiB",
         "--seed", "7",
-        "--warmup-steps", "4",
-        "--max-steps", "12",
+        "--settle-steps", "4",
+        "--measure-steps", "12",
         "--max-seconds", "9.5",
         "--target-ci", "0.05",
         "--screen-ratio", "0.25",
@@ -83,10 +83,10 @@ def test_every_flag_reaches_the_config(calls, capsys):
         memory_cap="20GiB",
         seed=7,
         measure=MeasureSettings(
-            warmup_steps=4,
-            max_warmup_steps=MeasureSettings().max_warmup_steps,
-            min_steps=MeasureSettings().min_steps,
-            max_steps=12,
+            settle_steps=4,
+            max_settle_steps=MeasureSettings().max_settle_steps,
+            min_measure_steps=MeasureSettings().min_measure_steps,
+            measure_steps=12,
             max_seconds=9.5,
             target_rel_ci=0.05,
             screen_ratio=0.25,
@@ -114,12 +114,12 @@ def test_short_flags_and_debug(calls):
 
 
 def test_measurement_flags_keep_settings_consistent(calls):
-    assert run("search", "--warmup-steps", "25", "--max-steps", "3") == 0
+    assert run("search", "--settle-steps", "25", "--measure-steps", "3") == 0
     measure = calls[0].config.measure
-    assert measure.warmup_steps == 25
-    assert measure.max_warmup_steps == 25  # raised to the warm-up minimum
-    assert measure.max_steps == 3
-    assert measure.min_steps == 3  # lowered to fit the window
+    assert measure.settle_steps == 25
+    assert measure.max_settle_steps == 25  # raised to the warm-up minimum
+    assert measure.measure_steps == 3
+    assert measure.min_measure_steps == 3  # lowered to fit the window
 
 
 def test_storage_from_env_when_flag_absent(calls, monkeypatch):
@@ -166,7 +166,10 @@ def test_non_integer_trials_never_reaches_search(calls, capsys):
     [
         (("--trials", "0"), r"^error: --trials must be at least 1, got 0$"),
         (("--seq-len", "1"), r"^error: --seq-len must be at least 2, got 1$"),
-        (("--max-steps", "1"), r"^error: --max-steps must be at least 2, got 1 \(a confidence interval"),
+        (
+            ("--measure-steps", "1"),
+            r"^error: --measure-steps must be at least 2, got 1 \(a confidence interval",
+        ),
         (("--target-ci", "0"), r"^error: --target-ci must be positive, got 0.0$"),  # target_rel_ci's flag
     ],
 )
@@ -201,7 +204,7 @@ def test_unknown_space_exits_2(capsys):
     [
         (("--memory-cap", "20XB"), False),
         (("--space", "no-such-space", "--storage", "sqlite://"), True),  # the driver loads the space
-        (("--max-steps", "1"), False),
+        (("--measure-steps", "1"), False),
     ],
 )
 def test_long_errors_stay_on_one_line(request, capsys, argv, real_search):
@@ -257,13 +260,13 @@ def test_unexpected_error_propagates_with_debug(monkeypatch):
         (
             SearchFailed(
                 "every trial failed the same way (3 trials, error): AttributeError: no 'loss_type'",
-                "`autotune show s --failed` lists them",
+                "`autotune show --study s --failed` lists them",
                 reason="error",
                 trials=3,
             ),
             1,
             "error: every trial failed the same way (3 trials, error): AttributeError: no 'loss_type' "
-            "(`autotune show s --failed` lists them)",
+            "(`autotune show --study s --failed` lists them)",
         ),
     ],
 )
@@ -310,7 +313,7 @@ def test_search_help_lists_every_flag(capsys):
     out = capsys.readouterr().out
     for flag in (
         "--model", "--space", "--trials", "--storage", "--study", "--seq-len", "--memory-cap", "--seed",
-        "--warmup-steps", "--max-steps", "--max-seconds", "--target-ci", "--debug",
+        "--settle-steps", "--measure-steps", "--max-seconds", "--target-ci", "--debug",
     ):  # fmt: skip
         assert flag in out, flag
 
@@ -360,12 +363,12 @@ def joins(monkeypatch) -> list[dict]:
 
 
 def test_worker_flags_reach_the_pool_member(joins):
-    assert run("worker", "pool", "--storage", "sqlite:///w.db", "-w", "2") in (0, None)
+    assert run("worker", "--study", "pool", "--storage", "sqlite:///w.db", "-w", "2") in (0, None)
     assert joins == [
         {"checked": "pool", "storage": "sqlite:///w.db", "trust": False},
         {"study": "pool", "storage": "sqlite:///w.db", "workers": 2, "trust": False},
     ]
-    assert run("worker", "pool", "--storage", "sqlite:///w.db", "--trust-remote-code") in (0, None)
+    assert run("worker", "--study", "pool", "--storage", "sqlite:///w.db", "--trust-remote-code") in (0, None)
     assert joins[-2]["trust"] is joins[-1]["trust"] is True
 
 

@@ -150,7 +150,7 @@ def test_to_dict_resolves_storage(monkeypatch):
     data = RunConfig(trials=3).to_dict()
     assert data["storage"] == "sqlite:////tmp/from-env.db"
     assert data["trials"] == 3
-    assert data["measure"]["max_steps"] == 30
+    assert data["measure"]["measure_steps"] == 30
 
 
 # --- MeasureSettings -------------------------------------------------------------------------------
@@ -159,14 +159,17 @@ def test_to_dict_resolves_storage(monkeypatch):
 @pytest.mark.parametrize(
     ("kwargs", "pattern"),
     [
-        ({"warmup_steps": 0}, r"warmup_steps must be >= 1, got 0"),
-        ({"warmup_steps": 5, "max_warmup_steps": 4}, r"max_warmup_steps must be >= warmup_steps"),
-        ({"min_steps": 1}, r"need 2 <= min_steps <= max_steps.*, got min_steps=1, max_steps=30"),
+        ({"settle_steps": 0}, r"settle_steps must be >= 1, got 0"),
+        ({"settle_steps": 5, "max_settle_steps": 4}, r"max_settle_steps must be >= settle_steps"),
         (
-            {"min_steps": 6, "max_steps": 5},
-            r"need 2 <= min_steps <= max_steps.*, got min_steps=6, max_steps=5",
+            {"min_measure_steps": 1},
+            r"need 2 <= min_measure_steps <= measure_steps.*, got min_measure_steps=1, measure_steps=30",
         ),
-        ({"max_steps": 1, "min_steps": 1}, r"^max_steps must be at least 2, got 1"),
+        (
+            {"min_measure_steps": 6, "measure_steps": 5},
+            r"need 2 <= min_measure_steps <= measure_steps.*, got min_measure_steps=6, measure_steps=5",
+        ),
+        ({"measure_steps": 1, "min_measure_steps": 1}, r"^measure_steps must be at least 2, got 1"),
         ({"max_seconds": 0}, r"^max_seconds must be positive, got 0"),
         ({"max_seconds": -1.0}, r"^max_seconds must be positive, got -1.0"),
         ({"target_rel_ci": 0}, r"^target_rel_ci must be positive, got 0"),
@@ -179,13 +182,13 @@ def test_measure_settings_validation(kwargs, pattern):
 
 
 def test_measure_settings_boundaries_are_legal():
-    settings = MeasureSettings(warmup_steps=1, max_warmup_steps=1, min_steps=2, max_steps=2)
+    settings = MeasureSettings(settle_steps=1, max_settle_steps=1, min_measure_steps=2, measure_steps=2)
     assert settings.step_budget == 1 + 2 + 1
 
 
 def test_step_budget():
     assert MeasureSettings().step_budget == 20 + 30 + 1
-    assert MeasureSettings(max_warmup_steps=7, max_steps=11).step_budget == 19
+    assert MeasureSettings(max_settle_steps=7, measure_steps=11).step_budget == 19
 
 
 # --- Stored run configurations: versions, paths, remote code ----------------------------------------
@@ -215,9 +218,14 @@ def test_a_newer_schema_is_refused_naming_both_versions_and_the_fix():
 
 
 def test_older_or_unversioned_configs_read_with_defaults_and_unknown_keys_ignored():
-    old = {"model": "tiny-gpt2", "trials": 4, "measure": {"max_steps": 12, "gone_setting": 1}, "gone": True}
+    old = {
+        "model": "tiny-gpt2",
+        "trials": 4,
+        "measure": {"measure_steps": 12, "gone_setting": 1},
+        "gone": True,
+    }
     config = RunConfig.from_dict(old)  # no schema: written before versions were recorded
-    assert (config.trials, config.measure.max_steps, config.nproc_per_node) == (4, 12, 1)
+    assert (config.trials, config.measure.measure_steps, config.nproc_per_node) == (4, 12, 1)
     assert RunConfig.from_dict(old | {"schema": 1}) == config
     assert RunConfig.from_dict(old | {"schema": SCHEMA_VERSION, "later": 1}) == config
 

@@ -485,12 +485,12 @@ def test_cli_prints_each_format(stored: tuple[optuna.Study, str], run_cli: Any, 
     study, url = stored
     for fmt in FORMATS:
         if fmt == "deepspeed":  # trial 0 trained without ZeRO: one line, a usage error
-            assert run_cli(STUDY, "--storage", url, "--format", fmt) == 2
+            assert run_cli("--study", STUDY, "--storage", url, "--format", fmt) == 2
             captured = capsys.readouterr()
             assert captured.out == "" and captured.err.count("\n") == 1
             assert captured.err.startswith("error: trial 0 trained without DeepSpeed"), captured.err
             continue
-        assert run_cli(STUDY, "--storage", url, "--format", fmt) == 0
+        assert run_cli("--study", STUDY, "--storage", url, "--format", fmt) == 0
         captured = capsys.readouterr()
         answered = export_config(
             StudyStore(study), study_answer(StudyStore(study))
@@ -505,7 +505,7 @@ def test_cli_writes_flags_alone_and_the_expectation_on_stderr(
     stored: tuple[optuna.Study, str], tmp_path: Path, run_cli: Any, capsys: Any
 ) -> None:
     target = tmp_path / "flags.txt"
-    assert run_cli(STUDY, "--storage", stored[1], "-f", "flags", "-o", str(target)) == 0
+    assert run_cli("--study", STUDY, "--storage", stored[1], "-f", "flags", "-o", str(target)) == 0
     assert not any(word.startswith("#") for word in target.read_text().split())
     captured = capsys.readouterr()
     assert str(target) in captured.out
@@ -518,7 +518,10 @@ def test_cli_writes_output_file_with_cap(
 ) -> None:
     url = stored[1]
     target = tmp_path / "best.json"
-    assert run_cli(STUDY, "--storage", url, "-f", "json", "-o", str(target), "--memory-cap", "650MiB") == 0
+    assert (
+        run_cli("--study", STUDY, "--storage", url, "-f", "json", "-o", str(target), "--memory-cap", "650MiB")
+        == 0
+    )
     out = capsys.readouterr().out
     assert str(target) in out and len(out.strip().splitlines()) == 1
     assert json.loads(target.read_text())["expected"]["trial"] == 6
@@ -526,10 +529,10 @@ def test_cli_writes_output_file_with_cap(
 
 def test_cli_errors(stored: tuple[optuna.Study, str], run_cli: Any, capsys: Any) -> None:
     url = stored[1]
-    assert run_cli("missing-study", "--storage", url) == 2
+    assert run_cli("--study", "missing-study", "--storage", url) == 2
     err = capsys.readouterr().err
     assert "missing-study" in err and STUDY in err
-    assert run_cli(STUDY, "--storage", url, "--format", "xml") == 2
+    assert run_cli("--study", STUDY, "--storage", url, "--format", "xml") == 2
     assert "xml" in capsys.readouterr().err
-    assert run_cli(STUDY, "--storage", url, "--memory-cap", "1MiB") == 2
+    assert run_cli("--study", STUDY, "--storage", url, "--memory-cap", "1MiB") == 2
     assert "--memory-cap 1MiB" in capsys.readouterr().err

@@ -479,11 +479,11 @@ def test_a_rounds_window_is_as_long_as_its_question_needs() -> None:
     settings = MeasureSettings()  # 30 steps, 60 s, 3%
     first = round_window(settings, None)
     assert first == {
-        "min_steps": ROUND_MIN_STEPS,
-        "max_steps": 10,
+        "min_measure_steps": ROUND_MIN_STEPS,
+        "measure_steps": 10,
         "max_seconds": 20.0,
         "target_rel_ci": FIRST_ROUND_CI,
-        "eager_warmup_steps": ROUND_EAGER_WARMUP_STEPS,
+        "eager_settle_steps": ROUND_EAGER_WARMUP_STEPS,
     }
 
     def fitted(noise: float) -> Any:
@@ -501,7 +501,7 @@ def test_a_rounds_window_is_as_long_as_its_question_needs() -> None:
     # the rounds pass it to every measurement
     script = _Script({0: [200.0] * 3, BASELINE: [100.0, 104.0, 98.0]})
     remeasure_finalists(script, _plan(finalists=1, rounds=2), StudyStore(_study({0: 200.0})), Reporter())
-    assert all(w is not None and w["max_steps"] == 10 for w in script.windows)
+    assert all(w is not None and w["measure_steps"] == 10 for w in script.windows)
 
 
 def test_a_study_without_rounds_looks_reads_as_one_look() -> None:

@@ -51,7 +51,7 @@ def test_show_lists_the_trials_and_the_answer_for_scripts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], output_format: str
 ) -> None:
     url = _store(tmp_path)
-    assert run("show", "fmt", "--storage", url, "-f", output_format) in (None, 0)
+    assert run("show", "--study", "fmt", "--storage", url, "-f", output_format) in (None, 0)
     out = capsys.readouterr().out
     data = json.loads(out) if output_format == "json" else yaml.safe_load(out)
     assert data["study"] == "fmt" and data["more_trials"] == 0

@@ -52,8 +52,8 @@ VALUES: dict[str, tuple[Any, tuple[str, ...]]] = {
     "seq_len": (64, ()),
     "memory_cap": ("20GiB", ()),
     "seed": (7, ()),
-    "warmup_steps": (4, ()),
-    "max_steps": (12, ()),
+    "settle_steps": (4, ()),
+    "measure_steps": (12, ()),
     "max_seconds": (9.5, ()),
     "target_rel_ci": (0.05, ()),
     "trial_timeout_s": (120.0, ()),
@@ -258,12 +258,12 @@ def test_library_errors_name_the_field(options, field, message):
 
 
 def test_search_takes_every_option_by_its_name():
-    assert run_config(max_steps=3, warmup_steps=25).measure == MeasureSettings(
-        warmup_steps=25, max_warmup_steps=25, min_steps=3, max_steps=3
+    assert run_config(measure_steps=3, settle_steps=25).measure == MeasureSettings(
+        settle_steps=25, max_settle_steps=25, min_measure_steps=3, measure_steps=3
     )
-    base = RunConfig(trials=3, measure=MeasureSettings(max_steps=10))
+    base = RunConfig(trials=3, measure=MeasureSettings(measure_steps=10))
     assert run_config(base, seed=1, allow_mismatch=["torch"]) == RunConfig(
-        trials=3, seed=1, allow_mismatch=("torch",), measure=MeasureSettings(max_steps=10)
+        trials=3, seed=1, allow_mismatch=("torch",), measure=MeasureSettings(measure_steps=10)
     )
     with pytest.raises(UsageError, match=r"^unknown option 'max_step' \(the options are .*options\.md\)$"):
         autotune.search(max_step=3)
@@ -283,7 +283,7 @@ def test_tune_takes_the_options_not_named_by_the_trainer(tmp_path):
         p.name for p in inspect.signature(autotune.tune).parameters.values() if p.kind is p.KEYWORD_ONLY
     }
     assert keywords - {"reporter", "callbacks", "debug"} == set(OPTIONS) and not _NOT_OPTIONS & set(OPTIONS)
-    assert {"max_steps", "measure", "memory_cap", "trial_timeout_s"} <= set(OPTIONS)
+    assert {"measure_steps", "measure", "memory_cap", "trial_timeout_s"} <= set(OPTIONS)
     model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=32, n_positions=16))
     trainer = Trainer(
         model=model,
@@ -324,9 +324,12 @@ FLAGGED_TEXTS = [
     ("add backend='ray'", ("backend",), "add --backend ray"),
     ("allow_mismatch=('torch', 'cuda')", ("allow_mismatch",), "--allow-mismatch torch --allow-mismatch cuda"),
     # Only the fields the error names, and never inside a longer name or a path:
-    ("dataset /data/dataset/a: max_warmup_steps", ("dataset", "max_steps"), "--dataset /data/dataset/a: "
-     "max_warmup_steps"),
-    ("min_steps <= max_steps", ("min_steps",), "min_steps <= max_steps"),  # no flag: its name stays
+    ("dataset /data/dataset/a: max_settle_steps", ("dataset", "settle_steps"), "--dataset /data/dataset/a: "
+     "max_settle_steps"),
+    ("min_measure_steps <= measure_steps", ("min_measure_steps",), "min_measure_steps <= measure_steps"),  # no flag
+    # A deprecated name: its old flag.
+    ("max_steps and measure_steps", ("measure_steps", "max_steps"), "--max-steps and --measure-steps"),
+    ("min_steps", ("min_steps",), "min_steps"),  # a deprecated name whose option has no flag
     ("the model's workers", ("dataset",), "the model's workers"),
 ]  # fmt: skip
 

@@ -134,7 +134,7 @@ def test_a_listing_shows_an_orphaned_trial_as_interrupted_without_writing(
     stored = [(t.state, t.user_attrs) for t in study.trials]
     assert [t.number for t in orphaned_trials(StudyStore(study))] == [orphan.number]
     monkeypatch.setenv("COLUMNS", "200")
-    assert run("show", "owners", "--storage", f"sqlite:///{tmp_path / 'owners.db'}") in (None, 0)
+    assert run("show", "--study", "owners", "--storage", f"sqlite:///{tmp_path / 'owners.db'}") in (None, 0)
     out = capsys.readouterr().out
     assert "Trials of owners (1)" in out and "interrupted (owner gone)" in out
     assert f"#{orphan.number} interrupted: its owner process is gone" in out

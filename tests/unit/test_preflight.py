@@ -138,7 +138,7 @@ def test_what_the_store_alone_refuses_is_refused_before_the_training_stack(
         study.set_user_attr("run_config", config)
     if "workload" in stored:
         study.set_user_attr("workload", stored["workload"])
-    said, err = _refusal_in_a_fresh_process([command, "s", "--storage", url])
+    said, err = _refusal_in_a_fresh_process([command, "--study", "s", "--storage", url])
     assert said == ["2", "False", "False"], err
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and words in lines[0], err

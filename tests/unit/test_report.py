@@ -329,7 +329,7 @@ def test_command_writes_html_and_pngs(
 ) -> None:
     pytest.importorskip("matplotlib")
     out = tmp_path / "site" / "study.html"
-    _app()(args=[STUDY, "--storage", storage, "-o", str(out), "--png"], standalone_mode=False)
+    _app()(args=["--study", STUDY, "--storage", storage, "-o", str(out), "--png"], standalone_mode=False)
     lines = capsys.readouterr().out.splitlines()
     png_dir = tmp_path / "site" / "study_png"
     assert lines == [
@@ -347,7 +347,7 @@ def test_command_default_output_is_report_html(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("AUTOTUNE_STORAGE", storage)
-    _app()(args=[STUDY], standalone_mode=False)
+    _app()(args=["--study", STUDY], standalone_mode=False)
     assert (tmp_path / "report.html").stat().st_size > 100_000
     assert not (tmp_path / "report_png").exists()
 
@@ -355,7 +355,7 @@ def test_command_default_output_is_report_html(
 def test_command_missing_study_lists_the_stored_ones(study: optuna.Study, storage: str) -> None:
     optuna.create_study(study_name="another", storage=storage)
     with pytest.raises(UsageError) as info:
-        _app()(args=["nope", "--storage", storage], standalone_mode=False)
+        _app()(args=["--study", "nope", "--storage", storage], standalone_mode=False)
     assert "no study 'nope'" in str(info.value)
     assert f"(studies there: another, {STUDY})" in str(info.value)
     assert info.value.exit_code == 2
@@ -364,7 +364,7 @@ def test_command_missing_study_lists_the_stored_ones(study: optuna.Study, storag
 def test_command_missing_sqlite_file_is_not_created(tmp_path: Path) -> None:
     db = tmp_path / "absent.db"
     with pytest.raises(UsageError, match="does not exist"):
-        _app()(args=["x", "--storage", f"sqlite:///{db}"], standalone_mode=False)
+        _app()(args=["--study", "x", "--storage", f"sqlite:///{db}"], standalone_mode=False)
     assert not db.exists()
 
 

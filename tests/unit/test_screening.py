@@ -23,9 +23,16 @@ from autotune.store import outcomes
 from autotune.trial.errors import AGREED_ENDS, failure_reason
 
 SETTINGS = MeasureSettings(
-    warmup_steps=3, max_warmup_steps=6, min_steps=3, max_steps=10, screen_ratio=0.5, promote_ratio=0.0
+    settle_steps=3,
+    max_settle_steps=6,
+    min_measure_steps=3,
+    measure_steps=10,
+    screen_ratio=0.5,
+    promote_ratio=0.0,
 )
-PROMOTING = MeasureSettings(**{**SETTINGS.__dict__, "promote_ratio": 0.8, "min_steps": 5, "max_steps": 30})
+PROMOTING = MeasureSettings(
+    **{**SETTINGS.__dict__, "promote_ratio": 0.8, "min_measure_steps": 5, "measure_steps": 30}
+)
 ARGS = SimpleNamespace(
     per_device_train_batch_size=4, gradient_accumulation_steps=1, world_size=1, torch_compile=False
 )
@@ -88,20 +95,20 @@ def test_a_window_clearly_under_the_promotion_line_ends_after_its_minimum_steps(
     # promotion line (720). Without the line the window would go on
     # (its 3% target is not reached in 5 steps of this noise).
     measured = _window(NOISY, reference=900.0, settings=PROMOTING)
-    assert len(measured.window_times_s) == PROMOTING.min_steps
+    assert len(measured.window_times_s) == PROMOTING.min_measure_steps
     result = measured.result()
     assert result["tokens_per_s"] == pytest.approx(500.0, rel=0.03)  # measured, not discarded
     assert result["not_promoted"] == {
         "upper_tokens_per_s": pytest.approx(500.0, rel=0.1),
         "reference_tokens_per_s": 900.0,
         "promote_ratio": 0.8,
-        "steps": PROMOTING.min_steps,
+        "steps": PROMOTING.min_measure_steps,
     }
     assert result["not_promoted"]["upper_tokens_per_s"] < 800.0
     full = _window(
         NOISY, reference=900.0, settings=MeasureSettings(**{**PROMOTING.__dict__, "promote_ratio": 0})
     )
-    assert len(full.window_times_s) > PROMOTING.min_steps and "not_promoted" not in full.result()
+    assert len(full.window_times_s) > PROMOTING.min_measure_steps and "not_promoted" not in full.result()
 
 
 @pytest.mark.parametrize(
@@ -111,7 +118,7 @@ def test_a_window_clearly_under_the_promotion_line_ends_after_its_minimum_steps(
 )
 def test_a_window_that_may_still_be_close_gets_its_whole_window(reference: float | None) -> None:
     measured = _window(NOISY, reference=reference, settings=PROMOTING)
-    assert len(measured.window_times_s) > PROMOTING.min_steps
+    assert len(measured.window_times_s) > PROMOTING.min_measure_steps
     assert "not_promoted" not in measured.result()
 
 
@@ -120,14 +127,14 @@ def test_the_promotion_line_judges_a_noisy_window_by_its_interval_not_its_mean()
     # 800) but so noisy that its interval reaches about 960: it goes on.
     wild = [0.14] * 3 + [0.1, 0.2, 0.1, 0.2, 0.13] + [0.14] * 30
     measured = _window(wild, reference=1000.0, settings=PROMOTING)
-    assert len(measured.window_times_s) > PROMOTING.min_steps
+    assert len(measured.window_times_s) > PROMOTING.min_measure_steps
 
 
 def test_an_eager_trial_ten_times_slower_than_the_best_stops_after_its_second_step() -> None:
     # 100 tokens per 1 s step: 100 tok/s against a best of 1000 tok/s. The first step's one-time
     # costs never decide alone; one steady step after it does, before the minimum warm-up (3).
     steps, screened = _run([5.0, 1.0, 1.0, 1.0, 1.0, 1.0], reference=1000.0)
-    assert screened is not None and steps == 2 < SETTINGS.warmup_steps
+    assert screened is not None and steps == 2 < SETTINGS.settle_steps
     assert screened.bound_tokens_per_s == pytest.approx(100.0)
     assert screened.attrs() == {
         "screen_tokens_per_s": pytest.approx(100.0),
@@ -145,10 +152,10 @@ def test_a_compiled_trial_is_judged_only_after_its_minimum_warm_up() -> None:
     # CUDA graphs: a warm-up run, a recording run (both slow), then replays as fast as the best's.
     # Judged on its second step it would be stopped; it is judged from its third, and goes on.
     steps, screened = _run([5.0, 1.0] + [0.1] * 12, reference=1000.0, args=COMPILED)
-    assert screened is None and steps > SETTINGS.warmup_steps
+    assert screened is None and steps > SETTINGS.settle_steps
     # A compiled trial that stays slow stops at the end of its minimum warm-up.
     steps, screened = _run([30.0, 1.0, 1.0, 1.0, 1.0], reference=1000.0, args=COMPILED)
-    assert screened is not None and steps == SETTINGS.warmup_steps == screened.steps
+    assert screened is not None and steps == SETTINGS.settle_steps == screened.steps
 
 
 def test_a_trial_that_can_still_compete_gets_its_full_window() -> None:
@@ -156,7 +163,7 @@ def test_a_trial_that_can_still_compete_gets_its_full_window() -> None:
     steps, screened = _run(
         [0.2, 0.19, 0.18, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2], reference=1000.0
     )
-    assert screened is None and steps > SETTINGS.warmup_steps + SETTINGS.min_steps - 1
+    assert screened is None and steps > SETTINGS.settle_steps + SETTINGS.min_measure_steps - 1
 
 
 def test_a_slow_first_step_alone_is_not_screened() -> None:
@@ -258,17 +265,17 @@ def test_a_rounds_eager_configuration_warms_up_for_its_set_steps_a_compiled_one_
     # through all six warm-up steps.
     falling = [1.0, 0.5, 0.8, 0.8, 0.8, 0.8] + [0.8] * 10
     plain = _window(falling, None, SETTINGS)
-    assert len(plain.warmup_times_s) == SETTINGS.max_warmup_steps
+    assert len(plain.warmup_times_s) == SETTINGS.max_settle_steps
     # A finalists' round: two warm-up steps for a configuration that compiles nothing ...
-    rounds = MeasureSettings(**{**SETTINGS.__dict__, "eager_warmup_steps": 2})
+    rounds = MeasureSettings(**{**SETTINGS.__dict__, "eager_settle_steps": 2})
     eager = _window(falling, None, rounds)
     assert eager.warmup_times_s == pytest.approx([1.0, 0.5])
     assert eager.window_times_s[0] == pytest.approx(0.8)
     # ... and a compiled one's warm-up still goes on until its step times settle.
     compiled, _steps, _screened = _drive(falling, None, rounds, COMPILED)
-    assert len(compiled.warmup_times_s) == SETTINGS.max_warmup_steps
+    assert len(compiled.warmup_times_s) == SETTINGS.max_settle_steps
 
 
 def test_a_set_eager_warm_up_is_at_least_one_step() -> None:
-    with pytest.raises(UsageError, match="eager_warmup_steps must be >= 1, got 0"):
-        MeasureSettings(eager_warmup_steps=0)
+    with pytest.raises(UsageError, match="eager_settle_steps must be >= 1, got 0"):
+        MeasureSettings(eager_settle_steps=0)

@@ -27,7 +27,12 @@ from autotune.store.session import StudyStore
 from autotune.trial.measured import screen_reference
 
 SETTINGS = MeasureSettings(
-    warmup_steps=3, max_warmup_steps=6, min_steps=3, max_steps=10, screen_ratio=0.5, promote_ratio=0.0
+    settle_steps=3,
+    max_settle_steps=6,
+    min_measure_steps=3,
+    measure_steps=10,
+    screen_ratio=0.5,
+    promote_ratio=0.0,
 )
 ARGS = SimpleNamespace(
     per_device_train_batch_size=4, gradient_accumulation_steps=1, world_size=1, torch_compile=False
@@ -98,7 +103,7 @@ def test_a_machine_that_slowed_down_as_a_whole_screens_nothing_out() -> None:
     # Every step now takes 2.5x the best's (0.25 s for 100 tokens: 400 tok/s, under the line at
     # 500), and so does the probe: at the reference's speed the trial runs at 1000 tok/s.
     measured, probe, screened = _drive([0.25] * 20, BEST, _probe(0.005, takes_s=0.04))
-    assert screened is None and measured.result()["measured_steps"] >= SETTINGS.min_steps
+    assert screened is None and measured.result()["measured_steps"] >= SETTINGS.min_measure_steps
     # Probed once when the verdict first said stop, that reading reused within REPROBE_S (steps of
     # 0.25 s), besides the probes before and after the trial (its record's probe_s).
     assert probe.calls == 1 + 2

@@ -55,7 +55,7 @@ def _stored_study(url: str, name: str) -> None:
 def test_worker_passes_the_bound(seen: list[str | None], tmp_path: Any) -> None:
     url = f"sqlite:///{tmp_path / 'w.db'}"
     _stored_study(url, "s")  # read before the pool member starts
-    assert _run("worker", "s", "--storage", url, "--store-retry-s", "0") in (0, None)
+    assert _run("worker", "--study", "s", "--storage", url, "--store-retry-s", "0") in (0, None)
     assert seen == ["0.0"] and store_retry_s() == 0.0
 
 
@@ -69,7 +69,7 @@ def test_resume_takes_the_flag(
 ) -> None:
     url = f"sqlite:///{tmp_path / 'r.db'}"
     _stored_study(url, "r")
-    assert _run("resume", "r", "--storage", url, "--store-retry-s", "3") in (0, None)
+    assert _run("resume", "--study", "r", "--storage", url, "--store-retry-s", "3") in (0, None)
     assert seen == ["3.0"]
 
 
