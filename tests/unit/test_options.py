@@ -326,7 +326,8 @@ FLAGGED_TEXTS = [
     # Only the fields the error names, and never inside a longer name or a path:
     ("dataset /data/dataset/a: max_settle_steps", ("dataset", "settle_steps"), "--dataset /data/dataset/a: "
      "max_settle_steps"),
-    ("min_measure_steps <= measure_steps", ("min_measure_steps",), "min_measure_steps <= measure_steps"),  # no flag
+    # no flag:
+    ("min_measure_steps <= measure_steps", ("min_measure_steps",), "min_measure_steps <= measure_steps"),
     # A deprecated name: its old flag.
     ("max_steps and measure_steps", ("measure_steps", "max_steps"), "--max-steps and --measure-steps"),
     ("min_steps", ("min_steps",), "min_steps"),  # a deprecated name whose option has no flag
