@@ -20,7 +20,8 @@ def report_command(
         bool,
         typer.Option(
             "--png",
-            help="Also write each figure as a PNG into <stem>_png/ next to the HTML (needs Chrome or Chromium).",
+            help="Also write each figure as a PNG into <stem>_png/ next to the HTML "
+            "(needs Chrome or Chromium on PATH).",
         ),
     ] = False,
 ) -> None:

@@ -229,4 +229,3 @@ def _device_text(device: dict[str, Any]) -> str:
     if device.get("device") == "cuda":
         return f"{device.get('name')} x{device.get('count', 1)} ({format_bytes(device.get('memory_bytes'))})"
     return f"CPU ({format_bytes(device.get('memory_bytes'))} RAM)"
-

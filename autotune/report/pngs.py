@@ -5,11 +5,12 @@ a page of the PNG's size, with plotly.js beside it on disk, and a headless Chrom
 (whichever is on PATH) renders the page from the local file and saves a screenshot. plotly needs a
 browser to turn a figure into pixels; calling the browser directly, as the report's own rendering
 test does, needs no package beyond plotly (kaleido, plotly's exporter, drives the same browser
-through three more) and no network.
+through three more packages) and no network.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -123,10 +124,8 @@ def _screenshot(browser: str, page: Path, path: Path, profile: Path) -> None:
         ) from None
     finally:
         # The browser's helpers (renderer, GPU and zygote processes) share its process group.
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     drawn = path.is_file() and path.read_bytes()[:8] == PNG_SIGNATURE
     if proc.returncode != 0 or not drawn:
         # Chromium logs warnings before its error: the last line says what went wrong.
