@@ -8,6 +8,7 @@ import json
 import os
 import re
 import stat
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -238,3 +239,16 @@ def _plot(html: str, name: str) -> tuple[Any, Any]:
     data, end = decoder.raw_decode(html, match.end())
     layout, _ = decoder.raw_decode(html[end:].lstrip().removeprefix(",").lstrip())
     return data, layout
+
+
+@pytest.mark.parametrize("missing", ["plotly", "jinja2"])
+def test_the_command_names_a_missing_report_dependency(
+    missing: str, study: optuna.Study, storage: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, missing, None)  # `import <missing>` raises ImportError
+    out = tmp_path / "r.html"
+    with pytest.raises(UsageError) as info:
+        _app()(args=[STUDY, "--storage", storage, "-o", str(out)], standalone_mode=False)
+    assert str(info.value) == f"autotune report needs {missing} (pip install 'hf-autotune[report]')"
+    assert info.value.exit_code == 2
+    assert not out.exists()
