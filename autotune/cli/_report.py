@@ -18,7 +18,12 @@ def report_command(
         Path, typer.Option("--output", "-o", help="HTML file to write (opens with no server or network).")
     ] = Path("report.html"),
     png: Annotated[
-        bool, typer.Option("--png", help="Also write each figure as a PNG into <stem>_png/ next to the HTML.")
+        bool,
+        typer.Option(
+            "--png",
+            help="Also write each figure as a PNG into <stem>_png/ next to the HTML "
+            "(needs Chrome or Chromium on PATH).",
+        ),
     ] = False,
 ) -> None:
     """Write an HTML report of a study: history, throughput vs memory, importances, trial table."""
@@ -31,9 +36,12 @@ def report_command(
     from autotune.view import console
 
     try:
+        import jinja2  # noqa: F401
         import plotly  # noqa: F401
-    except ImportError:
-        raise UsageError("autotune report needs plotly", "pip install 'hf-autotune[report]'") from None
+    except ImportError as exc:
+        raise UsageError(
+            f"autotune report needs {exc.name or 'plotly and jinja2'}", "pip install 'hf-autotune[report]'"
+        ) from None
     loaded = StudyStore.open(RunConfig(storage=storage).storage_url, study)
     png_dir = output.with_name(f"{output.stem}_png") if png else None
     for path in write_report(loaded, output, png_dir, study_answer(loaded)):

@@ -1,12 +1,13 @@
 """`autotune report`: one self-contained HTML page (and optional PNGs) about a finished study.
 
 The page opens from disk with no server and no network: plotly.js is embedded inline once, in the
-first figure, and every other figure reuses it. The PNGs are drawn with matplotlib from the same
-data, so no browser is needed to make them. Everything is read from the optuna study: the trials'
-user attrs and the study's user attrs as the search stored them.
+first figure, and every other figure reuses it. Each figure is drawn once, by plotly: the PNGs are
+screenshots of the same figures, taken by a headless Chrome or Chromium. Everything is read from
+the optuna study: the trials' user attrs and the study's user attrs as the search stored them.
 
 Modules: `data` (what the report shows, read from the study), `figures` (the plotly figures),
-`pngs` (the same figures with matplotlib) and `page` (the HTML page, and writing it out).
+`page` (the HTML page, and writing it out), `render` (its jinja2 templates, under ``templates/``)
+and `pngs` (the figures' PNGs).
 """
 
 from __future__ import annotations

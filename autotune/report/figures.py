@@ -1,4 +1,4 @@
-"""The report's figures: what each one shows, and its interactive plotly form.
+"""The report's figures, drawn by plotly: the page embeds them and the PNGs are their screenshots.
 
 plotly is imported inside the functions: it is an optional dependency (``hf-autotune[report]``).
 """
@@ -17,7 +17,7 @@ INFEASIBLE_COLOUR = "#d62728"
 FRONT_COLOUR = "#2ca02c"
 CAP_COLOUR = "#7f7f7f"
 
-# Each figure's axis titles (x, y), the same in the page and in the PNGs.
+# Each figure's axis titles (x, y).
 AXES: dict[str, tuple[str, str | None]] = {
     "history": ("trial number", "tokens/s"),
     "throughput_memory": ("measured peak memory (MiB)", "tokens/s"),

@@ -1,12 +1,14 @@
 """The report's HTML page: a header about the study, the figures, and the table of trials.
 
-The page opens from disk with no server and no network: plotly.js is embedded inline once, in the
-first figure, and every other figure reuses it.
+The page is the jinja2 template ``templates/report.html``, autoescaped: this module computes what
+it shows (the header's rows, the figures' divs or notes, the table's cells) and the template lays
+it out. The page opens from disk with no server and no network: plotly.js is embedded inline once,
+in the first figure, and every other figure reuses it. Each figure is drawn once, by plotly; its
+PNG (`pngs`) is a screenshot of that same figure object.
 """
 
 from __future__ import annotations
 
-import html
 import statistics
 from pathlib import Path
 from typing import Any
@@ -26,7 +28,8 @@ from autotune.progress import (
 from autotune.records import FinalistRecord, read_study
 from autotune.report.data import FIGURES, ReportData, collect, is_duplicate, is_feasible
 from autotune.report.figures import plotly_figures
-from autotune.report.pngs import write_pngs
+from autotune.report.pngs import find_browser, write_pngs
+from autotune.report.render import markup, render
 from autotune.store.session import StudyStore
 from autotune.store.trials import best_trial, measured_count
 
@@ -34,7 +37,8 @@ from autotune.store.trials import best_trial, measured_count
 def build_report(study: StudyStore, answer: Answer | None = None) -> str:
     """The report of `study` as one self-contained HTML document (plotly.js inline, once), with
     its `answer` (default: the one stored with the study)."""
-    return _html(study, collect(study), answer)
+    data = collect(study)
+    return _html(study, data, answer, plotly_figures(data))
 
 
 def write_report(
@@ -46,59 +50,48 @@ def write_report(
 
     Returns:
         The files written: the HTML first, then the PNGs.
+
+    Raises:
+        UsageError: `png_dir` is given and no Chrome or Chromium is on PATH (nothing is written).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    # A missing browser is reported before anything is written.
+    browser = find_browser() if png_dir is not None else None
     data = collect(study)
-    path.write_text(_html(study, data, answer), encoding="utf-8")
+    figures = plotly_figures(data)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(_html(study, data, answer, figures), encoding="utf-8")
     written = [path]
-    if png_dir is not None:
-        written += write_pngs(data, Path(png_dir))
+    if png_dir is not None and browser is not None:
+        written += write_pngs(figures, Path(png_dir), browser)
     return written
 
 
-def _html(study: StudyStore, data: ReportData, answer: Answer | None) -> str:
-    figures = plotly_figures(data)
+def _html(study: StudyStore, data: ReportData, answer: Answer | None, figures: dict[str, Any]) -> str:
     notes = _notes(data)
-    sections = []
+    shown = []
     first = True
     for name, title in FIGURES.items():
+        div = None
         if name in figures:
-            div = figures[name].to_html(
-                full_html=False,
-                include_plotlyjs=first,
-                div_id=f"fig-{name}",
-                default_height="480px",
-                config={"displaylogo": False, "responsive": True},
+            div = markup(
+                figures[name].to_html(
+                    full_html=False,
+                    include_plotlyjs=first,
+                    div_id=f"fig-{name}",
+                    default_height="480px",
+                    config={"displaylogo": False, "responsive": True},
+                )
             )
             first = False
-            sections.append(f"<section class='figure' id='{name}'>\n{div}\n</section>")
-        else:
-            sections.append(
-                f"<section class='figure' id='{name}'><h2>{html.escape(title)}</h2>"
-                f"<p class='note'>{html.escape(notes[name])}</p></section>"
-            )
+        shown.append({"name": name, "title": title, "div": div, "note": notes[name]})
     best = best_trial(study)
-    table = _table(data, best.number if best is not None else None)
-    return "\n".join(
-        [
-            "<!DOCTYPE html>",
-            "<html lang='en'>",
-            "<head>",
-            "<meta charset='utf-8'>",
-            f"<title>autotune report: {html.escape(data.study_name)}</title>",
-            f"<style>{_CSS}</style>",
-            "</head>",
-            "<body>",
-            _header(study, data, answer),
-            *sections,
-            "<section id='trials'><h2>Trials, best first</h2>",
-            table,
-            "</section>",
-            "</body>",
-            "</html>",
-            "",
-        ]
+    return render(
+        "report.html",
+        study_name=data.study_name,
+        header=_header(study, data, answer),
+        figures=shown,
+        table=_table(data, best.number if best is not None else None),
     )
 
 
@@ -111,7 +104,8 @@ def _notes(data: ReportData) -> dict[str, str]:
     }
 
 
-def _header(study: StudyStore, data: ReportData, answer: Answer | None) -> str:
+def _header(study: StudyStore, data: ReportData, answer: Answer | None) -> list[tuple[str, str]]:
+    """The header's (term, description) rows: the study, its workload and device, and the answer."""
     record = read_study(study)
     answer = answer or (Answer.from_dict(record.answer) if record.answer else None)
     workload = record.workload or {}
@@ -163,8 +157,7 @@ def _header(study: StudyStore, data: ReportData, answer: Answer | None) -> str:
     spent = describe_time_breakdown(record.time_breakdown)
     if spent:
         rows.append(("search time", spent.removeprefix("search time: ")))
-    body = "\n".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in rows)
-    return f"<h1>autotune report: {html.escape(data.study_name)}</h1>\n<dl class='header'>\n{body}\n</dl>"
+    return rows
 
 
 def _finalist_text(f: FinalistRecord) -> str:
@@ -180,7 +173,8 @@ def _finalist_text(f: FinalistRecord) -> str:
     return f"{who} {format_rate(median)} tok/s{spread_text} over {len(f.tokens_per_s)} rounds"
 
 
-def _table(data: ReportData, winner: int | None) -> str:
+def _table(data: ReportData, winner: int | None) -> dict[str, Any]:
+    """The trial table: its head as (label, title) cells, and a row per trial, best first."""
     knob_names = list(dict.fromkeys(k for t in data.trials for k in t.params))
     # MFU is known only on devices with a known peak (never guessed): the column appears with it.
     with_mfu = any(t.measurement.mfu is not None for t in data.trials)
@@ -188,14 +182,7 @@ def _table(data: ReportData, winner: int | None) -> str:
     head += ["peak memory", "estimate", "state"]
     titles = ["trial number", *knob_names, "", "95% confidence half-width"]
     titles += [*(["model FLOPs utilisation"] if with_mfu else []), "", "", ""]
-    header = "".join(
-        f"<th title='{html.escape(ti)}'>{html.escape(h)}</th>" for h, ti in zip(head, titles, strict=True)
-    )
-    lines = [
-        "<table class='trials'>",
-        f"<thead><tr>{header}</tr></thead>",
-        "<tbody>",
-    ]
+    rows = []
     for t in data.trials:
         if t.number == winner:
             css = "winner"
@@ -218,10 +205,8 @@ def _table(data: ReportData, winner: int | None) -> str:
             ("num", format_bytes(t.memory.estimate_bytes)),
             ("state", _state_text(t)),
         ]
-        row = "".join(f"<td class='{c}'>{html.escape(v)}</td>" for c, v in cells)
-        lines.append(f"<tr class='{css}' data-trial='{t.number}'>{row}</tr>")
-    lines += ["</tbody>", "</table>"]
-    return "\n".join(lines)
+        rows.append({"css": css, "number": t.number, "cells": cells})
+    return {"head": list(zip(head, titles, strict=True)), "rows": rows}
 
 
 def _state_text(t: TrialSummary) -> str:
@@ -243,21 +228,3 @@ def _device_text(device: dict[str, Any]) -> str:
     if device.get("device") == "cuda":
         return f"{device.get('name')} x{device.get('count', 1)} ({format_bytes(device.get('memory_bytes'))})"
     return f"CPU ({format_bytes(device.get('memory_bytes'))} RAM)"
-
-
-_CSS = """
-body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto; max-width: 1300px;
-       color: #222; padding: 0 1em; }
-h1 { margin-bottom: 0.2em; }
-dl.header { display: grid; grid-template-columns: max-content 1fr; gap: 0.3em 1.2em; }
-dl.header dt { font-weight: 600; }
-dl.header dd { margin: 0; }
-.figure { margin: 1.5em 0; border: 1px solid #ddd; border-radius: 6px; padding: 0.5em; }
-.note { color: #666; font-style: italic; padding: 0.5em 1em; }
-table.trials { border-collapse: collapse; font-size: 0.9em; width: 100%; }
-table.trials th, table.trials td { border-bottom: 1px solid #e3e3e3; padding: 0.3em 0.6em; text-align: left; }
-table.trials td.num { text-align: right; font-variant-numeric: tabular-nums; }
-table.trials tr.winner { background: #eaf6ea; font-weight: 600; }
-table.trials tr.infeasible td.state { color: #b22; }
-table.trials tr.reused td, table.trials tr.skipped td { color: #888; }
-"""

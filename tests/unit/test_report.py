@@ -23,7 +23,7 @@ from autotune.errors import UsageError
 from autotune.export.config import export_config
 from autotune.export.words import answer_lines
 from autotune.records import FinalistRecord, write_study
-from autotune.report import build_report, collect, write_report
+from autotune.report import build_report, collect, pngs, write_report
 from autotune.store.session import StudyStore
 
 MIB = 2**20
@@ -143,6 +143,31 @@ def _trace(data: list[dict[str, Any]], name: str) -> dict[str, Any]:
     found = [t for t in data if t.get("name") == name]
     assert found, f"no trace {name!r} in {[t.get('name') for t in data]}"
     return found[0]
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--virtual-time-budget=5000",
+]
+
+
+def _needs_chromium() -> None:
+    """Skip without a chromium on PATH, except in CI, where .ci/run installs Debian's: there it fails."""
+    if CHROMIUM is None:
+        if os.environ.get("CI"):
+            pytest.fail("no chromium on PATH, though .ci/run installs it")
+        pytest.skip("needs headless chromium (apt-get install chromium)")
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
 
 
 def _rows(html: str) -> dict[int, str]:
@@ -301,7 +326,7 @@ def test_table_escapes_html(study: optuna.Study) -> None:
 
 
 def test_write_report_with_pngs(study: optuna.Study, tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")
+    _needs_chromium()
     out = tmp_path / "out" / "r.html"
     written = write_report(StudyStore(study), out, tmp_path / "out" / "r_png")
     assert written[0] == out
@@ -315,6 +340,7 @@ def test_write_report_with_pngs(study: optuna.Study, tmp_path: Path) -> None:
         data = path.read_bytes()
         assert data.startswith(PNG_SIGNATURE)
         assert len(data) > 5000
+        assert _png_size(data) == (pngs.WIDTH, pngs.HEIGHT)
     assert out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
 
 
@@ -327,7 +353,7 @@ def _app() -> typer.Typer:
 def test_command_writes_html_and_pngs(
     study: optuna.Study, storage: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    pytest.importorskip("matplotlib")
+    _needs_chromium()
     out = tmp_path / "site" / "study.html"
     _app()(args=["--study", STUDY, "--storage", storage, "-o", str(out), "--png"], standalone_mode=False)
     lines = capsys.readouterr().out.splitlines()
@@ -368,26 +394,11 @@ def test_command_missing_sqlite_file_is_not_created(tmp_path: Path) -> None:
     assert not db.exists()
 
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--virtual-time-budget=5000",
-]
-
-
 def test_renders_offline_in_headless_chromium(study: optuna.Study, tmp_path: Path) -> None:
-    if CHROMIUM is None:
-        if os.environ.get("CI"):  # .ci/run installs Debian's chromium: a missing one is a failure
-            pytest.fail("no chromium on PATH, though .ci/run installs it")
-        pytest.skip("needs headless chromium (apt-get install chromium)")
+    _needs_chromium()
     page = tmp_path / "report.html"
     write_report(StudyStore(study), page)
+    assert CHROMIUM is not None
     flags = [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
     # The inline plotly.js ran with no network: every figure became an SVG.
     dom = subprocess.run(
@@ -403,8 +414,7 @@ def test_renders_offline_in_headless_chromium(study: optuna.Study, tmp_path: Pat
     )
     data = shot.read_bytes()
     assert data.startswith(PNG_SIGNATURE)
-    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
-    assert (width, height) == (1400, 3000)
+    assert _png_size(data) == (1400, 3000)
     assert len(data) > 50_000
 
 
