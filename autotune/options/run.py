@@ -258,7 +258,8 @@ class RunConfig:
     report_to: tuple[str, ...] = option(
         (),
         help="Log the search to these trackers, as the Trainer's report_to names them: tensorboard, "
-        "mlflow, wandb (repeatable, or comma-separated; none: no tracker). Each trial's knobs, "
+        "mlflow, wandb (repeatable, or comma-separated; from Python a name or a list; none: no "
+        "tracker). Each trial's knobs, "
         "throughput, peak memory and outcome, and the answer; the trials' own training stays "
         "untracked.",
         group="tracking",
