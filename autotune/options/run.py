@@ -259,9 +259,8 @@ class RunConfig:
         (),
         help="Log the search to these trackers, as the Trainer's report_to names them: tensorboard, "
         "mlflow, wandb (repeatable, or comma-separated; from Python a name or a list; none: no "
-        "tracker). Each trial's knobs, "
-        "throughput, peak memory and outcome, and the answer; the trials' own training stays "
-        "untracked.",
+        "tracker). Each trial's knobs, throughput, peak memory and outcome, and the answer; the "
+        "trials' own training stays untracked.",
         group="tracking",
         default_text="none",
     )
