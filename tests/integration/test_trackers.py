@@ -49,7 +49,9 @@ def test_a_search_reaches_tensorboard_and_mlflow(tmp_path: Path, monkeypatch: py
         **IN_PROCESS,
     )
     measured = {t.number: t for t in result.trials if t.tokens_per_s is not None}
-    assert len([t for t in measured.values() if not t.reused]) == 2  # a duplicate reports the figures it reused
+    assert (
+        len([t for t in measured.values() if not t.reused]) == 2
+    )  # a duplicate reports the figures it reused
 
     # TensorBoard: each trial's figures at its number, the answer after them
     events = EventAccumulator(str(tmp_path / "tb" / "tracked"), size_guidance={"scalars": 0, "tensors": 0})
@@ -69,7 +71,9 @@ def test_a_search_reaches_tensorboard_and_mlflow(tmp_path: Path, monkeypatch: py
     assert runs["tracked"].info.status == "FINISHED"
     for number, trial in measured.items():
         run = runs[f"trial {number}"]
-        assert run.data.params == {"per_device_train_batch_size": str(trial.params["per_device_train_batch_size"])}
+        assert run.data.params == {
+            "per_device_train_batch_size": str(trial.params["per_device_train_batch_size"])
+        }
         assert run.data.metrics["tokens_per_s"] == pytest.approx(trial.tokens_per_s)
         assert run.data.tags["state"] == trial.state
 

@@ -228,6 +228,9 @@ def test_wandb_offline_logs_each_trial_and_the_answer(
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.delenv("WANDB_PROJECT", raising=False)
     feed(WandbTracker())
+    import wandb
+
+    wandb.teardown()  # W&B's service writes the run file behind the run: wait for it, as at exit
     (run_file,) = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
     records = wandb_records(run_file)
     (run,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
