@@ -80,3 +80,48 @@ def test_a_search_reaches_tensorboard_and_mlflow(tmp_path: Path, monkeypatch: py
     # the trials' own training stayed untracked: their Trainers report to nothing
     assert probe.seen and all(report_to in ([], ["none"], "none") for report_to in probe.seen), probe.seen
     assert not (tmp_path / "runs").exists() and not (tmp_path / "wandb").exists()
+
+
+def test_tune_logs_the_trainers_search_to_tensorboard(tmp_path: Path) -> None:
+    import datasets
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from transformers import (
+        AutoConfig,
+        AutoModelForCausalLM,
+        AutoTokenizer,
+        DataCollatorForLanguageModeling,
+        Trainer,
+        TrainingArguments,
+    )
+
+    from tests.local_models import sentences, write_model
+
+    folder = write_model(tmp_path / "mine")
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    config = AutoConfig.from_pretrained(folder)
+    train = datasets.Dataset.from_dict({"text": sentences(20)}).map(
+        lambda b: tokenizer(b["text"], truncation=True, max_length=16), batched=True, remove_columns=["text"]
+    )
+    trainer = Trainer(
+        model_init=lambda: AutoModelForCausalLM.from_config(config),
+        args=TrainingArguments(output_dir=str(tmp_path / "out"), report_to="none"),
+        train_dataset=train,
+        data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
+    )
+    tuned = autotune.tune(
+        trainer,
+        space=write_space(tmp_path, {"per_device_train_batch_size": [2]}, name="one"),
+        n_trials=1,
+        storage=f"sqlite:///{tmp_path / 'tune.db'}",
+        study_name="mine",
+        report_to="tensorboard",
+        tracker_dir=str(tmp_path / "tb"),
+        **IN_PROCESS,
+    )
+    events = EventAccumulator(str(tmp_path / "tb" / "mine"), size_guidance={"scalars": 0, "tensors": 0})
+    events.Reload()
+    (trial,) = [t for t in tuned.search.trials if t.tokens_per_s is not None]
+    logged = {e.step: e.value for e in events.Scalars("trial/tokens_per_s")}
+    assert logged == pytest.approx({trial.number: trial.tokens_per_s})
+    (verdict,) = events.Tensors("answer/verdict/text_summary")
+    assert verdict.tensor_proto.string_val[0].decode() == tuned.answer.verdict
