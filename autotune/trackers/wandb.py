@@ -78,7 +78,8 @@ class WandbTracker(Tracker):
         self.run.summary.update(summary)
         if self.rows:
             columns = sorted({key for row in self.rows for key in row}, key=_column_order)
-            table = wandb.Table(columns=[c.removeprefix("trial/") for c in columns])
+            # a knob's column may hold "none" beside its numbers
+            table = wandb.Table(columns=[c.removeprefix("trial/") for c in columns], allow_mixed_types=True)
             for row in sorted(self.rows, key=lambda r: r["trial"]):
                 table.add_data(*(row.get(column) for column in columns))
             self.run.log({"trials": table})

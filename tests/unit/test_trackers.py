@@ -250,6 +250,7 @@ def test_wandb_offline_logs_each_trial_and_the_answer(
     assert trials[1]["trial/tokens_per_s"] == 1500.0 and trials[1]["trial/precision"] == "fp32"
     assert trials[2]["trial/state"] == "PRUNED" and trials[2]["trial/reason"] == "infeasible"
     assert "trial/tokens_per_s" not in trials[2]
+    assert any(row.get("trials/_type") == "table-file" for row in rows)  # the trials table, at the end
     summary: dict[str, Any] = {}
     for r in records:
         if r.WhichOneof("record_type") == "summary":
