@@ -1,9 +1,10 @@
 """Checks of a run's configuration that need the machine, made before anything is created: no
-study in the store, no header printed, no folder made, when the Ray address cannot be reached or
-the compile-cache folder cannot be one. Each fails in one line: a folder that cannot be one is bad
-input (`UsageError`, exit 2); a Ray head that does not answer (`Unreachable`) or refuses this
-process's token (`RayTokenError`) is what the world refused (exit 1). Light: no torch; Ray only
-when a cluster is to be joined.
+study in the store, no header printed, no folder made, when the Ray address cannot be reached, the
+compile-cache or TensorBoard folder cannot be one, or a tracker's library is missing. Each fails
+in one line: a folder that cannot be one, or a missing library, is bad input (`UsageError`, exit
+2); a Ray head that does not answer (`Unreachable`) or refuses this process's token
+(`RayTokenError`) is what the world refused (exit 1). Light: no torch; Ray only when a cluster is
+to be joined.
 """
 
 from __future__ import annotations
@@ -24,16 +25,25 @@ _JOINABLE: set[str] = set()
 
 def check_before_creating(config: Any) -> None:
     """Check what `config` (a `RunConfig`) names on this machine: the Ray cluster to join
-    (`check_ray_head`) and the compile-cache folder (`check_folder`).
+    (`check_ray_head`), the compile-cache folder (`check_folder`), the trackers' libraries
+    (`autotune.trackers.check_installed`) and TensorBoard's folder.
 
     Raises:
-        UsageError: either cannot serve the run.
+        UsageError: one of them cannot serve the run.
         RayTokenError: the Ray head refuses this process's token (or its lack of one).
     """
     if config.backend == "ray" and config.ray_address:
         check_ray_head(config.ray_address)
     if config.compile_cache:
         check_folder(config.compile_cache, "compile_cache")
+    if config.report_to:
+        from autotune.trackers import check_installed
+
+        check_installed(config.report_to)
+        if "tensorboard" in config.report_to:
+            from autotune.trackers.tensorboard import DEFAULT_DIR
+
+            check_folder(config.tracker_dir or DEFAULT_DIR, "tracker_dir")
 
 
 def check_ray_head(address: str) -> None:

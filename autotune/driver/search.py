@@ -21,6 +21,7 @@ from autotune.options import RunConfig, run_config, with_option_keywords
 from autotune.plan.build import plan_search
 from autotune.preflight import check_before_creating
 from autotune.progress import LoggingReporter, Reporter
+from autotune.trackers import tracking
 
 
 def search(
@@ -39,7 +40,8 @@ def search(
         overrides: run options that replace the config's: every field of `RunConfig` and of
             `MeasureSettings` by its name (``search(model="tiny-llama", trials=4, measure_steps=10)``),
             as docs/reference/options.md lists them; the keywords of this signature.
-        reporter: receives progress events; the default prints nothing.
+        reporter: receives progress events; the default prints nothing. The trackers of
+            ``report_to`` (`autotune.trackers`) see them beside it.
         callbacks: extra Trainer callbacks added to every trial.
         enqueue: knob values to run first (optuna `enqueue_trial`), e.g. a baseline.
         debug: keep tracebacks of failed trials in their user attrs.
@@ -54,6 +56,17 @@ def search(
     # The trial machinery (torch, the Trainer) is imported once the input is known to be good: a
     # bad model, space or store fails in seconds.
     check_before_creating(config)  # nothing created yet: a bad address or folder fails in one line
+    with tracking(config, reporter) as tracked:  # the trackers of report_to, beside the reporter
+        return _search(config, tracked, callbacks, enqueue, debug)
+
+
+def _search(
+    config: RunConfig,
+    reporter: Reporter,
+    callbacks: Sequence[TrainerCallback],
+    enqueue: Sequence[Mapping[str, Any]],
+    debug: bool,
+) -> SearchResult:
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # under torchrun / accelerate launch
         from autotune.driver.group import search_in_group
 

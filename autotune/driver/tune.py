@@ -50,6 +50,7 @@ from autotune.scratch import temporary_folder
 from autotune.space.defaults import training_arguments
 from autotune.space.mapping import fp8_trial
 from autotune.store.semantics import SemanticChange, study_changes
+from autotune.trackers import tracking
 from autotune.workloads.adapters import adapter_of
 from autotune.workloads.tasks import Task
 from autotune.workloads.user import UserWorkload, dump
@@ -148,7 +149,8 @@ def tune(
             ``sqlite:///autotune.db``).
         study_name: the study (default: from the model, space and sequence length; ``study``
             names it too). An existing study of the same Trainer is continued.
-        reporter: receives progress events (`autotune.RichReporter` prints them).
+        reporter: receives progress events (`autotune.RichReporter` prints them); the trackers of
+            ``report_to`` (`autotune.trackers`) see them beside it.
         callbacks: extra Trainer callbacks added to every trial.
         debug: keep tracebacks of failed trials in their user attrs.
         options: more run options, by their field names as for `autotune.search`:
@@ -188,6 +190,7 @@ def tune(
     with (
         _off_the_device(trainer.model),
         temporary_folder("autotune-tune-", config.output_dir) as folder,
+        tracking(config, reporter) as reporter,  # the trackers of report_to, beside the reporter
     ):
         workload_file: str | None = None
         if config.isolation == "process":

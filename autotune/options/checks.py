@@ -135,3 +135,32 @@ def check_workload(config: Any) -> None:
             "give dataset (a file, a folder or a hub id)",
             field=(given[0], "dataset"),
         )
+
+
+# The trackers a search logs to (`autotune.trackers`), by the names the Trainer's ``report_to`` uses.
+TRACKERS = ("tensorboard", "mlflow", "wandb")
+
+
+def tracker_names(value: Any) -> tuple[str, ...]:
+    """``report_to`` as the tuple of tracker names it asks for: one name, a comma-separated list,
+    or a list or tuple of either, each of `TRACKERS` or ``none`` (no tracker), in the order first
+    given, each once.
+
+    Raises:
+        UsageError: a name that is not a tracker.
+    """
+    items = [value] if isinstance(value, str) else list(value or ())
+    names: list[str] = []
+    for item in items:
+        for name in str(item).split(","):
+            name = name.strip().lower()
+            if name in ("", "none") or name in names:
+                continue
+            if name not in TRACKERS:
+                raise UsageError(
+                    f"unknown tracker {name!r} in report_to",
+                    f"use {', '.join(TRACKERS)} or none",
+                    field="report_to",
+                )
+            names.append(name)
+    return tuple(names)

@@ -19,6 +19,7 @@ GROUPS = {
     "measurement": "How a trial is measured",
     "choice": "How the answer is chosen",
     "store": "The store",
+    "tracking": "Where the search is logged",
 }
 
 

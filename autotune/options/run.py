@@ -8,7 +8,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from autotune.errors import UsageError
-from autotune.options.checks import check_backend, check_execution, check_run_length, check_workload
+from autotune.options.checks import (
+    check_backend,
+    check_execution,
+    check_run_length,
+    check_workload,
+    tracker_names,
+)
 from autotune.options.declare import option, resolve_aliases
 from autotune.options.settings import MeasureSettings
 from autotune.options.sizes import MemoryCap, parse_memory_cap
@@ -249,8 +255,24 @@ class RunConfig:
         group="choice",
         default_text="the configuration's train batch",
     )
+    report_to: tuple[str, ...] = option(
+        (),
+        help="Log the search to these trackers, as the Trainer's report_to names them: tensorboard, "
+        "mlflow, wandb (repeatable, or comma-separated; from Python a name or a list; none: no "
+        "tracker). Each trial's knobs, throughput, peak memory and outcome, and the answer; the "
+        "trials' own training stays untracked.",
+        group="tracking",
+        default_text="none",
+    )
+    tracker_dir: str | None = option(
+        help="The folder TensorBoard's event files go under, one folder per study in it.",
+        group="tracking",
+        default_text="runs",
+    )
 
     def __post_init__(self) -> None:
+        # "wandb,mlflow", ["wandb"], "none": the tuple of tracker names (a usage error names a bad one)
+        object.__setattr__(self, "report_to", tracker_names(self.report_to))
         check_workload(self)
         check_run_length(self)
         check_execution(self)

@@ -35,6 +35,7 @@ def stored_paths(config: RunConfig) -> dict[str, str | None]:
         else _absolute(config.peft),
         # A folder that may not exist yet: absolute all the same (a pool member's is the same one).
         "compile_cache": _absolute_folder(config.compile_cache),
+        "tracker_dir": _absolute_folder(config.tracker_dir),
         "model": config.model,
         "space": config.space,
     }

@@ -90,6 +90,8 @@ VALUES: dict[str, tuple[Any, tuple[str, ...]]] = {
     "price_per_hour": (2.5, ()),
     "whole_run_check": (False, ()),
     "eval_batch_size": (4, ()),
+    "report_to": (("mlflow", "wandb"), ()),
+    "tracker_dir": ("/shared/runs", ()),
 }
 
 
