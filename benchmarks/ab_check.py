@@ -1,7 +1,8 @@
 """The A/B check: does the speedup a search states hold when a user re-measures it?
 
     python -m benchmarks.ab_check                      # tiny-gpt2, tiny-llama, tiny-bert: about 25 minutes
-    python -m benchmarks.ab_check --presets tiny-gpt2 --seconds 5 --rounds 1 --trials 3 --measure-steps 5  # smoke
+    # a smoke run:
+    python -m benchmarks.ab_check --presets tiny-gpt2 --seconds 5 --rounds 1 --trials 3 --measure-steps 5
 
 Per preset, a search as ``make run`` runs it (a fresh store); then the configuration its answer
 speaks of and `TrainingArguments()`'s defaults are trained as a user trains them (`user_run.py`: a

@@ -72,7 +72,8 @@ def test_a_search_killed_with_sigkill_leaves_folders_the_next_one_removes(tmp_pa
         "autotune.search(model='tiny-gpt2', seq_len=16, trials=1, "
         f"storage='sqlite:///{tmp_path / 'k.db'}', output_dir={str(tmp_path)!r}, finalists=0, "
         # a window that goes on until the test kills the search
-        "measure_baseline=False, measure=MeasureSettings(min_measure_steps=10**6, measure_steps=10**6, max_seconds=600))"
+        "measure_baseline=False, "
+        "measure=MeasureSettings(min_measure_steps=10**6, measure_steps=10**6, max_seconds=600))"
     )
     search = subprocess.Popen([sys.executable, "-c", script])
     try:
