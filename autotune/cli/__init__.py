@@ -49,7 +49,7 @@ class _Command(TyperCommand):
     """A command whose usage line leaves out its hidden parameters: a deprecated argument (the
     study named without ``--study``) still works, and is not offered."""
 
-    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:  # click's Context
         pieces = [self.options_metavar] if self.options_metavar else []
         for param in self.get_params(ctx):
             if not getattr(param, "hidden", False):

@@ -206,7 +206,7 @@ def test_a_newer_schema_is_refused_naming_both_versions_and_the_fix():
     data = RunConfig().to_dict() | {"schema": SCHEMA_VERSION + 1, "autotune_version": "9.0.0"}
     with pytest.raises(
         UsageError,
-        match=r"schema 5 \(written by autotune 9\.0\.0\), newer than schema 4 of this autotune 0\.1\.0 "
+        match=r"schema 6 \(written by autotune 9\.0\.0\), newer than schema 5 of this autotune 0\.1\.0 "
         r"\(upgrade autotune on this worker to 9\.0\.0 or later\)",
     ) as info:
         RunConfig.from_dict(data | {"new_knob": 1})  # its unknown keys are the reason, not a TypeError

@@ -301,8 +301,21 @@ def test_tune_takes_the_options_not_named_by_the_trainer(tmp_path):
     with pytest.raises(UsageError, match=r"^n_trials and trials name the same option") as both:
         autotune.tune(trainer, n_trials=2, trials=3)
     assert both.value.field == "trials"
+    with pytest.raises(UsageError, match=r"^study_name and study name the same option"):
+        autotune.tune(trainer, study_name="a", study="a")
     with pytest.raises(UsageError, match=r"^trials must be at least 1, got 0"):
-        autotune.tune(trainer, trials=0)
+        autotune.tune(trainer, trials=0, study="mine")
+    with pytest.raises(UsageError, match=r"^trials must be at least 1, got 0"):
+        autotune.tune(trainer, n_trials=0, study_name="mine")
+    # a measurement option's deprecated name works, with a warning at this line; both names: refused
+    with (
+        pytest.warns(FutureWarning, match=r"^max_steps is deprecated.*use measure_steps") as seen,
+        pytest.raises(UsageError, match=r"^measure_steps must be at least 2, got 1"),
+    ):
+        autotune.tune(trainer, max_steps=1)
+    assert [w.filename for w in seen] == [__file__]
+    with pytest.raises(UsageError, match=r"^max_steps and measure_steps name the same option"):
+        autotune.tune(trainer, max_steps=5, measure_steps=5)
 
 
 def test_search_and_tune_take_optunas_names_for_the_budget_and_the_study() -> None:
@@ -328,7 +341,7 @@ FLAGGED_TEXTS = [
     # Only the fields the error names, and never inside a longer name or a path:
     ("dataset /data/dataset/a: max_settle_steps", ("dataset", "settle_steps"), "--dataset /data/dataset/a: "
      "max_settle_steps"),
-    # no flag:
+    # no flag: its name stays
     ("min_measure_steps <= measure_steps", ("min_measure_steps",), "min_measure_steps <= measure_steps"),
     # A deprecated name: its old flag.
     ("max_steps and measure_steps", ("measure_steps", "max_steps"), "--max-steps and --measure-steps"),
@@ -361,8 +374,13 @@ def test_the_committed_reference_is_what_the_declarations_generate():
 def test_the_reference_lists_every_option_by_group():
     text = reference()
     sections = text.split("\n## ")[1:]
-    assert [s.splitlines()[0] for s in sections] == list(GROUPS.values())
+    assert [s.splitlines()[0] for s in sections] == [*GROUPS.values(), "Other names"]
     for option in OPTIONS:
         section = sections[list(GROUPS).index(option.group)]
         row = next(line for line in section.splitlines() if line.startswith(f"| `{option.name}` |"))
         assert all(f"`{flag}`" in row for flag in option.flags), option.name
+    # every other name, with the option it names and its old flag where it has one
+    rows = sections[-1].splitlines()
+    assert "| `max_steps` | `--max-steps` | `measure_steps` | yes |" in rows
+    assert "| `min_steps` | - | `min_measure_steps` | yes |" in rows
+    assert "| `n_trials` | - | `trials` | no |" in rows
