@@ -131,7 +131,7 @@ def main() -> None:
                 space="quick",
                 n_trials=4,
                 storage=f"sqlite:///{Path(scratch) / 'tune.db'}",
-                measure=autotune.MeasureSettings(max_steps=10, max_seconds=10.0),
+                measure=autotune.MeasureSettings(measure_steps=10, max_seconds=10.0),
                 reporter=reporter,
             )
         a = tuned.training_args
