@@ -45,7 +45,9 @@ def search_command(**given: Any) -> None:
     # fails before torch is imported (the driver checks again for its other callers).
     require_reachable_model(config.model)
     check_before_creating(config)
-    start_forkserver_for(config)  # before the imports below: both processes import side by side
+    start_forkserver_for(
+        config.model, config.isolation
+    )  # before the imports below: both processes import side by side
     from autotune.driver.search import search
 
     with RichReporter() as reporter:

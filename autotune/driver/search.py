@@ -71,7 +71,7 @@ def _search(
         from autotune.driver.group import search_in_group
 
         return search_in_group(config, reporter, callbacks, enqueue, debug)
-    start_forkserver_for(config)  # its imports overlap this process's planning
+    start_forkserver_for(config.model, config.isolation)  # its imports overlap this process's planning
     plan = plan_search(config)
     with quiet_libraries():
         study, done_before, remaining = open_study(plan, reporter, enqueue)

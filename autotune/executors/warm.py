@@ -65,11 +65,11 @@ def start_forkserver() -> None:
     forkserver.ensure_running()
 
 
-def start_forkserver_for(config: Any) -> None:
+def start_forkserver_for(model: str, isolation: str) -> None:
     """Start the forkserver early for a run whose trials will need it: its imports (torch,
     transformers: about 3 s) then overlap the caller's own. Not for an ``org/name`` hub id, whose
     lookup may fail on the network: a run that stops there should stop fast. Decided without
     importing the workload code (it imports torch)."""
-    local_model = os.path.isdir(config.model) or "/" not in config.model
-    if config.isolation == "process" and local_model:
+    local_model = os.path.isdir(model) or "/" not in model
+    if isolation == "process" and local_model:
         start_forkserver()

@@ -129,7 +129,7 @@ def test_a_trainer_subclass_is_tuned_in_worker_processes_running_its_override(tm
     )
     study = tuned.search.study.optuna_study
     assert study.study_name == "mine" and len(tuned.search.trials) == 2
-    owners = _owners(study)
+    owners = _owners(tuned.search.study)
     workers = {owner.pid for owner in owners}
     assert os.getpid() not in workers  # isolated: every trial in a worker process
     assert not [owner for owner in owners if is_alive(owner)]  # and none is left behind

@@ -27,7 +27,7 @@ def seen(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
 
     monkeypatch.setattr(autotune.driver.search, "search", record)
     monkeypatch.setattr(autotune.driver.pool, "join_study", record)
-    monkeypatch.setattr(autotune.executors.warm, "start_forkserver_for", lambda config: None)
+    monkeypatch.setattr(autotune.executors.warm, "start_forkserver_for", lambda model, isolation: None)
     yield bounds
     os.environ.pop(STORE_RETRY_ENV, None)  # the command set it for this process
 
