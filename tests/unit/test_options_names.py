@@ -111,7 +111,7 @@ def test_a_configuration_stored_under_the_old_names_loads_as_the_new_ones() -> N
 
 
 def test_the_oldest_stored_study_keeps_its_measurement_window(tmp_path: Path) -> None:
-    from autotune.study.resumable import stored_run_config
+    from autotune.store.resumable import stored_run_config
 
     copy = tmp_path / "old.db"
     shutil.copy(FIXTURES / "store_v0.db", copy)
