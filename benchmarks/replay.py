@@ -62,7 +62,7 @@ from autotune.store.outcomes import (
 )
 from autotune.store.sampler import search_sampler
 from autotune.store.session import StudyStore
-from autotune.store.trials import FINISHED, reason_of, summarize_trial
+from autotune.store.trials import FINISHED, summarize_trial
 from autotune.trial.feasibility import as_past, precheck
 from benchmarks.assemble import store
 from benchmarks.report import fill, k, measured_on, mib, section, table
@@ -210,7 +210,9 @@ def _skip(
     source = next((t for t in finished if past is not None and t.number == past.number), None)
     if reason == DUPLICATE and source is not None:
         state = "COMPLETE" if source.state == COMPLETE else "PRUNED"
-        outcome = TrialOutcome(state, reason_of(source), trained=False, constraints=source.constraints)
+        outcome = TrialOutcome(
+            state, summarize_trial(source).reason, trained=False, constraints=source.constraints
+        )
         record_outcome(trial, outcome, cap)
         _tell(study, trial, source.value if state == "COMPLETE" else None)
         return

@@ -22,12 +22,8 @@ from autotune.store.outcomes import (
 from autotune.store.owner import OWNER_ATTR, Owner, is_dead_here
 from autotune.store.session import FINISHED_STATES, StudyStore
 
-FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-
-
-def reason_of(trial: FrozenTrial) -> str | None:
-    """A trial's reason; a FAIL without one is a trial whose process died (optuna failed it)."""
-    return _reason(read_trial(trial))
+# optuna's states of `FINISHED_STATES`, for readers of optuna's own trial objects.
+FINISHED = tuple(TrialState[name] for name in FINISHED_STATES)
 
 
 def _reason(record: TrialRecord) -> str | None:
