@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "torch==$(TORCH_VERSION)"
 	if $(BIN)/python -m pip show -q autotune >/dev/null 2>&1; then $(BIN)/python -m pip uninstall -q -y autotune; fi
-	$(BIN)/python -m pip install -q -e ".[dev,ray,postgres,mysql,report,trackers]"
+	$(BIN)/python -m pip install -q -e ".[dev,ray,postgres,mysql,report,trackers,trl]"
 	touch $(STAMP)
 
 run: install
