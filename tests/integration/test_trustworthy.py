@@ -13,6 +13,7 @@ import torch
 from transformers import TrainerCallback
 
 import autotune
+from autotune.driver.sequential import MAX_ROUNDS
 from autotune.measure.peak import rss_bytes
 from tests.helpers import FAST, FAST_RUN, IN_PROCESS, FakeOOM, KnobProbe, write_space
 
@@ -214,12 +215,15 @@ def test_interleaved_remeasurement_picks_the_truly_faster_config(tmp_path: Path)
     search_order = [t.params["attn_implementation"] for t in result.trials if t.state == "COMPLETE"]
     assert search_order[0] == "sdpa"  # the search alone was fooled
     finalists = result.study.user_attrs["finalists"]
-    # eager in all 3 rounds; sdpa until it is decided slower (it leaves the rounds then)
+    # eager in every round held: the 3 asked for, and more while the lead is undecided or a window
+    # was disturbed (sequential rounds: how many hangs on the machine's noise, so it is bounded, not
+    # fixed); sdpa until it is decided slower (it leaves the rounds then)
+    rounds_held = len(finalists[0]["tokens_per_s"])
     sdpa_rounds = len(finalists[1]["tokens_per_s"])
-    assert len(finalists[0]["tokens_per_s"]) == 3 and sdpa_rounds in (2, 3)
+    assert 3 <= rounds_held <= MAX_ROUNDS and 2 <= sdpa_rounds <= rounds_held
     # 1 search + its rounds; the winner once more, in its whole-run check (the defaults are not
     # measured here: no baseline)
-    assert slowdown.seen == {"eager": 1 + 3 + 1, "sdpa": 1 + sdpa_rounds}
+    assert slowdown.seen == {"eager": 1 + rounds_held + 1, "sdpa": 1 + sdpa_rounds}
     assert result.best is not None and result.best.params == {"attn_implementation": "eager"}
     assert result.race is not None and "x the runner-up" in result.race
     medians = [statistics.median(f["tokens_per_s"]) for f in finalists]  # the winner's first
