@@ -510,3 +510,42 @@ def default_interrupt_signals() -> None:
 
     for number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(number, signal.SIG_DFL)
+
+
+def rated_study(rates: dict[int, float], baseline: bool = True, first_step_s: float | None = None) -> Any:
+    """A study whose trials (data-loader workers as their numbers' tags: a knob that leaves the
+    training math alone) measured `rates` (number -> tok/s) in windows of 0.1 s steps, each a
+    first step of `first_step_s` where given."""
+    first = {"first_step_s": first_step_s} if first_step_s is not None else {}
+    import optuna
+
+    study = optuna.create_study(direction="maximize")
+    for number, rate in rates.items():
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"dataloader_num_workers": number + 1},
+                distributions={"dataloader_num_workers": optuna.distributions.IntDistribution(1, 64)},
+                value=rate,
+                user_attrs={
+                    "tokens_per_s": rate,
+                    "feasible": True,
+                    "peak_memory_bytes": 1,
+                    "setup_s": 0.5,
+                    "step_time_median_s": 0.1,
+                    **first,
+                },
+            )
+        )
+    if baseline:
+        study.set_user_attr(
+            "baseline",
+            {
+                "params": {"dataloader_num_workers": 0},
+                "tokens_per_s": 100.0,
+                "peak_memory_bytes": 1,
+                "setup_s": 0.5,
+                "tokens_per_step": 10.0,
+                **first,
+            },
+        )
+    return study

@@ -25,37 +25,9 @@ from autotune.progress import Reporter
 from autotune.records import TrialRecord, measured_record, read_study
 from autotune.store.session import StudyStore
 from autotune.store.trials import read_trials
+from tests.helpers import rated_study
 
 RUNS = 120
-
-
-def _study(rates: dict[int, float]) -> optuna.Study:
-    study = optuna.create_study(direction="maximize")
-    for number, rate in rates.items():
-        study.add_trial(
-            optuna.trial.create_trial(
-                params={"dataloader_num_workers": number + 1},
-                distributions={"dataloader_num_workers": optuna.distributions.IntDistribution(1, 64)},
-                value=rate,
-                user_attrs={
-                    "tokens_per_s": rate,
-                    "feasible": True,
-                    "peak_memory_bytes": 1,
-                    "setup_s": 0.5,
-                    "step_time_median_s": 0.1,
-                },
-            )
-        )
-    study.set_user_attr(
-        "baseline",
-        {
-            "params": {"dataloader_num_workers": 0},
-            "tokens_per_s": 100.0,
-            "peak_memory_bytes": 1,
-            "setup_s": 0.5,
-        },
-    )
-    return study
 
 
 @dataclass
@@ -89,7 +61,7 @@ def _runs(
     claims = held = 0
     for seed in range(RUNS):
         rng = random.Random(seed)
-        study = _study({n: v * math.exp(rng.gauss(0, noise)) for n, v in truth.items()})
+        study = rated_study({n: v * math.exp(rng.gauss(0, noise)) for n, v in truth.items()})
         machine = _Machine({**truth, BASELINE: 100.0}, rng, noise, disturbed)
         plan = SimpleNamespace(
             config=SimpleNamespace(finalists=3, finalist_rounds=2, measure=MeasureSettings())

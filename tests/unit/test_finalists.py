@@ -33,43 +33,7 @@ from autotune.progress import Reporter
 from autotune.records import TrialRecord, measured_record, read_study, trial_record
 from autotune.store.session import StudyStore
 from autotune.store.trials import read_trials
-
-
-def _study(rates: dict[int, float], baseline: bool = True, first_step_s: float | None = None) -> optuna.Study:
-    """A study whose trials (data-loader workers as their numbers' tags: a knob that leaves the
-    training math alone) measured `rates` (number -> tok/s) in windows of 0.1 s steps, each a
-    first step of `first_step_s` where given."""
-    first = {"first_step_s": first_step_s} if first_step_s is not None else {}
-    study = optuna.create_study(direction="maximize")
-    for number, rate in rates.items():
-        study.add_trial(
-            optuna.trial.create_trial(
-                params={"dataloader_num_workers": number + 1},
-                distributions={"dataloader_num_workers": optuna.distributions.IntDistribution(1, 64)},
-                value=rate,
-                user_attrs={
-                    "tokens_per_s": rate,
-                    "feasible": True,
-                    "peak_memory_bytes": 1,
-                    "setup_s": 0.5,
-                    "step_time_median_s": 0.1,
-                    **first,
-                },
-            )
-        )
-    if baseline:
-        study.set_user_attr(
-            "baseline",
-            {
-                "params": {"dataloader_num_workers": 0},
-                "tokens_per_s": 100.0,
-                "peak_memory_bytes": 1,
-                "setup_s": 0.5,
-                "tokens_per_step": 10.0,
-                **first,
-            },
-        )
-    return study
+from tests.helpers import rated_study
 
 
 def _plan(finalists: int, rounds: int, settings: MeasureSettings | None = None) -> Any:
@@ -142,7 +106,7 @@ def _answer(study: optuna.Study) -> Any:
 
 def test_the_first_rounds_measure_everyone_the_baseline_twice_in_rotated_order() -> None:
     script = _Script({0: [200.0, 202.0], 1: [150.0, 149.0], BASELINE: [100.0, 101.0]})
-    study = _study({0: 200.0, 1: 150.0})
+    study = rated_study({0: 200.0, 1: 150.0})
     remeasure_finalists(script, _plan(finalists=2, rounds=2), StudyStore(study), Reporter())
     contestants = [0, 1, BASELINE, BASELINE_AGAIN]
     assert script.calls[:4] == round_order(contestants, 1)
@@ -155,7 +119,7 @@ def test_the_first_rounds_measure_everyone_the_baseline_twice_in_rotated_order()
 
 def test_a_decided_answer_ends_after_the_rounds_asked_for() -> None:
     script = _Script({0: [200.0, 202.0, 199.0], 1: [150.0] * 3, BASELINE: [100.0, 101.0, 99.0]})
-    study = _study({0: 200.0, 1: 150.0})
+    study = rated_study({0: 200.0, 1: 150.0})
     remeasure_finalists(script, _plan(finalists=2, rounds=2), StudyStore(study), Reporter())
     assert len(script.calls) == 4 * 2
     answer = _answer(study)
@@ -164,7 +128,7 @@ def test_a_decided_answer_ends_after_the_rounds_asked_for() -> None:
 
 
 def test_a_trial_of_the_baselines_configuration_is_not_a_finalist() -> None:
-    study = _study({0: 200.0, 1: 150.0, 2: 140.0})
+    study = rated_study({0: 200.0, 1: 150.0, 2: 140.0})
     study.set_user_attr(
         "baseline", {"params": dict(study.trials[0].params), "tokens_per_s": 100.0, "peak_memory_bytes": 1}
     )
@@ -183,7 +147,7 @@ def test_an_undecided_speedup_races_the_leader_and_the_baseline_until_decided() 
     logs = [0.03, 0.26, 0.13, 0.16, 0.12, 0.15, 0.14, 0.13, 0.15, 0.14, 0.14, 0.14]
     baseline = _rates([0.0, -0.02, 0.01, 0.0, 0.01, -0.01, 0.0, 0.01, -0.01, 0.0, 0.0, 0.0])
     script = _Script({0: _rates(logs), 1: [60.0] * 12, BASELINE: baseline})
-    study = _study({0: 115.0, 1: 60.0})
+    study = rated_study({0: 115.0, 1: 60.0})
     remeasure_finalists(script, _plan(finalists=2, rounds=2), StudyStore(study), Reporter())
     rounds = _rounds_of(study)
     assert rounds[1] == [1, 2]
@@ -206,7 +170,7 @@ def test_a_leader_no_faster_than_the_baseline_ends_the_rounds() -> None:
     # Measured at the baseline's speed: the answer keeps the defaults whether or not more rounds
     # would prove it, so none are run.
     script = _Script({0: [103.0, 97.0, 102.0], 1: [60.0] * 3, BASELINE: [100.0, 99.0, 101.0]})
-    study = _study({0: 100.0, 1: 60.0})
+    study = rated_study({0: 100.0, 1: 60.0})
     remeasure_finalists(script, _plan(finalists=2, rounds=2), StudyStore(study), Reporter())
     assert len(script.calls) == 4 * 2
     answer = _answer(study)
@@ -217,7 +181,7 @@ def test_a_leader_no_faster_than_the_baseline_ends_the_rounds() -> None:
 def test_a_tie_between_two_trials_is_not_raced() -> None:
     # Two configurations alike, no baseline: their ratio sits at 1 and no round could order them.
     script = _Script({0: [120.0, 110.0, 121.0], 1: [112.0, 119.0, 114.0], 2: [60.0] * 3})
-    study = _study({0: 120.0, 1: 118.0, 2: 100.0}, baseline=False)
+    study = rated_study({0: 120.0, 1: 118.0, 2: 100.0}, baseline=False)
     remeasure_finalists(script, _plan(finalists=3, rounds=2), StudyStore(study), Reporter())
     assert len(script.calls) == 3 * 2
     assert "either is as good" in study.user_attrs["winner"]["verdict"]
@@ -229,7 +193,7 @@ def test_a_lead_more_rounds_can_decide_races_the_top_two_without_the_rest() -> N
     script = _Script(
         {0: _rates([0.11, 0.03, 0.07, 0.07, 0.08, 0.06, 0.07, 0.07]), 1: [100.0] * 8, 2: [60.0] * 8}
     )
-    study = _study({0: 120.0, 1: 118.0, 2: 100.0}, baseline=False)
+    study = rated_study({0: 120.0, 1: 118.0, 2: 100.0}, baseline=False)
     remeasure_finalists(script, _plan(finalists=3, rounds=2), StudyStore(study), Reporter())
     rounds = _rounds_of(study)
     assert rounds[2] == [1, 2] and len(rounds[0]) > 2 and rounds[0] == rounds[1]
@@ -314,7 +278,7 @@ class _LastPaysMore(_Script):
 
 
 def test_a_position_effect_is_not_claimed_as_a_speedup_between_equal_configurations() -> None:
-    study = _study({0: 100.0, 1: 100.0})
+    study = rated_study({0: 100.0, 1: 100.0})
     script = _LastPaysMore([0, 1, BASELINE, BASELINE_AGAIN])
     remeasure_finalists(script, _plan(finalists=2, rounds=4), StudyStore(study), Reporter())
     answer = _answer(study)
@@ -333,7 +297,7 @@ def test_an_aa_pair_the_model_cannot_account_for_widens_every_interval() -> None
             BASELINE_AGAIN: [96.0, 96.1, 95.9, 96.0],
         }
     )
-    study = _study({0: 104.0})
+    study = rated_study({0: 104.0})
     remeasure_finalists(script, _plan(finalists=1, rounds=4), StudyStore(study), Reporter())
     answer = _answer(study)
     assert answer.keeps_defaults and answer.rule == KEEP_DEFAULTS
@@ -353,7 +317,7 @@ def test_a_disturbed_window_is_measured_again() -> None:
             BASELINE: [100.0, 99.0, 101.0, 100.0, 100.0],
         }
     )
-    study = _study({0: 130.0, 1: 100.0, 2: 90.0})
+    study = rated_study({0: 130.0, 1: 100.0, 2: 90.0})
     remeasure_finalists(script, _plan(finalists=3, rounds=2), StudyStore(study), Reporter())
     rounds = _rounds_of(study)
     assert len(rounds[0]) >= 3 and 3 in rounds[BASELINE]
@@ -378,7 +342,7 @@ def test_a_tight_budget_keeps_fewer_finalists_and_fewer_rounds() -> None:
     script = _Script(
         {0: _rates([0.1, 0.3, 0.2, 0.25]), 1: [90.0] * 4, 2: [85.0] * 4, BASELINE: [100.0] * 4}, clock, 1.5
     )
-    study = _study({0: 130.0, 1: 90.0, 2: 85.0})
+    study = rated_study({0: 130.0, 1: 90.0, 2: 85.0})
     settings = MeasureSettings()
     costs = [
         predicted_cost(trial_record(n, {}, "COMPLETE", study.trials[n].user_attrs), settings)
@@ -401,7 +365,7 @@ def test_the_rounds_stop_when_the_budget_is_spent() -> None:
     clock = _Clock()
     spread = _rates([0.3, -0.2, 0.25, -0.15, 0.3, -0.2, 0.25, -0.15, 0.3, -0.2, 0.25, -0.15])
     script = _Script({0: spread, BASELINE: [100.0] * 12}, clock, 1.0)
-    study = _study({0: 110.0})
+    study = rated_study({0: 110.0})
     remeasure_finalists(
         script, _plan(finalists=1, rounds=2), StudyStore(study), Reporter(), budget_s=10.0, clock=clock
     )
@@ -414,10 +378,10 @@ def test_the_rounds_stop_when_the_budget_is_spent() -> None:
 def test_a_rounds_warm_up_is_predicted_from_the_searchs_first_step() -> None:
     # A first step of 2 s (a data-loader worker's start), then 0.1 s steps: a round's two warm-up
     # steps are predicted at 2.1 s, not at every settling step of the search's warm-up.
-    study = _study({0: 120.0}, first_step_s=2.0)
+    study = rated_study({0: 120.0}, first_step_s=2.0)
     record = trial_record(0, {}, "COMPLETE", {**study.trials[0].user_attrs, "warmup_excess_s": 9.0})
     assert predicted_cost(record, MeasureSettings()) == pytest.approx(0.5 + 2.1 + 3 * 0.1 + 0.15)
-    attrs = {**_study({0: 120.0}).trials[0].user_attrs, "warmup_excess_s": 9.0}
+    attrs = {**rated_study({0: 120.0}).trials[0].user_attrs, "warmup_excess_s": 9.0}
     without = trial_record(0, {}, "COMPLETE", attrs)
     assert predicted_cost(without, MeasureSettings()) == pytest.approx(0.5 + 9.2 + 3 * 0.1 + 0.15)
 
@@ -429,7 +393,7 @@ def test_the_rounds_looks_are_planned_from_the_first_rounds_costs() -> None:
     clock = _Clock()
     spread = _rates([0.3, -0.2, 0.25, -0.15, 0.3, -0.2])  # undecidable: the rounds go on
     script = _Script({0: spread, BASELINE: [100.0] * 6}, clock, 1.0)
-    study = _study({0: 110.0}, first_step_s=2.0)
+    study = rated_study({0: 110.0}, first_step_s=2.0)
     predicted = {n: 3.05 for n in (0, BASELINE, BASELINE_AGAIN)}
     assert planned_rounds(predicted, predicted, 2, 20.0) == 2
     remeasure_finalists(
@@ -447,7 +411,7 @@ def test_a_round_the_time_left_cannot_pay_for_is_cut_to_the_leader_and_the_basel
     script = _Script(
         {0: _rates([0.3, 0.3, 0.3]), 1: [90.0] * 3, 2: [85.0] * 3, BASELINE: [100.0, 101.0, 99.0]}, clock, 2.0
     )
-    study = _study({0: 130.0, 1: 90.0, 2: 85.0})
+    study = rated_study({0: 130.0, 1: 90.0, 2: 85.0})
     remeasure_finalists(
         script, _plan(finalists=3, rounds=2), StudyStore(study), Reporter(), budget_s=17.0, clock=clock
     )
@@ -458,7 +422,7 @@ def test_a_round_the_time_left_cannot_pay_for_is_cut_to_the_leader_and_the_basel
 
 def test_the_looks_the_budget_allows_set_every_intervals_level() -> None:
     script = _Script({0: _rates([0.2, 0.22, 0.19]), BASELINE: [100.0, 101.0, 99.0]})
-    study = _study({0: 120.0})
+    study = rated_study({0: 120.0})
     remeasure_finalists(script, _plan(finalists=1, rounds=2), StudyStore(study), Reporter())
     looks, look = study.user_attrs["rounds_looks"], study.user_attrs["rounds_look"]
     fit = rounds_fit({f.number: f for f in read_study(study).finalists}, looks, look)
@@ -500,7 +464,7 @@ def test_a_rounds_window_is_as_long_as_its_question_needs() -> None:
     assert round_window(settings, None, seconds=1.5)["max_seconds"] == 1.5
     # the rounds pass it to every measurement
     script = _Script({0: [200.0] * 3, BASELINE: [100.0, 104.0, 98.0]})
-    remeasure_finalists(script, _plan(finalists=1, rounds=2), StudyStore(_study({0: 200.0})), Reporter())
+    remeasure_finalists(script, _plan(finalists=1, rounds=2), StudyStore(rated_study({0: 200.0})), Reporter())
     assert all(w is not None and w["measure_steps"] == 10 for w in script.windows)
 
 
@@ -533,7 +497,7 @@ def test_the_first_rounds_windows_leave_room_for_the_rounds_a_decision_needs() -
     # round's windows may take a share of half the budget (two rounds), a later one of what is left.
     clock = _Clock()
     script = _Script({0: _rates([0.3, -0.2, 0.25, -0.15, 0.3]), BASELINE: [100.0] * 5}, clock, 1.0)
-    study = _study({0: 110.0})
+    study = rated_study({0: 110.0})
     remeasure_finalists(
         script, _plan(finalists=1, rounds=2), StudyStore(study), Reporter(), budget_s=20.0, clock=clock
     )
