@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 WORDS = [
     "the",
@@ -94,6 +95,24 @@ def write_model(folder: Path, model_type: str = "gpt2", with_tokenizer: bool = T
     if with_tokenizer:
         write_tokenizer(folder)
     return folder
+
+
+def user_corpus(folder: Path, count: int = 40, padding: bool = False) -> tuple[Any, Any, Any]:
+    """A user's pieces for their own Trainer: the tiny GPT-2 written to `folder`, its tokenizer and
+    config, and `count` sentences tokenized to at most 16 tokens (padded to 16 with `padding`)."""
+    import datasets
+    from transformers import AutoConfig, AutoTokenizer
+
+    write_model(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    config = AutoConfig.from_pretrained(folder)
+    pad = {"padding": "max_length"} if padding else {}
+    train = datasets.Dataset.from_dict({"text": sentences(count)}).map(
+        lambda b: tokenizer(b["text"], truncation=True, max_length=16, **pad),
+        batched=True,
+        remove_columns=["text"],
+    )
+    return tokenizer, config, train
 
 
 def write_text(path: Path, count: int, seed: int = 1) -> Path:

@@ -168,19 +168,11 @@ def test_a_math_change_is_the_answer_only_when_it_beats_the_best_math_keeping_on
 
 def test_tune_hands_back_the_trainers_own_arguments_on_a_tie(tmp_path: Path) -> None:
     # A user's Trainer whose every configuration runs as fast as its own arguments.
-    import datasets
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+    from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
 
-    from tests.local_models import sentences, write_model
+    from tests.local_models import user_corpus
 
-    folder = write_model(tmp_path / "mine")
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    config = AutoConfig.from_pretrained(folder)
-    train = datasets.Dataset.from_dict({"text": sentences(40)}).map(
-        lambda b: tokenizer(b["text"], truncation=True, max_length=16, padding="max_length"),
-        batched=True,
-        remove_columns=["text"],
-    )
+    _tokenizer, config, train = user_corpus(tmp_path / "mine", 40, padding=True)
     args = TrainingArguments(output_dir=str(tmp_path / "out"), learning_rate=3e-4, seed=7)
     trainer = Trainer(
         model_init=lambda: AutoModelForCausalLM.from_config(config),

@@ -83,25 +83,17 @@ def test_a_search_reaches_tensorboard_and_mlflow(tmp_path: Path, monkeypatch: py
 
 
 def test_tune_logs_the_trainers_search_to_tensorboard(tmp_path: Path) -> None:
-    import datasets
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from transformers import (
-        AutoConfig,
         AutoModelForCausalLM,
-        AutoTokenizer,
         DataCollatorForLanguageModeling,
         Trainer,
         TrainingArguments,
     )
 
-    from tests.local_models import sentences, write_model
+    from tests.local_models import user_corpus
 
-    folder = write_model(tmp_path / "mine")
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    config = AutoConfig.from_pretrained(folder)
-    train = datasets.Dataset.from_dict({"text": sentences(20)}).map(
-        lambda b: tokenizer(b["text"], truncation=True, max_length=16), batched=True, remove_columns=["text"]
-    )
+    tokenizer, config, train = user_corpus(tmp_path / "mine", 20)
     trainer = Trainer(
         model_init=lambda: AutoModelForCausalLM.from_config(config),
         args=TrainingArguments(output_dir=str(tmp_path / "out"), report_to="none"),

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
 
 import autotune
 from autotune.answer.decide import study_answer
@@ -23,7 +23,7 @@ from autotune.plan.build import plan_from_study
 from autotune.store.owner import Owner, is_alive
 from autotune.store.session import StudyStore
 from tests.helpers import FAST_RUN, write_space
-from tests.local_models import sentences, write_model
+from tests.local_models import user_corpus
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -85,14 +85,8 @@ def _trainer(
     cls: type[MarkingTrainer] = MarkingTrainer,
 ) -> MarkingTrainer:
     """The user's Trainer: built with `model_init`, or with `given_model` a model (copied per trial)."""
-    import datasets
 
-    folder = write_model(tmp_path / "mine")
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    config = AutoConfig.from_pretrained(folder)
-    train = datasets.Dataset.from_dict({"text": sentences(40)}).map(
-        lambda b: tokenizer(b["text"], truncation=True, max_length=16), batched=True, remove_columns=["text"]
-    )
+    tokenizer, config, train = user_corpus(tmp_path / "mine", 40)
     args = TrainingArguments(
         output_dir=str(tmp_path / "out"), learning_rate=3e-4, lr_scheduler_type="cosine", seed=7
     )

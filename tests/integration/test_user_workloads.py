@@ -174,23 +174,16 @@ def test_an_unreachable_hub_id_fails_fast_with_one_line(tmp_path: Path) -> None:
 
 
 def test_bring_your_own_trainer_keeps_the_users_arguments(tmp_path: Path) -> None:
-    import datasets
     from transformers import (
-        AutoConfig,
         AutoModelForCausalLM,
         DataCollatorForLanguageModeling,
         Trainer,
         TrainingArguments,
     )
 
-    from tests.local_models import sentences
+    from tests.local_models import user_corpus
 
-    folder = write_model(tmp_path / "mine")
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    config = AutoConfig.from_pretrained(folder)
-    train = datasets.Dataset.from_dict({"text": sentences(40)}).map(
-        lambda b: tokenizer(b["text"], truncation=True, max_length=16), batched=True, remove_columns=["text"]
-    )
+    tokenizer, config, train = user_corpus(tmp_path / "mine", 40)
     args = TrainingArguments(
         output_dir=str(tmp_path / "out"),
         learning_rate=3e-4,
