@@ -8,6 +8,7 @@ from typing import Any
 
 from autotune.answer.decide import decide
 from autotune.answer.failure import common_failure
+from autotune.answer.race import best_trial
 from autotune.driver.result import SearchResult
 from autotune.errors import SearchFailed
 from autotune.measure.ranks import is_rank_zero
@@ -18,7 +19,6 @@ from autotune.records import read_study, write_study
 from autotune.store.fingerprint import check_resume
 from autotune.store.session import StudyStore
 from autotune.store.trials import (
-    best_trial,
     fail_interrupted_trials,
     measured_count,
     ranked_trials,
