@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from autotune.records import TrialRecord
@@ -23,10 +25,54 @@ def describe_params(params: dict[str, Any]) -> str:
     return " ".join(f"{short_name(k)}={format_value(v)}" for k, v in params.items())
 
 
+@dataclass(frozen=True)
+class SearchHeader:
+    """What a search is about to do, as `Reporter.on_search_start` receives it (trackers log its
+    dict, `to_dict`: the keys they have always logged, in their order).
+
+    Attributes:
+        model, task, seq_len: the workload.
+        space: the space in words (its name, knobs and combinations).
+        space_notes: what the user should know about the space, its data and weights.
+        not_searched: the knobs' values that cannot run here.
+        storage, study: where the study is stored and its name.
+        budget: the trials the study is to hold; finished: measured before this search;
+            to_run: trials this search runs.
+        device: the hardware (`Hardware.to_dict`).
+        memory_cap: the cap as the user wrote it (None: none).
+    """
+
+    model: str | None = None
+    task: str | None = None
+    seq_len: int | None = None
+    space: str | None = None
+    space_notes: list[str] = field(default_factory=list)
+    not_searched: list[Any] = field(default_factory=list)
+    storage: str | None = None
+    study: str | None = None
+    budget: int | None = None
+    finished: int | None = None
+    to_run: int | None = None
+    device: dict[str, Any] = field(default_factory=dict)
+    memory_cap: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SearchHeader:
+        known = {f.name for f in fields(cls)}
+        return cls(**{key: value for key, value in data.items() if key in known})
+
+    def scalars(self) -> dict[str, str | int | float]:
+        """Its fields that are one string or number (what trackers and the log show)."""
+        return {k: v for k, v in self.to_dict().items() if isinstance(v, (str, int, float))}
+
+
 class Reporter:
     """Receives search events. This base class ignores them all; the CLI renders them with rich."""
 
-    def on_search_start(self, header: dict[str, Any]) -> None:
+    def on_search_start(self, header: SearchHeader) -> None:
         """The search is set up: `header` holds the model, space, store, budget and device."""
 
     def on_trial_start(self, number: int, params: dict[str, Any]) -> None:
@@ -61,10 +107,8 @@ class LoggingReporter(Reporter):
     start and end, each re-measurement, every note and the answer (INFO; steps are not logged).
     `search()` and `tune()` use it when given no reporter."""
 
-    def on_search_start(self, header: dict[str, Any]) -> None:
-        what = ", ".join(
-            f"{key} {value}" for key, value in header.items() if isinstance(value, (str, int, float))
-        )
+    def on_search_start(self, header: SearchHeader) -> None:
+        what = ", ".join(f"{key} {value}" for key, value in header.scalars().items())
         logger.info("search: %s", what)
 
     def on_trial_start(self, number: int, params: dict[str, Any]) -> None:

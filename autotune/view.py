@@ -19,6 +19,7 @@ from autotune.progress import (
     PHASE_NAMES,
     STAGE_NAMES,
     Reporter,
+    SearchHeader,
     TrialSummary,
     describe_params,
     format_bytes,
@@ -229,29 +230,28 @@ class RichReporter(Reporter):
     def __exit__(self, *exc: object) -> None:
         self.progress.stop()
 
-    def on_search_start(self, header: dict[str, Any]) -> None:
-        device = header["device"]
+    def on_search_start(self, header: SearchHeader) -> None:
+        device = header.device
         device_text = (
             f"{device['name']} x{device['count']} ({format_bytes(device['memory_bytes'])})"
             if device["device"] == "cuda"
             else f"CPU ({format_bytes(device['memory_bytes'])} RAM)"
         )
         lines = [
-            f"[bold]autotune[/] study [cyan]{header['study']}[/] in {header['storage']}",
-            f"model {header['model']} ({header['task']}), seq len {header['seq_len']}, "
-            f"space {header['space']}",
-            f"device {device_text}, memory cap {header['memory_cap'] or 'none'}",
-            f"budget {header['budget']} trials: {header['finished']} done, {header['to_run']} to run",
+            f"[bold]autotune[/] study [cyan]{header.study}[/] in {header.storage}",
+            f"model {header.model} ({header.task}), seq len {header.seq_len}, space {header.space}",
+            f"device {device_text}, memory cap {header.memory_cap or 'none'}",
+            f"budget {header.budget} trials: {header.finished} done, {header.to_run} to run",
         ]
-        lines += [f"  {note}" for note in header.get("space_notes", [])]
-        unavailable = header.get("not_searched", [])
+        lines += [f"  {note}" for note in header.space_notes]
+        unavailable = header.not_searched
         if unavailable:
             lines.append(f"  not searched, cannot run here ({len(unavailable)}):")
             lines += [f"    {item}" for item in unavailable]
         for line in lines:
             self.console.print(line, highlight=False, markup=line.startswith("[bold]"))
-        if header["to_run"]:
-            self._trials_task = self.progress.add_task("trials", total=header["to_run"])
+        if header.to_run:
+            self._trials_task = self.progress.add_task("trials", total=header.to_run)
 
     def on_trial_start(self, number: int, params: dict[str, Any]) -> None:
         if self._steps_task is not None:

@@ -35,7 +35,7 @@ from autotune.measure.peak import frozen_heap
 from autotune.options import MeasureSettings, RunConfig
 from autotune.plan.build import plan_search
 from autotune.plan.resolved import Plan, baseline_values
-from autotune.progress import Reporter, TrialSummary
+from autotune.progress import Reporter, SearchHeader, TrialSummary
 from autotune.space.knobs import Value
 from autotune.trial.compose import build_trainer
 from autotune.trial.errors import failure_reason
@@ -359,7 +359,7 @@ class PhaseClock(Reporter):
     def _mark(self, name: str) -> None:
         self.marks.append((name, time.perf_counter()))
 
-    def on_search_start(self, header: dict[str, Any]) -> None:
+    def on_search_start(self, header: SearchHeader) -> None:
         self._mark("search_start")
 
     def on_note(self, text: str) -> None:

@@ -29,7 +29,9 @@ from typing import Any
 
 import optuna
 
+from autotune.answer.race import race_of
 from autotune.progress import describe_params
+from autotune.records import read_study
 from benchmarks.assemble import store
 from benchmarks.report import fill, interval, k, measured_on, section, separation, table
 
@@ -108,8 +110,8 @@ def one_search(
 
     _, wall_s = run_search(command, RUN_TIMEOUT_S, env=env, cwd=cwd)
     study = optuna.load_study(study_name="s", storage=storage)
-    winner = study.user_attrs.get("winner") or {}
-    params = study.trials[winner["number"]].params if "number" in winner else None
+    race = race_of(read_study(study))  # the finalists' leader, read from their stored rounds
+    params = study.trials[race.leader].params if race is not None else None
     reasons = [t.user_attrs.get("reason") for t in study.trials]
     baseline = study.user_attrs.get("baseline") or {}
     bf16_s = [
@@ -122,9 +124,9 @@ def one_search(
         **({"code": code[0]} if code is not None else {}),
         "wall_s": wall_s,
         "winner": params,
-        "winner_median_tokens_per_s": winner.get("median_tokens_per_s"),
-        "verdict": winner.get("verdict"),
-        "speedup": winner.get("speedup"),
+        "winner_median_tokens_per_s": race.median_tokens_per_s if race is not None else None,
+        "verdict": race.describe(params or {}) if race is not None else None,
+        "speedup": race.speedup.to_dict() if race is not None and race.speedup is not None else None,
         "baseline_params": baseline.get("params"),
         "bf16_trials_s": sum(bf16_s),
         "trials": len(study.trials),

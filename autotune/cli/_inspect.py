@@ -23,13 +23,14 @@ def studies_command(storage: StorageOpt = None, output_format: FormatOpt = "tabl
     """List the studies in a store: model, hardware, trials measured / budget, best tokens/s, state."""
     from rich.table import Table
 
+    from autotune.answer.race import best_trial
     from autotune.cli._render import emit
     from autotune.options import RunConfig
     from autotune.progress import format_rate
     from autotune.records import read_study
     from autotune.store.session import StudyStore, study_names
     from autotune.store.storage import open_storage
-    from autotune.store.trials import best_trial, measured_count, orphaned_trials, running_trials
+    from autotune.store.trials import measured_count, orphaned_trials, running_trials
     from autotune.view import console
 
     config = RunConfig(storage=storage)
@@ -103,12 +104,13 @@ def show_command(
     study = study_named("show", study, study_argument)
     from autotune.answer.choices import same_as_baseline
     from autotune.answer.decide import study_answer
+    from autotune.answer.race import best_trial
     from autotune.driver.result import SearchResult
     from autotune.errors import UsageError
     from autotune.options import RunConfig
     from autotune.records import read_study
     from autotune.store.session import StudyStore
-    from autotune.store.trials import best_trial, orphaned_records, ranked_trials
+    from autotune.store.trials import orphaned_records, ranked_trials
     from autotune.view import console, print_answer, time_breakdown_table, trials_table
 
     if feasible and failed:

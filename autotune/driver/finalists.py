@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -25,7 +25,6 @@ from autotune.answer.choices import same_as_baseline
 from autotune.driver.sequential import (
     Question,
     Rounds,
-    by_median,
     contestant_name,
     decided_out,
     fitting,
@@ -47,7 +46,6 @@ from autotune.records import (
     BASELINE_AGAIN,
     Baseline,
     TrialRecord,
-    Winner,
     read_study,
     trial_attrs,
     write_study,
@@ -204,15 +202,13 @@ def remeasure_finalists(
         measured_now, questions, why = plan_next
         reporter.on_note(f"after {round_number} rounds {why}: one more round of those")
     if is_rank_zero() and rounds.scores:
-        _store(study, rounds, finalists, tokens)
+        _store(study, rounds)
 
 
-def _store(study: StudyStore, rounds: Rounds, finalists: Sequence[TrialRecord], tokens: float | None) -> None:
-    """Write the rounds (``finalists``), the baseline's re-measured median and the leader's record."""
+def _store(study: StudyStore, rounds: Rounds) -> None:
+    """Write the rounds (``finalists``) and the baseline's re-measured median; the leader and its
+    race are read back from them (`autotune.answer.race.race_of`)."""
     record = read_study(study)
-    fit = rounds.fit
-    by_number = {f.number: f for f in finalists}
-    trials = [n for n in (fit.ranked() if fit is not None else by_median(rounds.scores)) if n >= 0]
     updates: dict[str, Any] = {
         "finalists": rounds.records(),
         "rounds_looks": rounds.looks,
@@ -221,24 +217,6 @@ def _store(study: StudyStore, rounds: Rounds, finalists: Sequence[TrialRecord], 
     if BASELINE in rounds.throughput:
         median = statistics.median(rounds.throughput[BASELINE].values())
         updates["baseline"] = replace(record.baseline, remeasured_median=median)
-    if trials:
-        leader = trials[0]
-        answer: dict[str, Any] = {
-            "number": leader,
-            "median_tokens_per_s": statistics.median(rounds.throughput[leader].values()),
-            "median_score": statistics.median(rounds.scores[leader].values()),
-            "objective": "tokens_per_s" if tokens is None else "run_time",
-        }
-        speedup = fit.ratio(leader, BASELINE) if fit is not None and BASELINE in rounds.scores else None
-        if speedup is not None:
-            answer["speedup"] = speedup.to_dict()
-        text = describe_params(by_number[leader].params)
-        if fit is not None and len(trials) > 1 and (lead := fit.ratio(leader, trials[1])) is not None:
-            interval = f"95% interval {lead.low:.2f}-{lead.high:.2f}x over {lead.rounds} rounds"
-            text += f": {lead.ratio:.2f}x the runner-up (trial {trials[1]}, {interval})"
-            if not lead.decided(1.0):
-                text += ", within the noise: either is as good"
-        updates["winner"] = Winner(**answer, verdict=text)
     write_study(study, **updates)
 
 

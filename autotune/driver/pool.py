@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from autotune.answer.decide import study_answer
+from autotune.answer.race import best_trial
 from autotune.driver.result import SearchResult
 from autotune.driver.stopping import stop_reason
 from autotune.driver.study import header
@@ -12,7 +13,7 @@ from autotune.logs import quiet_libraries
 from autotune.plan.build import plan_from_study
 from autotune.progress import LoggingReporter, Reporter
 from autotune.store.owner import member_seed, this_process
-from autotune.store.trials import best_trial, fail_interrupted_trials, measured_count, ranked_trials
+from autotune.store.trials import fail_interrupted_trials, measured_count, ranked_trials
 
 
 def join_study(

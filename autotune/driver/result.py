@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.answer.model import Answer
+from autotune.answer.race import race_text
 from autotune.options import RunConfig
 from autotune.records import TrialRecord, read_study
 from autotune.store.session import StudyStore
@@ -53,10 +54,7 @@ class SearchResult:
     def race(self) -> str | None:
         """How the finalists' re-measurement placed the best measured trial: its median, spread and
         lead over the runner-up (None when nothing was re-measured)."""
-        winner = read_study(self.study).winner
-        if winner is None or self.best is None or winner.number != self.best.number:
-            return None
-        return winner.race
+        return race_text(read_study(self.study), self.best)
 
     @property
     def remeasured(self) -> dict[int, float]:

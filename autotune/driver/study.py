@@ -8,17 +8,17 @@ from typing import Any
 
 from autotune.answer.decide import decide
 from autotune.answer.failure import common_failure
+from autotune.answer.race import best_trial
 from autotune.driver.result import SearchResult
 from autotune.errors import SearchFailed
 from autotune.measure.ranks import is_rank_zero
 from autotune.plan.paths import stored_run_config
 from autotune.plan.resolved import Plan, data_notes, study_fingerprint, trial_world_size, weights_notes
-from autotune.progress import Reporter
+from autotune.progress import Reporter, SearchHeader
 from autotune.records import read_study, write_study
-from autotune.store.fingerprint import check_resume
+from autotune.store.fingerprint import Fingerprint, check_resume
 from autotune.store.session import StudyStore
 from autotune.store.trials import (
-    best_trial,
     fail_interrupted_trials,
     measured_count,
     ranked_trials,
@@ -86,11 +86,11 @@ def finish(study: StudyStore, config: Any, done_before: int, reporter: Reporter)
     return result
 
 
-def describe_study(study: StudyStore, plan: Plan, fingerprint: dict[str, Any]) -> None:
+def describe_study(study: StudyStore, plan: Plan, fingerprint: Fingerprint) -> None:
     """Store what the study measures (once, at creation), for inspection, export and resume."""
     write_study(
         study,
-        fingerprint=fingerprint,
+        fingerprint=fingerprint.to_dict(),
         run_config=stored_run_config(plan.config),
         workload=plan.workload.describe(),
         space=plan.space.describe(),
@@ -102,20 +102,20 @@ def describe_study(study: StudyStore, plan: Plan, fingerprint: dict[str, Any]) -
     )
 
 
-def header(plan: Plan, done_before: int, remaining: int) -> dict[str, Any]:
+def header(plan: Plan, done_before: int, remaining: int) -> SearchHeader:
     space = plan.space
-    return {
-        "model": plan.workload.name,
-        "task": plan.workload.task,
-        "seq_len": plan.workload.seq_len,
-        "space": f"{space.name} ({len(space.knobs)} knobs, {space.grid_size()} combinations)",
-        "space_notes": [*space.notes, *data_notes(plan, trial_world_size(plan.config)), *weights_notes(plan)],
-        "not_searched": plan.not_searched,
-        "storage": plan.config.storage_display,
-        "study": plan.study_name,
-        "budget": plan.config.trials,
-        "finished": done_before,
-        "to_run": remaining,
-        "device": plan.hardware.to_dict(),
-        "memory_cap": plan.config.memory_cap,
-    }
+    return SearchHeader(
+        model=plan.workload.name,
+        task=plan.workload.task,
+        seq_len=plan.workload.seq_len,
+        space=f"{space.name} ({len(space.knobs)} knobs, {space.grid_size()} combinations)",
+        space_notes=[*space.notes, *data_notes(plan, trial_world_size(plan.config)), *weights_notes(plan)],
+        not_searched=list(plan.not_searched),
+        storage=plan.config.storage_display,
+        study=plan.study_name,
+        budget=plan.config.trials,
+        finished=done_before,
+        to_run=remaining,
+        device=plan.hardware.to_dict(),
+        memory_cap=plan.config.memory_cap,
+    )

@@ -21,10 +21,11 @@ from typing import Any
 
 from autotune.errors import AutotuneError, StoreError
 from autotune.executors.base import Ended, Executor
+from autotune.measure.memory_model import LadderProbe
 from autotune.measure.ranks import from_rank_zero, is_rank_zero
 from autotune.plan.resolved import Plan
 from autotune.progress import Reporter
-from autotune.records import TrialRecord, measured_record, trial_record
+from autotune.records import TrialRecord, WholeRunFindings, measured_record, trial_record
 from autotune.store.outcomes import DISK_FULL, STORE_LOST, TrialOutcome, fail_running_trial
 from autotune.store.owner import this_process
 from autotune.store.session import StudyStore
@@ -124,7 +125,7 @@ class Supervisor:
         job = self.job(kind="measure", params=dict(params), number=number, verbatim=verbatim, window=window)
         return measured_record(self._run_one(job))
 
-    def whole_run(self, params: dict[str, Any], number: int, verbatim: bool = False) -> dict[str, Any]:
+    def whole_run(self, params: dict[str, Any], number: int, verbatim: bool = False) -> WholeRunFindings:
         """Run knob values once as a whole run does, in a job of their own (a fresh process under
         the cap, as a trial's): each step's peak and the step that failed
         (`AutotuneTrainer.whole_run_check`).
@@ -132,11 +133,10 @@ class Supervisor:
         Raises:
             MeasureFailed: the job failed, or its process died (with the reason).
         """
-        return self._run_one(
-            self.job(kind="whole_run", params=dict(params), number=number, verbatim=verbatim)
-        )
+        job = self.job(kind="whole_run", params=dict(params), number=number, verbatim=verbatim)
+        return WholeRunFindings.from_dict(self._run_one(job))
 
-    def batch_ladder(self, candidates: Sequence[int]) -> tuple[list[int], dict[str, Any] | None]:
+    def batch_ladder(self, candidates: Sequence[int]) -> tuple[list[int], LadderProbe | None]:
         """Which of `candidates` (the space's larger batches) fit, by the memory estimate of a job
         of their own (on the trial device, in a process like a trial's), and the probe that
         decided one where an estimate was in doubt (None: none was).
@@ -146,7 +146,8 @@ class Supervisor:
         """
         job = self.job(kind="ladder", params={"candidates": [int(b) for b in candidates]})
         found = self._run_one(job)
-        return [int(b) for b in found["batch_ladder"]], found.get("probe")
+        probe = found.get("probe")
+        return [int(b) for b in found["batch_ladder"]], LadderProbe.from_dict(probe) if probe else None
 
     def _run_one(self, job: Job) -> dict[str, Any]:
         """Run one job that measures (not a trial) and return what it measured."""

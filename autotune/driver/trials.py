@@ -22,6 +22,7 @@ from autotune.executors.base import Executor
 from autotune.executors.forkserver import ForkserverExecutor
 from autotune.executors.inprocess import InProcessExecutor
 from autotune.executors.torchrun import TorchrunExecutor
+from autotune.measure.memory_model import LadderProbe
 from autotune.measure.ranks import from_rank_zero, is_rank_zero
 from autotune.plan.resolved import Plan
 from autotune.progress import Reporter
@@ -168,13 +169,14 @@ def _baseline_stored(study: StudyStore) -> bool:
     return read_study(study).baseline != Baseline()
 
 
-def _probe_note(probe: dict[str, Any]) -> str:
+def _probe_note(probe: LadderProbe) -> str:
     mib = 2**20
-    verdict = "fits" if probe["measured_bytes"] <= probe["limit_bytes"] else "does not fit"
-    keys = ("estimated_bytes", "limit_bytes", "measured_bytes")
-    estimated, limit, measured = (probe[k] / mib for k in keys)
+    verdict = "fits" if probe.fits else "does not fit"
+    estimated, limit, measured = (
+        n / mib for n in (probe.estimated_bytes, probe.limit_bytes, probe.measured_bytes)
+    )
     return (
-        f"batch ladder: batch {probe['batch']} was in doubt (estimate {estimated:.0f} MiB, limit "
+        f"batch ladder: batch {probe.batch} was in doubt (estimate {estimated:.0f} MiB, limit "
         f"{limit:.0f} MiB); one probe measured {measured:.0f} MiB: it {verdict}"
     )
 
@@ -204,7 +206,7 @@ def resolve_batch_ladder(plan: Plan, study: StudyStore, supervisor: Supervisor, 
         if is_rank_zero():
             write_study(study, batch_ladder=rungs)
             if probe is not None:
-                write_study(study, batch_ladder_probe=probe)
+                write_study(study, batch_ladder_probe=probe.to_dict())
                 reporter.on_note(_probe_note(probe))
     plan.space = plan.space.with_ladder(rungs)
     if is_rank_zero():

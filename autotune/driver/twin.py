@@ -15,11 +15,12 @@ from itertools import combinations
 from typing import Any
 
 from autotune.answer.choices import same_as_baseline
+from autotune.answer.race import best_trial
 from autotune.records import read_study, trial_record
 from autotune.space.searchspace import SearchSpace
 from autotune.store.semantics import MATH_KNOBS, baseline_math, record_changes, study_changes
 from autotune.store.session import StudyStore
-from autotune.store.trials import best_trial, read_trials
+from autotune.store.trials import read_trials
 
 
 @dataclass(frozen=True)

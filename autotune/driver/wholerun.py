@@ -34,12 +34,12 @@ from autotune.export.words import whole_run_text
 from autotune.measure.ranks import distributed, from_rank_zero, is_rank_zero
 from autotune.plan.resolved import Plan
 from autotune.progress import Reporter, format_bytes
-from autotune.records import BASELINE, WHOLE_RUN_STEPS, WholeRun, add_whole_run, read_study
+from autotune.records import BASELINE, WHOLE_RUN_STEPS, WholeRun, WholeRunFindings, add_whole_run, read_study
 from autotune.store.outcomes import ERROR, KILLED, OOM
 from autotune.store.session import StudyStore
 from autotune.store.trials import read_trials
 
-Check = Callable[..., dict[str, Any]]  # (params, number, verbatim=...) -> the job's findings
+Check = Callable[..., WholeRunFindings]  # (params, number, verbatim=...) -> the job's findings
 
 # Trials checked in one search at most: a failure that every configuration shares (an evaluation
 # batch too large for any) must not check the whole study.
@@ -93,7 +93,9 @@ def _run(
     except Exception as exc:  # its process died, or could not start: a fact to state, not fatal
         if distributed():
             raise  # unless one rank alone failed and the others wait for it: end the group
-        found = {"failed_step": "unknown", "reason": getattr(exc, "reason", ERROR), "message": str(exc)}
+        found = WholeRunFindings(
+            failed_step="unknown", reason=getattr(exc, "reason", ERROR), message=str(exc)
+        )
     result = judged(found, plan.cap_bytes, trial, params, time.monotonic() - started)
     if is_rank_zero():
         add_whole_run(study, result)
@@ -101,7 +103,7 @@ def _run(
 
 
 def judged(
-    found: Mapping[str, Any],
+    found: WholeRunFindings,
     cap_bytes: int | None,
     trial: int | None,
     params: Mapping[str, Any],
@@ -111,8 +113,8 @@ def judged(
     process's end said: ``failed_step``, ``reason``, ``message``) under `cap_bytes`: it fits when
     every step ran under the cap; a step over the cap, out of memory or killed fails it for memory
     (the first such step in run order); another failure leaves no verdict."""
-    peaks = {step: int(peak) for step, peak in (found.get("step_peaks") or {}).items() if peak is not None}
-    failed, reason, message = found.get("failed_step"), found.get("reason"), found.get("message")
+    peaks = {step: int(peak) for step, peak in found.step_peaks.items() if peak is not None}
+    failed, reason, message = found.failed_step, found.reason, found.message
     over = [step for step in WHOLE_RUN_STEPS if cap_bytes is not None and peaks.get(step, 0) > cap_bytes]
     fits: bool | None = True
     if over:
@@ -136,9 +138,9 @@ def judged(
         reason=reason,
         message=message if fits is not True else None,
         cap_bytes=cap_bytes,
-        train_samples=found.get("train_samples"),
-        train_tokens=found.get("train_tokens"),
-        eval_samples=found.get("eval_samples"),
-        memory_source=found.get("memory_source"),
+        train_samples=found.train_samples,
+        train_tokens=found.train_tokens,
+        eval_samples=found.eval_samples,
+        memory_source=found.memory_source,
         seconds=seconds,
     )

@@ -16,8 +16,8 @@ one-off measurement at a small batch (`autotune.measure.estimator`); the process
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 from autotune.space.knobs import optimizer_family
@@ -196,6 +196,37 @@ def relative_error(estimate_bytes: int, measured_bytes: int) -> float:
 def clearly_over(estimate_bytes: int, cap_bytes: int, margin: float = SAFETY_MARGIN) -> bool:
     """Whether an estimate is over the cap by more than the safety margin."""
     return estimate_bytes > cap_bytes * (1 + margin)
+
+
+@dataclass(frozen=True)
+class LadderProbe:
+    """The one probe that decided a batch of the ladder whose estimate was in doubt
+    (`fitting_rungs`), stored as ``batch_ladder_probe`` (`to_dict`).
+
+    Attributes:
+        batch: the batch in doubt.
+        estimated_bytes: its estimate.
+        measured_bytes: the peak the probe measured (a real forward and backward).
+        values: the configuration probed (the space's most frugal at that batch).
+        limit_bytes: the limit it was judged against.
+    """
+
+    batch: int
+    estimated_bytes: int
+    measured_bytes: int
+    values: dict[str, Any]
+    limit_bytes: int
+
+    @property
+    def fits(self) -> bool:
+        return self.measured_bytes <= self.limit_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LadderProbe:
+        return cls(**{f.name: data[f.name] for f in fields(cls)})
 
 
 def fitting_rungs(

@@ -188,7 +188,10 @@ class RunConfig:
         help="A tokenizer folder or hub id for the dataset.", group="workload", default_text="the model's"
     )
     pad_to_multiple_of: int | None = option(
-        help="Pad classification batches to a multiple of this.", group="workload"
+        help="Pad each batch of per-batch padded data (classification, packing examples) to a multiple "
+        "of this: the baseline's batches, and every trial's where the pad_to_multiple_of knob is not "
+        "searched (a searched knob sets its own trials' multiple).",
+        group="workload",
     )
     packing: str = option(
         "blocks",

@@ -15,7 +15,7 @@ from autotune.space import SearchSpace
 from autotune.space.availability import Hardware, ModelSupport
 from autotune.space.defaults import knob_defaults
 from autotune.space.knobs import CATALOGUE
-from autotune.store.fingerprint import fingerprint
+from autotune.store.fingerprint import Fingerprint, fingerprint
 
 if TYPE_CHECKING:  # the workload module imports torch; a plan's readers need not
     from autotune.workloads.workload import Workload
@@ -37,7 +37,7 @@ class Plan:
     cap_bytes: int | None = None
 
 
-def study_fingerprint(plan: Plan) -> dict[str, Any]:
+def study_fingerprint(plan: Plan) -> Fingerprint:
     """What the plan's measurements are measurements of (`autotune.store.fingerprint`): stored
     with its study, compared on resume (imports torch and transformers for their versions)."""
     return fingerprint(

@@ -109,32 +109,11 @@ class FinalistRecord:
 
 
 @dataclass(frozen=True)
-class Winner:
-    """The finalists' re-measured leader as version 0 stored it (``winner``): kept for the trial
-    line and older readers; `Answer` is what is handed back."""
-
-    number: int | None = key("number")
-    median_tokens_per_s: float | None = key("median_tokens_per_s")
-    median_score: float | None = key("median_score")
-    objective: str | None = key("objective")
-    speedup: dict[str, Any] | None = key("speedup")
-    verdict: str | None = key("verdict")
-
-    def attrs(self) -> dict[str, Any]:
-        return write(self)
-
-    @property
-    def race(self) -> str | None:
-        """The finalists' race in words (stores written before the answer was stored appended the
-        tie with the defaults to it: that part is the answer's now)."""
-        return (self.verdict or "").split("; nothing beat the defaults measurably")[0] or None
-
-
-@dataclass(frozen=True)
 class StudyRecord:
     """A study's stored facts, grouped: what ran (run configuration, workload, device, space,
-    base config, cap), what it was measured against (baseline), what ended it (finalists, winner,
-    answer) and where its time went.
+    base config, cap), what it was measured against (baseline), what ended it (finalists, answer)
+    and where its time went (a ``winner`` that version 0 stored beside the finalists is not read:
+    their leader is read from the rounds, `autotune.answer.race`).
 
     Attributes:
         name: the study's name.
@@ -153,7 +132,6 @@ class StudyRecord:
             of them holds over together (None: a store from before the sequential rounds).
         rounds_look: the look the rounds ended at, whose level their intervals take (None: a
             store that did not record it, where every look took an equal part).
-        winner: the re-measured leader (version 0's record of it).
         answer: the stored answer as its dict (`autotune.answer.model.Answer.from_dict` reads it;
             None: not decided yet, or a version 0 store).
         time_breakdown: where the last search's time went (`autotune.driver.accounting`).
@@ -180,7 +158,6 @@ class StudyRecord:
     # the looks the rounds' intervals hold over together (`autotune.measure.rounds.look_level`)
     rounds_looks: int | None = key("rounds_looks")
     rounds_look: int | None = key("rounds_look")
-    winner: Winner | None = None
     answer: dict[str, Any] | None = None
     time_breakdown: dict[str, Any] | None = key("time_breakdown")
     activation_probes: dict[str, Any] | None = None
@@ -229,7 +206,6 @@ class StudyRecord:
 _STUDY_SPECIAL = {
     "baseline": "baseline",
     "finalists": "finalists",
-    "winner": "winner",
     "answer": "answer",
     "whole_run": "whole_run",
 }
@@ -242,14 +218,12 @@ def study_record(name: str, attrs: Mapping[str, Any]) -> StudyRecord:
         UsageError: the store was written by a newer autotune (its schema version is higher).
     """
     check_schema(f"study {name!r}", attrs.get("schema_version") or 0)
-    winner = attrs.get("winner")
     answer = attrs.get("answer")
     return StudyRecord(
         name=name,
         **values(StudyRecord, attrs),
         baseline=Baseline.from_attrs(attrs.get("baseline")),
         finalists=tuple(FinalistRecord.from_attrs(f) for f in attrs.get("finalists") or ()),
-        winner=read(Winner, winner) if winner else None,
         answer=dict(answer) if answer else None,
         activation_probes=_probes(attrs),
         whole_run=tuple(check for check in map(WholeRun.from_dict, _whole_runs(attrs)) if check),
@@ -297,7 +271,7 @@ def add_whole_run(study: Any, check: WholeRun) -> None:
 
 def study_attrs(**facts: Any) -> dict[str, Any]:
     """The user attrs that store some of a study's facts, by `StudyRecord` field name:
-    ``study_attrs(run_config=..., device=...)``; `Baseline`, finalists, `Winner` and `Answer` as
+    ``study_attrs(run_config=..., device=...)``; `Baseline`, finalists and `Answer` as
     their records. Always carries the schema version.
 
     Raises:

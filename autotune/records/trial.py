@@ -347,6 +347,37 @@ class WholeRun:
         return cls(**{key: value for key, value in data.items() if key in known})
 
 
+@dataclass(frozen=True)
+class WholeRunFindings:
+    """What a whole-run job found in its process (`autotune.trial.whole_run_steps.findings`), before
+    the supervisor judges it against the cap into a `WholeRun` (`autotune.driver.wholerun.judged`);
+    it crosses the process boundary as its dict (`to_dict`).
+
+    Attributes:
+        step_peaks: each step that ran -> its peak (bytes; every rank's largest).
+        failed_step, reason, message: the step that failed, why and in one line (None: none did).
+        train_samples, train_tokens, eval_samples: the sizes of its batches (as `WholeRun`'s).
+        memory_source: how the peaks were read (`autotune.measure.peak`).
+    """
+
+    step_peaks: dict[str, int | None] = field(default_factory=dict)
+    failed_step: str | None = None
+    reason: str | None = None
+    message: str | None = None
+    train_samples: int | None = None
+    train_tokens: int | None = None
+    eval_samples: int | None = None
+    memory_source: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> WholeRunFindings:
+        known = {f.name for f in fields(cls)}
+        return cls(**{key: value for key, value in data.items() if key in known})
+
+
 # -- optuna's objects (duck-typed: this module imports no optuna) ----------------------------------
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.answer.model import Answer
+from autotune.answer.race import best_trial, race_of
 from autotune.export.config import export_config
 from autotune.export.words import answer_lines
 from autotune.progress import (
@@ -31,7 +32,7 @@ from autotune.report.figures import plotly_figures
 from autotune.report.pngs import find_browser, write_pngs
 from autotune.report.render import markup, render
 from autotune.store.session import StudyStore
-from autotune.store.trials import best_trial, measured_count
+from autotune.store.trials import measured_count
 
 
 def build_report(study: StudyStore, answer: Answer | None = None) -> str:
@@ -127,16 +128,17 @@ def _header(study: StudyStore, data: ReportData, answer: Answer | None) -> list[
         ("trials measured", f"{measured_count(study)} (of {finished} finished)"),
     ]
     best = best_trial(study)
-    winner = record.winner
+    race = race_of(record)
     if best is None:
         rows.append(("best measured", "no feasible trial"))
     else:
         line = f"trial {best.number}: {describe_params(best.params)}, {format_rate(best.tokens_per_s)} tok/s"
-        if winner and winner.number == best.number and winner.median_tokens_per_s:
-            line += f" in the search, median {format_rate(winner.median_tokens_per_s)} tok/s re-measured"
+        leads = race is not None and race.leader == best.number
+        if race is not None and leads and race.median_tokens_per_s:
+            line += f" in the search, median {format_rate(race.median_tokens_per_s)} tok/s re-measured"
         rows.append(("best measured", line))
-        if winner and winner.number == best.number and winner.race:
-            rows.append(("re-measured", winner.race))
+        if race is not None and leads:
+            rows.append(("re-measured", race.describe(best.params)))
     if answer is not None and answer.choice is not None:
         # the answer's own lines, as the search's end, `autotune show` and every export say them
         lines = answer_lines(export_config(study, answer), time_line=False)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from autotune.errors import UsageError
@@ -25,6 +26,53 @@ if TYPE_CHECKING:  # the workload module imports torch
 SAFE_TO_OVERRIDE = ("autotune_version", "torch", "transformers", "cuda", "driver", "memory_cap")
 
 
+@dataclass(frozen=True)
+class Fingerprint:
+    """What a study's measurements are measurements of, stored as its dict (`to_dict`: the keys
+    every store has held, in their order; a field an older store lacks reads as None).
+
+    Attributes:
+        model, model_config_hash, task, seq_len, dataset: the workload (the model as the user
+            named it, a hash of its config, the task, tokens per sample, the data's identity).
+        peft: a hash of the adapter trained (None: every weight).
+        device, device_count, device_memory_bytes: the hardware.
+        cuda, driver, torch, transformers, autotune_version: the software (CUDA's and the driver's
+            None off CUDA).
+        space: the space's fingerprint (`SearchSpace.fingerprint`).
+        base_args: a hash of the base `TrainingArguments`.
+        memory_cap: the cap as the user wrote it.
+    """
+
+    model: str | None = None
+    model_config_hash: str | None = None
+    task: str | None = None
+    seq_len: int | None = None
+    dataset: str | None = None
+    # the adapter trained (None: every weight; absent from older stores, read as None)
+    peft: str | None = None
+    device: str | None = None
+    device_count: int | None = None
+    device_memory_bytes: int | None = None
+    cuda: str | None = None
+    driver: str | None = None
+    torch: str | None = None
+    transformers: str | None = None
+    space: str | None = None
+    base_args: str | None = None
+    memory_cap: str | None = None
+    autotune_version: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Fingerprint:
+        """A stored fingerprint (keys it does not know are left out: `differences` compares the
+        stored dict itself)."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{key: value for key, value in data.items() if key in known})
+
+
 def fingerprint(
     *,
     workload: Workload,
@@ -32,7 +80,7 @@ def fingerprint(
     space: SearchSpace,
     base_args: Mapping[str, Any],
     memory_cap: str | None,
-) -> dict[str, Any]:
+) -> Fingerprint:
     """The fingerprint of a run: its workload, the hardware it runs on, its space, base
     `TrainingArguments` and memory cap as given (a planned run's is
     `autotune.plan.resolved.study_fingerprint`). Imports torch and transformers for their versions."""
@@ -41,26 +89,25 @@ def fingerprint(
 
     from autotune import __version__
 
-    return {
-        "model": workload.name,
-        "model_config_hash": workload.config_hash(),
-        "task": workload.task,
-        "seq_len": workload.seq_len,
-        "dataset": workload.dataset_identity(),
-        # the adapter trained (None: every weight; absent from older stores, read as None)
-        "peft": _hash(workload.peft) if workload.peft else None,
-        "device": hardware.name,
-        "device_count": hardware.count,
-        "device_memory_bytes": hardware.memory_bytes,
-        "cuda": torch.version.cuda if hardware.cuda else None,
-        "driver": _driver_version() if hardware.cuda else None,
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "space": space.fingerprint(),
-        "base_args": _hash(base_args),
-        "memory_cap": memory_cap,
-        "autotune_version": __version__,
-    }
+    return Fingerprint(
+        model=workload.name,
+        model_config_hash=workload.config_hash(),
+        task=workload.task,
+        seq_len=workload.seq_len,
+        dataset=workload.dataset_identity(),
+        peft=_hash(workload.peft) if workload.peft else None,
+        device=hardware.name,
+        device_count=hardware.count,
+        device_memory_bytes=hardware.memory_bytes,
+        cuda=torch.version.cuda if hardware.cuda else None,
+        driver=_driver_version() if hardware.cuda else None,
+        torch=torch.__version__,
+        transformers=transformers.__version__,
+        space=space.fingerprint(),
+        base_args=_hash(base_args),
+        memory_cap=memory_cap,
+        autotune_version=__version__,
+    )
 
 
 # The memory a machine reports moves a little between boots (the kernel's own reservations: 8 KiB
@@ -85,9 +132,13 @@ def _same_memory(key: str, stored: Any, current: Any) -> bool:
 
 
 def check_resume(
-    study_name: str, stored: Mapping[str, Any], current: Mapping[str, Any], allowed: Iterable[str]
+    study_name: str,
+    stored: Mapping[str, Any],
+    current: Fingerprint,
+    allowed: Iterable[str],
 ) -> list[str]:
-    """Refuse to resume a study whose fingerprint differs, except in `allowed` safe fields.
+    """Refuse to resume a study whose fingerprint differs, except in `allowed` safe fields
+    (`stored`: as the study holds it, every key it has compared).
 
     Returns:
         The fields that differ but were allowed.
@@ -105,7 +156,7 @@ def check_resume(
             f"only {', '.join(SAFE_TO_OVERRIDE)} can be overridden; or name a new one with study=NAME",
             field=("allow_mismatch", "study"),
         )
-    diffs = differences(stored, current)
+    diffs = differences(stored, current.to_dict())
     blocking = [d for d in diffs if d[0] not in allowed]
     if blocking:
         described = "; ".join(f"{field}: stored {old!r}, now {new!r}" for field, old, new in blocking)

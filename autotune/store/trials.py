@@ -141,34 +141,22 @@ def ranked_trials(study: StudyStore) -> list[TrialRecord]:
     duplicates left out of the ranking), then the rest by number."""
     summaries = read_trials(study)
     tokens = read_study(study).train_tokens
-    rankable = [_rankable(s) for s in summaries]  # one pass: a membership test per record is quadratic
+    places = [rankable(s) for s in summaries]  # one pass: a membership test per record is quadratic
     scored = sorted(
-        (s for s, ok in zip(summaries, rankable, strict=True) if ok), key=lambda s: -(score(s, tokens) or 0.0)
+        (s for s, ok in zip(summaries, places, strict=True) if ok), key=lambda s: -(score(s, tokens) or 0.0)
     )
-    rest = sorted((s for s, ok in zip(summaries, rankable, strict=True) if not ok), key=lambda s: s.number)
+    rest = sorted((s for s, ok in zip(summaries, places, strict=True) if not ok), key=lambda s: s.number)
     return scored + rest
 
 
-def _rankable(summary: TrialRecord) -> bool:
+def rankable(summary: TrialRecord) -> bool:
+    """Whether a trial takes a place in the ranking: completed, measured, feasible, not reused."""
     return (
         summary.state == "COMPLETE"
         and summary.tokens_per_s is not None
         and not summary.reused
         and summary.is_feasible
     )
-
-
-def best_trial(study: StudyStore) -> TrialRecord | None:
-    """The best measured feasible trial: the one the finalists' re-measurement put first when
-    they were re-measured, else the completed trial with the highest measured score. Never an
-    infeasible trial. What the study hands back is its `answer`, which may be the defaults."""
-    ranked = ranked_trials(study)
-    winner = read_study(study).winner
-    if winner is not None:
-        for summary in ranked:
-            if summary.number == winner.number and _rankable(summary):
-                return summary
-    return ranked[0] if ranked and _rankable(ranked[0]) else None
 
 
 def read_trials(study: StudyStore) -> list[TrialRecord]:
@@ -206,7 +194,7 @@ def trial_run_facts(study: StudyStore, trial: TrialRecord) -> dict[str, Any]:
     """`autotune.store.objective.run_facts` of a trial of `study`: its loss delta, its predicted run
     time and cost, or when it compiles after how many tokens that pays for itself."""
     uncompiled = next(
-        (s for s in ranked_trials(study) if _rankable(s) and not compiles(s)),
+        (s for s in ranked_trials(study) if rankable(s) and not compiles(s)),
         None,
     )
     return run_facts(read_study(study), trial, uncompiled)

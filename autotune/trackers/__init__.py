@@ -24,7 +24,7 @@ from typing import Any
 
 from autotune.errors import UsageError
 from autotune.options.checks import TRACKERS
-from autotune.progress import Reporter, TrialSummary
+from autotune.progress import Reporter, SearchHeader, TrialSummary
 
 # The modules a tracker needs (any one of them, first preferred), and the pip extra that installs them.
 MODULES = {
@@ -58,7 +58,7 @@ class Tracker:
 
     name = "tracker"
 
-    def open(self, header: dict[str, Any]) -> None:
+    def open(self, header: SearchHeader) -> None:
         """Start the run; `header` is what the reporter's ``on_search_start`` receives."""
 
     def trial(self, trial: TrialSummary) -> None:
@@ -175,7 +175,7 @@ class TrackedReporter(Reporter):
             with contextlib.suppress(Exception):
                 tracker.close(failed=True)
 
-    def on_search_start(self, header: dict[str, Any]) -> None:
+    def on_search_start(self, header: SearchHeader) -> None:
         self.inner.on_search_start(header)
         for tracker in list(self.trackers):
             if tracker not in self.opened:

@@ -19,7 +19,7 @@ import os
 import time
 from typing import Any
 
-from autotune.progress import TrialSummary
+from autotune.progress import SearchHeader, TrialSummary
 from autotune.trackers import (
     Tracker,
     answer_metrics,
@@ -45,21 +45,17 @@ class MLflowTracker(Tracker):
         self.run_id: str | None = None
         self.study = ""
 
-    def open(self, header: dict[str, Any]) -> None:
+    def open(self, header: SearchHeader) -> None:
         from mlflow.tracking import MlflowClient
 
         self.client = MlflowClient()
-        self.study = str(header["study"])
+        self.study = str(header.study)
         experiment = os.environ.get("MLFLOW_EXPERIMENT_NAME") or self.study
         found = self.client.get_experiment_by_name(experiment)
         self.experiment_id = (
             found.experiment_id if found is not None else self.client.create_experiment(experiment)
         )
-        tags = {
-            f"autotune.{key}": str(value)[:TAG_LIMIT]
-            for key, value in header.items()
-            if isinstance(value, (str, int, float))
-        }
+        tags = {f"autotune.{key}": str(value)[:TAG_LIMIT] for key, value in header.scalars().items()}
         run = self.client.create_run(self.experiment_id, run_name=self.study, tags=tags)
         self.run_id = run.info.run_id
 

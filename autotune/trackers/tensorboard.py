@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from autotune.progress import TrialSummary, describe_params
+from autotune.progress import SearchHeader, TrialSummary, describe_params
 from autotune.trackers import (
     Tracker,
     answer_metrics,
@@ -62,12 +62,10 @@ class TensorBoardTracker(Tracker):
         self.writer: Any = None
         self.last_step = -1
 
-    def open(self, header: dict[str, Any]) -> None:
-        self.folder = study_folder(self.tracker_dir, str(header["study"]))
+    def open(self, header: SearchHeader) -> None:
+        self.folder = study_folder(self.tracker_dir, str(header.study))
         self.writer = summary_writer()(log_dir=self.folder)
-        described = ", ".join(
-            f"{key} {value}" for key, value in header.items() if isinstance(value, (str, int, float))
-        )
+        described = ", ".join(f"{key} {value}" for key, value in header.scalars().items())
         self.writer.add_text("search", described, 0)
 
     def trial(self, trial: TrialSummary) -> None:

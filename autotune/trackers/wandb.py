@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from autotune.progress import TrialSummary
+from autotune.progress import SearchHeader, TrialSummary
 from autotune.trackers import (
     Tracker,
     answer_metrics,
@@ -44,16 +44,16 @@ class WandbTracker(Tracker):
         self.run: Any = None
         self.rows: list[dict[str, Any]] = []
 
-    def open(self, header: dict[str, Any]) -> None:
+    def open(self, header: SearchHeader) -> None:
         import wandb
 
-        study = str(header["study"])
+        study = str(header.study)
         self.run = wandb.init(
             project=os.environ.get("WANDB_PROJECT") or DEFAULT_PROJECT,
             name=study,
             group=study,
             job_type="search",
-            config={key: value for key, value in header.items() if isinstance(value, (str, int, float))},
+            config=header.scalars(),
             reinit="create_new",  # a caller's own run (around `autotune.tune`) is left alone
             settings=wandb.Settings(console="off", x_disable_stats=True),
         )

@@ -165,10 +165,10 @@ def run_on(
         measured = trainer.measure_config(job.params, job.number, verbatim=job.verbatim, window=job.window)
         return Measured(dict(measured))
     if job.kind == "whole_run":
-        return Measured(trainer.whole_run_check(job.params, job.number, verbatim=job.verbatim))
+        return Measured(trainer.whole_run_check(job.params, job.number, verbatim=job.verbatim).to_dict())
     if job.kind == "ladder":
         rungs, probe = trainer.batch_ladder(job.params["candidates"])
-        return Measured({"batch_ladder": rungs, "probe": probe})
+        return Measured({"batch_ladder": rungs, "probe": probe.to_dict() if probe is not None else None})
     return one_trial(trainer, plan, study, job)
 
 

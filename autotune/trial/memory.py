@@ -14,7 +14,13 @@ from dataclasses import replace
 from typing import Any
 
 from autotune.measure.estimator import MemoryEstimator
-from autotune.measure.memory_model import SAFETY_MARGIN, MemoryEstimate, fitting_rungs, relative_error
+from autotune.measure.memory_model import (
+    SAFETY_MARGIN,
+    LadderProbe,
+    MemoryEstimate,
+    fitting_rungs,
+    relative_error,
+)
 from autotune.measure.peak import release_device_memory
 from autotune.plan.resolved import Plan
 from autotune.records import TrialRecord, add_activation_probes, read_study
@@ -65,7 +71,7 @@ def with_estimate(record: TrialRecord, estimate: MemoryEstimate | None) -> Trial
 
 def batch_ladder(
     estimator: MemoryEstimator, plan: Plan, candidates: Sequence[int]
-) -> tuple[list[int], dict[str, Any] | None]:
+) -> tuple[list[int], LadderProbe | None]:
     """The leading `candidates` (larger batch sizes) that fit, and the probe that decided one
     (`fitting_rungs`): the memory estimate of the space's most frugal configuration at that batch
     (over its attention kernels, precisions and checkpointing choices) is under the memory cap, or
@@ -102,4 +108,7 @@ def batch_ladder(
     rungs, probed = fitting_rungs(candidates, smallest, limit, probe)
     if probed is None:
         return rungs, None
-    return rungs, {**probed, "values": frugal[probed["batch"]], "limit_bytes": limit}
+    batch = probed["batch"]
+    return rungs, LadderProbe(
+        batch, probed["estimated_bytes"], probed["measured_bytes"], frugal[batch], limit
+    )

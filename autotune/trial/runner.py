@@ -30,7 +30,7 @@ from autotune.disk import disk_full_line
 from autotune.measure.callback import ThroughputCallback
 from autotune.measure.deadline import step_deadlines
 from autotune.measure.estimator import MemoryEstimator
-from autotune.measure.memory_model import MemoryEstimate
+from autotune.measure.memory_model import LadderProbe, MemoryEstimate
 from autotune.measure.peak import release_device_memory
 from autotune.measure.ranks import distributed, from_rank_zero, gather, is_rank_zero
 from autotune.measure.screen import ScreenedOut
@@ -227,7 +227,7 @@ class TrialRunner(Trainer):
             lambda: precheck_trial(trial, values, self.plan, self.base_args, estimate, self.trial_budget)
         )
 
-    def batch_ladder(self, candidates: Sequence[int]) -> tuple[list[int], dict[str, Any] | None]:
+    def batch_ladder(self, candidates: Sequence[int]) -> tuple[list[int], LadderProbe | None]:
         """The leading `candidates` (larger batch sizes) that fit, and the probe that decided one
         (`autotune.trial.memory.batch_ladder`)."""
         return memory.batch_ladder(self.estimator, self.plan, candidates)

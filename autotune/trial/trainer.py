@@ -13,9 +13,7 @@ import torch
 from transformers.trainer_utils import HPSearchBackend, default_compute_objective
 
 from autotune.measure.ranks import distributed, gather
-from autotune.records import (
-    trial_attrs,
-)
+from autotune.records import WholeRunFindings, trial_attrs
 from autotune.space.knobs import Value
 from autotune.store.asked import fixed_trial
 from autotune.trial import whole_run_steps
@@ -64,7 +62,7 @@ class AutotuneTrainer(TrialRunner):
 
     def whole_run_check(
         self, params: dict[str, Value], number: int, verbatim: bool = False
-    ) -> dict[str, Any]:
+    ) -> WholeRunFindings:
         """Run a configuration once as a whole run does (`autotune.trial.whole_run_steps`): one optimizer
         step on the longest samples of the data, the Trainer's evaluation and checkpoint save at
         that step (into this process's scratch folder). Returns each step's peak (every rank's

@@ -19,7 +19,7 @@ import torch
 from transformers import TrainerCallback
 
 from autotune.measure.peak import PeakMemoryMeter
-from autotune.records import WHOLE_RUN_STEPS
+from autotune.records import WHOLE_RUN_STEPS, WholeRunFindings
 from autotune.space.defaults import training_args_defaults
 
 
@@ -128,18 +128,18 @@ def check_datasets(full: Any, lengths: Sequence[int] | None, args: Any) -> tuple
 
 def findings(
     steps: WholeRunSteps, ranks: Sequence[dict[str, int]], args: Any, reason: str | None, message: str | None
-) -> dict[str, Any]:
-    """What a whole-run job sends back (`autotune.driver.wholerun.judged` reads it): each step's
+) -> WholeRunFindings:
+    """What a whole-run job found (`autotune.driver.wholerun.judged` reads it): each step's
     peak over every rank (`ranks`), the step that failed with its `reason` and `message` (None: none
     did), and the sizes of its batches (`args`: the check's `TrainingArguments`)."""
     world = max(1, int(args.world_size))
-    return {
-        "step_peaks": largest_peaks(ranks),
-        "failed_step": (steps.step or "setup") if reason is not None else None,
-        "reason": reason,
-        "message": message,
-        "train_samples": args.per_device_train_batch_size * args.gradient_accumulation_steps * world,
-        "train_tokens": steps.widest or None,
-        "eval_samples": args.per_device_eval_batch_size * world,
-        "memory_source": steps.memory_source,
-    }
+    return WholeRunFindings(
+        step_peaks=dict(largest_peaks(ranks)),
+        failed_step=(steps.step or "setup") if reason is not None else None,
+        reason=reason,
+        message=message,
+        train_samples=args.per_device_train_batch_size * args.gradient_accumulation_steps * world,
+        train_tokens=steps.widest or None,
+        eval_samples=args.per_device_eval_batch_size * world,
+        memory_source=steps.memory_source,
+    )

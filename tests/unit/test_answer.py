@@ -18,6 +18,7 @@ import pytest
 from autotune.answer import model
 from autotune.answer.decide import MATH_GAIN, MIN_GAIN, decide
 from autotune.answer.model import Answer
+from autotune.answer.race import race_of
 from autotune.records import FinalistRecord, StudyRecord, TrialRecord, study_attrs, study_record, trial_record
 from autotune.schema import SCHEMA_VERSION
 from autotune.space.mapping import trial_kwargs
@@ -303,8 +304,11 @@ def test_a_version_0_stores_finalists_are_ranked_by_their_tokens_per_s() -> None
         "finalists": [*v0_rounds, v0_base],
         "winner": {"number": 0, "median_tokens_per_s": 1200.0, "verdict": "..."},
     }
-    record = study_record("v0", attrs)
+    record = study_record("v0", attrs)  # its `winner` is not read: the rounds name their leader
     assert record.schema_version == 0 and record.answer is None
+    race = race_of(record)
+    assert race is not None and race.leader == 0
+    assert race.median_tokens_per_s == pytest.approx(1200.0, rel=0.05)
     finalist = next(f for f in record.finalists if f.number == 0)
     assert finalist.scores is None
     assert finalist.scores_by_round() == dict(zip([1, 2, 3], finalist.tokens_per_s, strict=True))

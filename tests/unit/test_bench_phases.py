@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from autotune.progress import SearchHeader
 from autotune.records import trial_record
 from benchmarks import harness
 
@@ -17,7 +18,7 @@ def test_phases_add_up_to_the_search_wall_time(monkeypatch: pytest.MonkeyPatch) 
 
     clock = harness.PhaseClock()  # t = 0
     at(1.0)
-    clock.on_search_start({})
+    clock.on_search_start(SearchHeader())
     clock.on_note("measuring the baseline: bs=8")
     at(4.0)
     clock.on_note("baseline: 20.0k tok/s, peak 500 MiB")

@@ -126,7 +126,6 @@ def make_study(
         **(extra_attrs or {}),
     }
     if winner is not None:
-        attrs["winner"] = {"number": winner, "median_tokens_per_s": 31000.0, "verdict": "..."}
         attrs["finalists"] = [{"number": winner, "tokens_per_s": WINNER_ROUNDS, "rounds": [1, 2, 3]}]
         if baseline is not None:
             rounds = [baseline["tokens_per_s"]] * 3

@@ -8,14 +8,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from autotune.progress import LoggingReporter
+from autotune.progress import LoggingReporter, SearchHeader
 from autotune.records import Failure, TrialRecord, measured_record
 
 
 def test_each_event_is_one_info_line(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="autotune")
     reporter = LoggingReporter()
-    reporter.on_search_start({"model": "tiny-gpt2", "budget": 4, "device": {"name": "CPU"}})
+    reporter.on_search_start(SearchHeader(model="tiny-gpt2", budget=4, device={"name": "CPU"}))
     reporter.on_trial_start(0, {"per_device_train_batch_size": 8})
     done = replace(measured_record({"tokens_per_s": 24700.0, "peak_memory_bytes": 653 * 2**20}), number=0)
     reporter.on_trial_end(done)
@@ -40,3 +40,12 @@ def test_each_event_is_one_info_line(caplog: pytest.LogCaptureFixture) -> None:
         "answer: trial 0 beats the defaults: 1.20x",
     ]
     assert {r.name for r in caplog.records} == {"autotune"}
+
+
+def test_the_search_header_keeps_the_keys_trackers_have_logged() -> None:
+    keys = ["model", "task", "seq_len", "space", "space_notes", "not_searched", "storage", "study"]
+    keys += ["budget", "finished", "to_run", "device", "memory_cap"]
+    header = SearchHeader(model="tiny-gpt2", budget=4, to_run=0, memory_cap=None)
+    assert list(header.to_dict()) == keys
+    assert SearchHeader.from_dict(header.to_dict()) == header
+    assert header.scalars() == {"model": "tiny-gpt2", "budget": 4, "to_run": 0}

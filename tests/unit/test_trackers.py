@@ -18,7 +18,7 @@ from autotune.errors import UsageError
 from autotune.options import RunConfig, run_config
 from autotune.plan.paths import stored_paths
 from autotune.preflight import check_before_creating
-from autotune.progress import Reporter
+from autotune.progress import Reporter, SearchHeader
 from autotune.records import TrialRecord, trial_record
 from autotune.trackers import TrackedReporter, Tracker, tracking
 from tests.unit.cli_helpers import run
@@ -26,7 +26,7 @@ from tests.unit.cli_helpers import run
 pytestmark = pytest.mark.timeout(120)
 
 STUDY = "tiny-gpt2-quick-seq32"
-HEADER = {"model": "tiny-gpt2", "space": "quick (2 knobs, 4 combinations)", "study": STUDY, "budget": 3}
+HEADER = SearchHeader(model="tiny-gpt2", space="quick (2 knobs, 4 combinations)", study=STUDY, budget=3)
 TRIALS = [
     trial_record(
         0,

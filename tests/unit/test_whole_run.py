@@ -16,7 +16,7 @@ from autotune.driver.wholerun import judged
 from autotune.errors import UsageError
 from autotune.export.words import whole_run_text
 from autotune.options import RunConfig
-from autotune.records import WholeRun, study_attrs
+from autotune.records import WholeRun, WholeRunFindings, study_attrs
 from autotune.store.outcomes import WHOLE_RUN_OVER_CAP, with_whole_run
 from autotune.trial.whole_run_steps import check_args, largest_peaks, longest_indices
 from tests.unit.test_answer import BASELINE_PARAMS, params, rounds, study, trial
@@ -25,9 +25,10 @@ MiB = 2**20
 PEAKS = {"train": 500 * MiB, "eval": 700 * MiB, "save": 450 * MiB}
 
 
-def found(**changes: Any) -> dict[str, Any]:
+def found(**changes: Any) -> WholeRunFindings:
     """A whole-run job's findings (`AutotuneTrainer.whole_run_check`)."""
-    return {"step_peaks": dict(PEAKS), "train_samples": 8, "train_tokens": 128, "eval_samples": 8, **changes}
+    base = {"step_peaks": dict(PEAKS), "train_samples": 8, "train_tokens": 128, "eval_samples": 8}
+    return WholeRunFindings(**{**base, **changes})
 
 
 # -- the verdict -----------------------------------------------------------------------------------
