@@ -127,6 +127,8 @@ def remeasure_finalists(
     leader_changes = bool(finalists) and finalists[0].number not in keeping
     keep = {keeper} if leader_changes and keeper is not None else set()
     contestants = fitting(contestants, predicted, first_rounds, budget_s, reporter, keep=keep)
+    if len(contestants) < 2:
+        return  # the budget left one: nothing the rounds could compare it with
     max_rounds = planned_rounds(contestants, predicted, first_rounds, budget_s)
     keeping &= set(contestants)
     tokens = record.train_tokens  # with the user's run length, scores are the run's effective rate

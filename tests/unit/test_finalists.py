@@ -368,6 +368,22 @@ def test_a_tight_budget_keeps_fewer_finalists_and_fewer_rounds() -> None:
     assert planned_rounds(predicted, predicted, 2, 30.0) == 2 + int((30.0 - 2 * 5 * 1.15) // (3 * 1.15))
 
 
+def test_a_budget_that_leaves_one_contestant_measures_no_rounds() -> None:
+    # No baseline, two trials at 1.5 s a measurement: 2 rounds of both (6 s) do not fit in 4 s, the
+    # runner-up is left out, and the lone leader has nothing to be compared with.
+    clock = _Clock()
+    script = _Script({0: [120.0] * 4, 1: [110.0] * 4}, clock, 1.5)
+    study = rated_study({0: 120.0, 1: 110.0}, baseline=False)
+    notes: list[str] = []
+    reporter = Reporter()
+    reporter.on_note = notes.append  # type: ignore[method-assign]
+    remeasure_finalists(
+        script, _plan(finalists=2, rounds=2), StudyStore(study), reporter, budget_s=4.0, clock=clock
+    )
+    assert any("trial 1 is left out of the rounds" in note for note in notes), notes
+    assert script.calls == [] and "finalists" not in study.user_attrs
+
+
 def test_the_rounds_stop_when_the_budget_is_spent() -> None:
     # An undecidable race (a wide spread): the rounds go on while the clock leaves a round's time.
     clock = _Clock()
