@@ -381,9 +381,10 @@ def given_training_args(args: TrainingArguments) -> dict[str, Any]:
     the subclass changed that default itself (`SFTConfig`: checkpointing on, bf16): the knobs'
     baseline, the answer's semantic changes and the estimate read the base config over
     `TrainingArguments`' defaults. A field of the subclass's own is set where it differs from the
-    subclass's default, and always where it is a knob (``packing``): the baseline's value."""
+    subclass's default, and always where it is a knob (``packing``): the baseline's value, as are
+    the `TrainingArguments` fields whose default the subclass changed."""
     defaults = TrainingArguments(output_dir=args.output_dir)
-    own_defaults = defaults if type(args) is TrainingArguments else _defaults_of(type(args), args.output_dir)
+    own_defaults = defaults if type(args) is TrainingArguments else _defaults_of(args)
     given: dict[str, Any] = {"output_dir": args.output_dir}
     for f in dataclasses.fields(args):
         if not f.init or f.name.startswith("_"):
@@ -391,18 +392,22 @@ def given_training_args(args: TrainingArguments) -> dict[str, Any]:
         own = not hasattr(defaults, f.name)
         default = getattr(own_defaults if own else defaults, f.name)
         value = getattr(args, f.name)
-        if value != default or (own and f.name in CATALOGUE):
+        # a default the subclass changed is spelled out too: an export for its own tools
+        # (`trl sft`) must not leave it to that default
+        changed = not own and getattr(own_defaults, f.name, default) != default
+        if value != default or changed or (own and f.name in CATALOGUE):
             given[f.name] = getattr(value, "value", value)  # enums as their strings
     return given
 
 
-def _defaults_of(args_class: type, output_dir: str | None) -> Any:
-    """`args_class` as its own defaults make it (its fields' declared defaults where its
-    ``__post_init__`` refuses to run without more)."""
+def _defaults_of(args: TrainingArguments) -> Any:
+    """The class of `args` as its own defaults make it on the same device (`SFTConfig` turns bf16
+    on, which a CPU refuses without ``use_cpu``); its fields' declared defaults where its
+    ``__post_init__`` refuses to run without more."""
     try:
-        return args_class(output_dir=output_dir)
+        return type(args)(output_dir=args.output_dir, use_cpu=args.use_cpu)
     except (TypeError, ValueError):
-        declared = {f.name: f.default for f in dataclasses.fields(args_class)}
+        declared = {f.name: f.default for f in dataclasses.fields(args)}
         return types.SimpleNamespace(**{k: v for k, v in declared.items() if v is not dataclasses.MISSING})
 
 

@@ -292,6 +292,8 @@ def sft_rule(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
 def packing_rule(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
     if value is False and model.sft and model.sft_packed:
         return "the SFTTrainer's dataset is packed already (its SFTConfig packs): build it with packing=False"
+    if value and model.sft and not model.sft_truncates:
+        return "TRL packs into rows of max_length: the SFTConfig's max_length is None"
     return sft_rule(value, hw, model)
 
 
