@@ -225,8 +225,8 @@ CATALOGUE: dict[str, Knob] = {
             "padding_free",
             "data",
             "bool",
-            "flatten each batch into one row without padding (DataCollatorWithFlattening): no compute "
-            "on padding; variable-length causal-LM examples only",
+            "flatten each batch into one row without padding (DataCollatorWithFlattening; on an SFTTrainer "
+            "TRL's own, SFTConfig padding_free): no compute on padding; variable-length causal-LM data only",
             measured_kind=True,
             available=availability.padding_free_rule,
         ),
