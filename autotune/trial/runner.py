@@ -185,16 +185,18 @@ class TrialRunner(Trainer):
         if self._whole_run is not None:  # one step, evaluated and saved, on the longest samples
             kwargs = whole_run_steps.check_args(kwargs, self.plan.config.eval_batch_size)
         apply.rebuild_args(self.args, kwargs)
+        user = self.workload if isinstance(self.workload, UserWorkload) and self.workload.sft else None
+        if user is not None:  # what SFTTrainer derives from its config: its rows, packed by TRL or not
+            self.train_dataset, lengths = sft.trial_rows(self, user)
         if self._whole_run is not None:
-            lengths = self.workload.sample_lengths()
-            self.train_dataset, self.eval_dataset = whole_run_steps.check_datasets(
-                self._full_data, lengths, self.args
-            )
+            full = self.train_dataset if user is not None else self._full_data
+            lengths = lengths if user is not None else self.workload.sample_lengths()
+            self.train_dataset, self.eval_dataset = whole_run_steps.check_datasets(full, lengths, self.args)
         self.data_collator = apply.trial_collator(self.workload, data_choices(values))
         # A sampler that reorders the data: count each step's tokens from its batches.
         self.measurement.count_batches = self.args.train_sampling_strategy != "sequential"
-        if isinstance(self.workload, UserWorkload) and self.workload.sft is not None:
-            sft.prepare_trial(self, self.workload, data_choices(values))
+        if user is not None:
+            sft.prepare_trial(self, user, data_choices(values))
             self.measurement.count_batches = True  # packed or not, the trial's own rows
             return sft.patch_model(self, super().call_model_init(trial))
         return super().call_model_init(trial)

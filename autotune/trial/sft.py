@@ -1,7 +1,7 @@
 """A TRL `SFTTrainer`'s trial: what `SFTTrainer.__init__` derives from its `SFTConfig`, redone with
 the trial's config (the trial Trainer skips that ``__init__``: `autotune.trial.compose`).
 
-Before the model is built (`prepare_trial`): padding-free (TRL's own collator flag, from the
+Before the model is built (`trial_rows`, `prepare_trial`): padding-free (TRL's own collator flag, from the
 ``padding_free`` knob or a best-fit packing), the collator, the dataset packed by TRL's own
 ``_prepare_dataset`` when the trial packs, and Liger's kernels without their fused cross-entropy
 (which would drop TRL's fused LM head). Once it is built (`patch_model`): TRL's fused LM head on
@@ -21,8 +21,8 @@ from autotune.workloads.user import UserWorkload
 
 
 def prepare_trial(trainer: Any, workload: UserWorkload, choices: dict[str, Value]) -> None:
-    """Set `trainer`'s collator and dataset for its trial's `SFTConfig` (``trainer.args``, rebuilt
-    already) and the trial's data knobs (`choices`)."""
+    """Set `trainer`'s collator and Liger's settings for its trial's `SFTConfig` (``trainer.args``,
+    rebuilt already) and the trial's data knobs (`choices`)."""
     args = trainer.args
     if "padding_free" in choices:
         args.padding_free = bool(choices["padding_free"])
@@ -37,11 +37,19 @@ def prepare_trial(trainer: Any, workload: UserWorkload, choices: dict[str, Value
             padding_free=trainer.padding_free,
             pad_to_multiple_of=None if multiple == 1 else multiple,
         )
-    data = workload.train_dataset
+
+
+def trial_rows(trainer: Any, workload: UserWorkload) -> tuple[Any, list[int] | None]:
+    """The trial's training rows, read in a loop: the user's, or packed by TRL's own
+    ``_prepare_dataset`` where the trial packs and their config did not; with each row's length
+    where they differ (None: packed rows, all ``max_length`` long)."""
+    args, pieces = trainer.args, workload.sft
     if args.packing and pieces is not None and not pieces.packed and not trainer._skip_prepare_dataset:
         prepare = trainer._prepare_dataset  # TRL's own packing, as SFTTrainer.__init__ runs it
-        data = prepare(data, trainer.processing_class, args, True, trainer._formatting_func, "train")
-    trainer.train_dataset = Cycled(data)
+        rows = workload.train_dataset
+        packed = prepare(rows, trainer.processing_class, args, True, trainer._formatting_func, "train")
+        return Cycled(packed), None
+    return Cycled(workload.train_dataset), workload.sample_lengths()
 
 
 def patch_model(trainer: Any, model: Any) -> Any:
