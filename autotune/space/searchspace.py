@@ -267,7 +267,7 @@ class SearchSpace:
             kept = tuple(v for v in candidates if reasons[v] is None)
             dropped += [f"{name}={v}: {reasons[v]}" for v in candidates if reasons[v] is not None]
             if not kept:
-                why = "; ".join(str(r) for r in reasons.values())
+                why = "; ".join(dict.fromkeys(str(r) for r in reasons.values()))  # each reason once
                 raise SpaceError(
                     f"{self.source}: no value of knobs.{name} can run here ({why})",
                     "add a value that runs on this machine (see `autotune knobs`)",

@@ -14,6 +14,7 @@ from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
     AutoTokenizer,
+    DataCollatorForLanguageModeling,
     Trainer,
     TrainerCallback,
     TrainingArguments,
@@ -121,15 +122,23 @@ def test_an_sft_trainer_built_from_a_model_id_is_tuned_in_worker_processes(tmp_p
     assert isinstance(tuned.training_args, SFTConfig) and tuned.training_args.packing is True
 
 
-def test_trl_knobs_are_unavailable_on_another_trainer(tmp_path: Path) -> None:
+def test_trl_knobs_cannot_run_on_another_trainer_and_say_why(tmp_path: Path) -> None:
     tokenizer, config, data = _parts(tmp_path)
     rows = data.map(lambda b: tokenizer(b["text"]), batched=True, remove_columns=["text"])
     plain = Trainer(
         model=AutoModelForCausalLM.from_config(config),
         args=TrainingArguments(output_dir=str(tmp_path / "plain"), use_cpu=True),
         train_dataset=rows,
+        data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
     )
     assert user_workload(plain).trainer_support() == {}
+    space = {"per_device_train_batch_size": [2], "activation_offloading": [False, True]}
+    with pytest.raises(
+        autotune.SpaceError, match=r"no value of knobs.activation_offloading can run here"
+    ) as info:
+        autotune.tune(plain, space=write_space(tmp_path, space), storage=f"sqlite:///{tmp_path / 'p.db'}")
+    assert "(not an SFTConfig: a TRL SFTTrainer's own setting)" in str(info.value)
+    assert "\n" not in str(info.value)
     sft = user_workload(_sft(tmp_path)).trainer_support()
     assert sft == {"sft": True, "sft_packed": False, "sft_truncates": True, "sft_collator": True}
 
