@@ -580,3 +580,12 @@ def test_cli_trl_sft_that_cannot_be_written_is_one_line_and_no_file(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--format trl-sft" in err and "attn_implementation" in err
     assert not target.exists()
+
+
+def test_python_builds_an_sft_config_for_a_study_of_an_sft_trainer(study: optuna.Study) -> None:
+    config = _config(study, 0)
+    config["training_args"]["max_length"] = 512  # an SFTConfig field: tune() on an SFTTrainer
+    text = to_python(config)
+    assert "from trl import SFTConfig" in text and "training_args = SFTConfig(" in text
+    assert "training_args = TrainingArguments(" in to_python(_config(study, 0))
+    compile(text, "snippet.py", "exec")
