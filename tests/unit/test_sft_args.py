@@ -43,3 +43,12 @@ def test_the_answer_s_data_knobs_are_sft_config_fields() -> None:
     params = {"padding_free": True, "pad_to_multiple_of": 1, "per_device_train_batch_size": 4}
     assert sft_data_args(SFTConfig, params) == {"padding_free": True, "pad_to_multiple_of": None}
     assert sft_data_args(TrainingArguments, params) == {}
+
+
+def test_keep_semantics_holds_an_sft_config_s_packing() -> None:
+    from autotune.space import parse_space
+
+    knobs = {"per_device_train_batch_size": [2, 4], "packing": [False, True]}
+    space = parse_space({"knobs": knobs}, name="trl", source="trl.yaml")
+    kept = space.keep_semantics({"packing": True, "per_device_train_batch_size": 4})
+    assert "packing" not in kept.knobs and kept.fixed["packing"] is True
