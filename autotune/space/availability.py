@@ -100,6 +100,8 @@ class ModelSupport:
             padding-free without packing.
         sft_collator: the `SFTTrainer` builds its own collator (no custom one was given), which
             TRL's padding-free mode needs.
+        sft_prepares: the `SFTTrainer` prepares its dataset (not a vision dataset, no
+            ``skip_prepare_dataset``), which packing needs.
     """
 
     name: str = "any model"
@@ -115,6 +117,7 @@ class ModelSupport:
     sft_packed: bool = False
     sft_truncates: bool = False
     sft_collator: bool = True
+    sft_prepares: bool = True
 
 
 def detect_hardware() -> Hardware:
@@ -292,6 +295,8 @@ def sft_rule(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
 def packing_rule(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
     if value is False and model.sft and model.sft_packed:
         return "the SFTTrainer's dataset is packed already (its SFTConfig packs): build it with packing=False"
+    if value and model.sft and not model.sft_prepares:
+        return "the SFTTrainer prepares no dataset (vision data, or skip_prepare_dataset): nothing packs it"
     if value and model.sft and not model.sft_truncates:
         return "TRL packs into rows of max_length: the SFTConfig's max_length is None"
     return sft_rule(value, hw, model)

@@ -35,11 +35,14 @@ class SftPieces:
         truncates: its config's ``max_length`` is set (TRL truncates unpacked samples to it).
         own_collator: it built its own collator (TRL's `DataCollatorForLanguageModeling`), which each
             trial rebuilds padding-free or not; a custom collator is used as given.
+        prepares: it prepares its dataset (TRL skips vision datasets and ``skip_prepare_dataset``),
+            which packing needs.
     """
 
     packed: bool
     truncates: bool
     own_collator: bool
+    prepares: bool = True
 
     def support(self) -> dict[str, bool]:
         """The `autotune.space.availability.ModelSupport` fields these decide."""
@@ -48,6 +51,7 @@ class SftPieces:
             "sft_packed": self.packed,
             "sft_truncates": self.truncates,
             "sft_collator": self.own_collator,
+            "sft_prepares": self.prepares,
         }
 
 
@@ -58,7 +62,8 @@ def sft_pieces(trainer: Any) -> SftPieces | None:
         return None
     collator = trainer.data_collator
     own = _is_trl(type(collator), "DataCollatorForLanguageModeling")
-    return SftPieces(packed=bool(args.packing), truncates=args.max_length is not None, own_collator=own)
+    prepares = not getattr(trainer, "_skip_prepare_dataset", False)
+    return SftPieces(bool(args.packing), args.max_length is not None, own, prepares)
 
 
 def unpatched(model: Any) -> Any:

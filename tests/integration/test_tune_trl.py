@@ -140,7 +140,13 @@ def test_trl_knobs_cannot_run_on_another_trainer_and_say_why(tmp_path: Path) -> 
     assert "(not an SFTConfig: a TRL SFTTrainer's own setting)" in str(info.value)
     assert "\n" not in str(info.value)
     sft = user_workload(_sft(tmp_path)).trainer_support()
-    assert sft == {"sft": True, "sft_packed": False, "sft_truncates": True, "sft_collator": True}
+    assert sft == {
+        "sft": True,
+        "sft_packed": False,
+        "sft_truncates": True,
+        "sft_collator": True,
+        "sft_prepares": True,
+    }
 
 
 class BrokenLoss(SFTTrainer):

@@ -578,6 +578,8 @@ def test_packing_mirrors_trl_s_refusals() -> None:
     assert reason is not None and "max_length is None" in reason
     reason = value_unavailable("packing", False, CPU, dataclasses.replace(SFT, sft_packed=True))
     assert reason is not None and "packed already" in reason
+    reason = value_unavailable("packing", True, CPU, dataclasses.replace(SFT, sft_prepares=False))
+    assert reason is not None and "skip_prepare_dataset" in reason
 
 
 def test_padding_free_on_an_sft_trainer_mirrors_trl_s_refusals() -> None:
