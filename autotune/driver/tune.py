@@ -107,7 +107,8 @@ class TuneResult:
     """What `tune` found.
 
     Attributes:
-        training_args: the Trainer's `TrainingArguments` with the answer's knobs applied.
+        training_args: the Trainer's `TrainingArguments` with the answer's knobs applied, of their own
+            class (an `SFTTrainer`'s `SFTConfig`).
         model_kwargs: model-load kwargs of the answer (``attn_implementation``): pass them to
             ``from_pretrained`` (or to `model_init`'s load); the defaults' when it keeps them.
         semantic_changes: the answer's differences from the baseline that change the training math.
@@ -144,7 +145,8 @@ def tune(
             (samples with ``input_ids``, and ``attention_mask`` where padded: only real tokens
             count towards tokens/s), its data collator, callbacks, ``compute_loss_func`` and the
             attributes its class stored are used in every trial, and its arguments are the base
-            config: their fields that are not searched knobs are kept as given.
+            config: their fields that are not searched knobs are kept as given, in their own class
+            (TRL's `SFTTrainer`: its `SFTConfig`, which each trial rebuilds; `autotune.trial.sft`).
         space: a shipped space name or a YAML path (as ``--space``).
         n_trials: the study's budget of measured trials (as ``hyperparameter_search``'s; ``trials``,
             as `autotune.search` also takes it, names it too; default: as `RunConfig` declares it).
