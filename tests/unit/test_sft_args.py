@@ -52,3 +52,29 @@ def test_keep_semantics_holds_an_sft_config_s_packing() -> None:
     space = parse_space({"knobs": knobs}, name="trl", source="trl.yaml")
     kept = space.keep_semantics({"packing": True, "per_device_train_batch_size": 4})
     assert "packing" not in kept.knobs and kept.fixed["packing"] is True
+
+
+def test_a_trial_redoes_what_sft_trainer_derives_from_its_config(tmp_path: Path) -> None:
+    import types
+
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+    from autotune.trial.sft import prepare_trial
+    from autotune.workloads.sft import SftPieces
+    from autotune.workloads.user import UserWorkload
+
+    collator = DataCollatorForLanguageModeling(pad_token_id=3, return_position_ids=True)
+    pieces = SftPieces(packed=False, truncates=True, own_collator=True)
+    workload = UserWorkload(
+        name="m", task="causal-lm", config=None, seq_len=8, data_collator=collator, sft=pieces
+    )
+    args = SFTConfig(output_dir=str(tmp_path), use_cpu=True, use_liger_kernel=True)
+    trainer = types.SimpleNamespace(args=args, data_collator=collator)
+    prepare_trial(trainer, workload, {"padding_free": True, "pad_to_multiple_of": 8})
+    # TRL's own collator, padding-free as the knob says; the user's other settings kept
+    made = trainer.data_collator
+    assert made is not collator and made.padding_free is True
+    assert (made.pad_to_multiple_of, made.pad_token_id, made.return_position_ids) == (8, 3, True)
+    assert args.padding_free is True and trainer.padding_free is True
+    # Liger's kernels as SFTTrainer applies them: without the fused cross-entropy that replaces TRL's head
+    assert args.liger_kernel_config == {"fused_linear_cross_entropy": False}
