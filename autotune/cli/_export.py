@@ -19,8 +19,8 @@ def export_command(
             "--format",
             "-f",
             help="json, yaml, flags, training-args (the TrainingArguments kwargs as one flat JSON "
-            "object, as HfArgumentParser.parse_json_file takes it), accelerate, python, or deepspeed "
-            "(the ds_config of a ZeRO trial).",
+            "object, as HfArgumentParser.parse_json_file takes it), accelerate, python, deepspeed "
+            "(the ds_config of a ZeRO trial), or trl-sft (a YAML file for `trl sft --config FILE`).",
         ),
     ] = "json",
     output: Annotated[

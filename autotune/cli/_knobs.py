@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from autotune.cli._options import run_option
-from autotune.space.knobs import Knob
+from autotune.space.knobs import SFT_KNOBS, Knob
 
 
 def knobs_command(
@@ -65,7 +65,7 @@ def knobs_command(
         facts = [
             {
                 "name": knob.name,
-                "lands_in": _TARGETS[knob.target],
+                "lands_in": _target(knob),
                 "changes_math": knob.changes_semantics,
                 "help": knob.help,
                 "values": [
@@ -90,7 +90,7 @@ def knobs_command(
     for knob in CATALOGUE.values():
         table.add_row(
             f"{knob.name}\n[dim]{escape(knob.help)}[/]",
-            _TARGETS[knob.target],
+            _target(knob),
             "yes" if knob.changes_semantics else "no",
             "\n".join(
                 _value_line(shown, value_unavailable(knob.name, probe, hardware, support))
@@ -102,6 +102,10 @@ def knobs_command(
 
 
 _TARGETS = {"args": "TrainingArguments", "model": "model kwarg", "data": "data collator"}
+
+
+def _target(knob: Knob) -> str:
+    return "SFTConfig (TRL)" if knob.name in SFT_KNOBS else _TARGETS[knob.target]
 
 
 def _runs_on(where: str | None) -> str:
@@ -144,7 +148,8 @@ def _landing(knob: Knob) -> str:
         for field in (*args, *model_kwargs):
             if field not in fields:
                 fields.append(field)
-    return f"{_LANDS[knob.target]}: " + ", ".join(f"`{field}`" for field in fields)
+    lands = "TRL's `SFTConfig`" if knob.name in SFT_KNOBS else _LANDS[knob.target]
+    return f"{lands}: " + ", ".join(f"`{field}`" for field in fields)
 
 
 def _exists(knob: Knob) -> str:
@@ -152,6 +157,8 @@ def _exists(knob: Knob) -> str:
     said = []
     if knob.ranks_only:
         said.append("trials of more than one rank")
+    if knob.name in SFT_KNOBS:
+        said.append("trials of a TRL SFTTrainer")
     if knob.requires is not None:
         other, values = knob.requires
         shown = ", ".join(str(v).lower() if isinstance(v, bool) else str(v) for v in values)

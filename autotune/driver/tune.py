@@ -24,6 +24,7 @@ import functools
 import inspect
 import os
 import sys
+import types
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -48,10 +49,12 @@ from autotune.progress import LoggingReporter, Reporter
 from autotune.records import read_study
 from autotune.scratch import temporary_folder
 from autotune.space.defaults import training_arguments
+from autotune.space.knobs import CATALOGUE
 from autotune.space.mapping import fp8_trial
 from autotune.store.semantics import SemanticChange, study_changes
 from autotune.trackers import tracking
 from autotune.workloads.adapters import adapter_of
+from autotune.workloads.sft import sft_data_args, sft_pieces
 from autotune.workloads.tasks import Task
 from autotune.workloads.user import UserWorkload, dump
 
@@ -104,7 +107,8 @@ class TuneResult:
     """What `tune` found.
 
     Attributes:
-        training_args: the Trainer's `TrainingArguments` with the answer's knobs applied.
+        training_args: the Trainer's `TrainingArguments` with the answer's knobs applied, of their own
+            class (an `SFTTrainer`'s `SFTConfig`).
         model_kwargs: model-load kwargs of the answer (``attn_implementation``): pass them to
             ``from_pretrained`` (or to `model_init`'s load); the defaults' when it keeps them.
         semantic_changes: the answer's differences from the baseline that change the training math.
@@ -141,7 +145,8 @@ def tune(
             (samples with ``input_ids``, and ``attention_mask`` where padded: only real tokens
             count towards tokens/s), its data collator, callbacks, ``compute_loss_func`` and the
             attributes its class stored are used in every trial, and its arguments are the base
-            config: their fields that are not searched knobs are kept as given.
+            config: their fields that are not searched knobs are kept as given, in their own class
+            (TRL's `SFTTrainer`: its `SFTConfig`, which each trial rebuilds; `autotune.trial.sft`).
         space: a shipped space name or a YAML path (as ``--space``).
         n_trials: the study's budget of measured trials (as ``hyperparameter_search``'s; ``trials``,
             as `autotune.search` also takes it, names it too; default: as `RunConfig` declares it).
@@ -212,7 +217,8 @@ def tune(
                 run_trials(plan, study, remaining, reporter, (), debug, workload_file=workload_file)
         result = finish(study, config, done_before, reporter)
     # Measured without a GPU: the arguments say so, or TrainingArguments refuses bf16 on a CPU.
-    return _answer(result, user_kwargs if plan.hardware.cuda else {**user_kwargs, "use_cpu": True})
+    answered = user_kwargs if plan.hardware.cuda else {**user_kwargs, "use_cpu": True}
+    return _answer(result, answered, type(trainer.args))
 
 
 tune.__signature__ = with_option_keywords(inspect.signature(tune), OPTIONS)  # type: ignore[attr-defined]
@@ -289,6 +295,8 @@ def user_workload(trainer: Trainer, callbacks: Sequence[TrainerCallback] = ()) -
         peft=adapter_of(model),
         trainer_class=type(trainer),
         trainer_attrs=trainer_attrs(trainer),
+        args_class=type(trainer.args),
+        sft=sft_pieces(trainer),
         callbacks=(
             *(c for c in trainer.callback_handler.callbacks if not _stock_callback(c, trainer.args)),
             *callbacks,
@@ -368,27 +376,53 @@ def _why(exc: BaseException) -> str:
 
 
 def given_training_args(args: TrainingArguments) -> dict[str, Any]:
-    """The fields of `args` the caller set (those that differ from the `TrainingArguments`
-    defaults), as kwargs that rebuild them; ``output_dir`` always."""
+    """The fields of `args` the caller set, as kwargs that rebuild them with their own class
+    (``type(args)``, TRL's `SFTConfig` included); ``output_dir`` always.
+
+    A `TrainingArguments` field is set where it differs from `TrainingArguments`' default, even when
+    the subclass changed that default itself (`SFTConfig`: checkpointing on, bf16): the knobs'
+    baseline, the answer's semantic changes and the estimate read the base config over
+    `TrainingArguments`' defaults. A field of the subclass's own is set where it differs from the
+    subclass's default, and always where it is a knob (``packing``): the baseline's value, as are
+    the `TrainingArguments` fields whose default the subclass changed."""
     defaults = TrainingArguments(output_dir=args.output_dir)
+    own_defaults = defaults if type(args) is TrainingArguments else _defaults_of(args)
     given: dict[str, Any] = {"output_dir": args.output_dir}
-    for f in dataclasses.fields(TrainingArguments):
+    for f in dataclasses.fields(args):
         if not f.init or f.name.startswith("_"):
             continue
-        value, default = getattr(args, f.name), getattr(defaults, f.name)
-        if value != default:
+        own = not hasattr(defaults, f.name)
+        default = getattr(own_defaults if own else defaults, f.name)
+        value = getattr(args, f.name)
+        # a default the subclass changed is spelled out too: an export for its own tools
+        # (`trl sft`) must not leave it to that default
+        changed = not own and getattr(own_defaults, f.name, default) != default
+        if value != default or changed or (own and f.name in CATALOGUE):
             given[f.name] = getattr(value, "value", value)  # enums as their strings
     return given
 
 
-def _answer(result: SearchResult, user_kwargs: dict[str, Any]) -> TuneResult:
+def _defaults_of(args: TrainingArguments) -> Any:
+    """The class of `args` as its own defaults make it on the same device (`SFTConfig` turns bf16
+    on, which a CPU refuses without ``use_cpu``); its fields' declared defaults where its
+    ``__post_init__`` refuses to run without more."""
+    try:
+        return type(args)(output_dir=args.output_dir, use_cpu=args.use_cpu)
+    except (TypeError, ValueError):
+        declared = {f.name: f.default for f in dataclasses.fields(args)}
+        return types.SimpleNamespace(**{k: v for k, v in declared.items() if v is not dataclasses.MISSING})
+
+
+def _answer(result: SearchResult, user_kwargs: dict[str, Any], args_class: type) -> TuneResult:
     """The Trainer's arguments with what the study's answer hands back applied. When it keeps the
     defaults, those are the knob values the baseline measured, which the Trainer's own arguments
     resolve to on this machine (the export writes the same)."""
     choice = result.answer.choice
     if choice is None:
-        return TuneResult(training_arguments(**user_kwargs), {}, [], result, result.answer)
-    tuned = training_arguments(**{**user_kwargs, **choice.training_args})
+        return TuneResult(training_arguments(args_class, **user_kwargs), {}, [], result, result.answer)
+    tuned = training_arguments(
+        args_class, **{**user_kwargs, **choice.training_args, **sft_data_args(args_class, choice.params)}
+    )
     if fp8_trial(choice.params):
         # no field says fp8: the Trainer's Accelerator takes this, and accelerate picks torchao's
         # recipe first (the one the trial trained with)

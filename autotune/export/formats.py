@@ -13,6 +13,7 @@ from typing import Any
 from autotune.errors import UsageError
 from autotune.export.config import collator_line
 from autotune.export.words import expected_lines
+from autotune.space.defaults import training_args_defaults
 
 
 def comment(config: dict[str, Any]) -> str:
@@ -141,12 +142,15 @@ def to_python(config: dict[str, Any]) -> str:
         else "AutoModelForCausalLM"
     )
     lines = [line.rstrip() for line in comment(config).splitlines()]
+    # fields TrainingArguments lacks: a study of tune() on a TRL SFTTrainer, whose SFTConfig has them
+    sft = bool(set(config["training_args"]) - set(training_args_defaults()))
     lines += [
         f"from transformers import {auto}, TrainingArguments",
+        *(["from trl import SFTConfig"] if sft else []),
         "",
         f"MODEL = {_py(str(exp.get('model') or 'your-model'))}  # a hub id or a local checkpoint directory",
         "",
-        "training_args = TrainingArguments(",
+        f"training_args = {'SFTConfig' if sft else 'TrainingArguments'}(",
         '    output_dir="output",',
         *(f"    {key}={_py(value)}," for key, value in config["training_args"].items()),
         ")",

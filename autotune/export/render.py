@@ -8,8 +8,9 @@ from typing import Any
 from autotune.errors import UsageError
 from autotune.export.formats import to_flags, to_json, to_python, to_training_args, to_yaml
 from autotune.export.launchers import to_accelerate, to_deepspeed
+from autotune.export.trl_sft import to_trl_sft
 
-FORMATS = ("json", "yaml", "flags", "training-args", "accelerate", "python", "deepspeed")
+FORMATS = ("json", "yaml", "flags", "training-args", "accelerate", "python", "deepspeed", "trl-sft")
 
 RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "json": to_json,
@@ -19,6 +20,7 @@ RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "accelerate": to_accelerate,
     "python": to_python,
     "deepspeed": to_deepspeed,
+    "trl-sft": to_trl_sft,
 }
 
 
@@ -26,7 +28,8 @@ def render(config: dict[str, Any], fmt: str) -> str:
     """`config` in format `fmt` (one of `FORMATS`).
 
     Raises:
-        UsageError: an unknown format, or one the trial has nothing for (`to_deepspeed`).
+        UsageError: an unknown format, or one the trial has nothing for (`to_deepspeed`,
+            `to_trl_sft`).
     """
     renderer = RENDERERS.get(fmt)
     if renderer is None:

@@ -69,7 +69,13 @@ def plan_for(
     # trials that train a peft adapter on a frozen base: a 4-bit base (QLoRA) is possible there
     adapter = getattr(workload, "adapter_config", None)
     adapters = adapter is not None and adapter() is not None
-    model = replace(model_support(workload.model_class()), padded=workload.padded, adapters=adapters)
+    support: dict[str, Any] = dict(workload.trainer_support())  # a Trainer's own (TRL's SFTConfig)
+    model = replace(
+        model_support(workload.model_class()),
+        padded=workload.padded,
+        adapters=adapters,
+        **support,
+    )
     space = space.for_hardware(*hardware.batch_multiple())
     if config.keep_semantics:
         space = space.keep_semantics(base, world_size)

@@ -100,7 +100,12 @@ def weights_notes(plan: Plan) -> list[str]:
 def baseline_values(plan: Plan) -> dict[str, Any]:
     """The knob values a user gets without autotune: the base config, else the Transformers
     defaults (what `TrainingArguments()` and `from_pretrained` pick on this machine)."""
-    values = knob_defaults(plan.base_args, sdpa=plan.model.sdpa, cuda=plan.hardware.cuda)
+    values = knob_defaults(
+        plan.base_args,
+        sdpa=plan.model.sdpa,
+        cuda=plan.hardware.cuda,
+        args_class=plan.workload.args_class,
+    )
     if trial_world_size(plan.config) > 1:
         return values
     return {name: value for name, value in values.items() if not CATALOGUE[name].ranks_only}

@@ -92,6 +92,16 @@ class ModelSupport:
             liger-kernel not installed, which its own rule reports).
         adapters: the trials train adapters on a frozen base (PEFT), which a 4-bit base needs (set
             from the run, not the class).
+        sft: the Trainer's arguments are TRL's `SFTConfig` (`autotune.tune` on an `SFTTrainer`): its
+            own knobs (``packing``, ``activation_offloading``) exist only there.
+        sft_packed: the `SFTTrainer`'s dataset was packed already (its config packs): it cannot be
+            unpacked again.
+        sft_truncates: the `SFTConfig` truncates (``max_length`` set), which TRL refuses to do
+            padding-free without packing.
+        sft_collator: the `SFTTrainer` builds its own collator (no custom one was given), which
+            TRL's padding-free mode needs.
+        sft_prepares: the `SFTTrainer` prepares its dataset (not a vision dataset, no
+            ``skip_prepare_dataset``), which packing needs.
     """
 
     name: str = "any model"
@@ -103,6 +113,11 @@ class ModelSupport:
     padded: bool = True
     liger: bool = True
     adapters: bool = False
+    sft: bool = False
+    sft_packed: bool = False
+    sft_truncates: bool = False
+    sft_collator: bool = True
+    sft_prepares: bool = True
 
 
 def detect_hardware() -> Hardware:
@@ -255,6 +270,8 @@ def empty_cache_rule(value: Any, hw: Hardware, model: ModelSupport) -> str | Non
 def padding_free_rule(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
     if not value:
         return None
+    if model.sft and not model.sft_collator:
+        return "TRL's SFTTrainer refuses a custom data collator padding-free (it builds its own)"
     if not model.padded:
         return (
             "the samples are all the same length (no padding to remove); --packing examples keeps "
@@ -263,6 +280,41 @@ def padding_free_rule(value: Any, hw: Hardware, model: ModelSupport) -> str | No
     if not model.packed_positions:
         return (
             f"{model.name} does not keep flattened sequences apart (causal LMs with position-id masks only)"
+        )
+    return None
+
+
+def sft_rule(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
+    """TRL's own `SFTConfig` fields: only where the Trainer's arguments are one (any value: the
+    field does not exist on another Trainer's arguments)."""
+    if not model.sft:
+        return "not an SFTConfig: a TRL SFTTrainer's own setting"
+    return None
+
+
+def packing_rule(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
+    if value is False and model.sft and model.sft_packed:
+        return "the SFTTrainer's dataset is packed already (its SFTConfig packs): build it with packing=False"
+    if value and model.sft and not model.sft_prepares:
+        return "the SFTTrainer prepares no dataset (vision data, or skip_prepare_dataset): nothing packs it"
+    if value and model.sft and not model.sft_truncates:
+        return "TRL packs into rows of max_length: the SFTConfig's max_length is None"
+    return sft_rule(value, hw, model)
+
+
+def activation_offloading_rule(value: Any, hw: Hardware, model: ModelSupport) -> str | None:
+    if value and model.sft and not hw.cuda:
+        return "activation offloading moves activations from a CUDA GPU to the CPU: no GPU here"
+    return sft_rule(value, hw, model)
+
+
+def sft_combination(values: Any, model: ModelSupport) -> tuple[str, str] | None:
+    """TRL's own refusals of a combination, as a knob and its reason (None: it runs)."""
+    packing = values.get("packing", model.sft_packed)
+    if model.sft and model.sft_truncates and values.get("padding_free") and not packing:
+        return (
+            "padding_free",
+            "TRL does not truncate padding-free batches without packing (SFTConfig max_length set)",
         )
     return None
 

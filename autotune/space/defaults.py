@@ -33,9 +33,9 @@ if TYPE_CHECKING:
     from transformers import TrainingArguments
 
 
-def training_arguments(**kwargs: Any) -> TrainingArguments:
-    """`TrainingArguments(**kwargs)`, with its TF32 switch applied even in a process that built
-    others before it.
+def training_arguments(args_class: type | None = None, **kwargs: Any) -> TrainingArguments:
+    """`TrainingArguments(**kwargs)` (or the user's own subclass of it, `args_class`: TRL's
+    `SFTConfig` stays one), with its TF32 switch applied even in a process that built others before it.
 
     transformers' ``enable_tf32`` (which ``__post_init__`` calls for ``tf32`` and for compile) is
     ``lru_cache``d: once called with a value, a later call with that value does nothing, even after
@@ -49,7 +49,7 @@ def training_arguments(**kwargs: Any) -> TrainingArguments:
     forget = getattr(getattr(import_utils, "enable_tf32", None), "cache_clear", None)
     if forget is not None:
         forget()
-    return TrainingArguments(**kwargs)
+    return (args_class or TrainingArguments)(**kwargs)
 
 
 def tf32_matmuls() -> bool:
@@ -70,7 +70,9 @@ def tf32_matmuls() -> bool:
     return (own if own != "none" else backends.fp32_precision) == "tf32"
 
 
-def knob_defaults(base_args: Mapping[str, Any] | None = None, *, sdpa: bool, cuda: bool) -> dict[str, Value]:
+def knob_defaults(
+    base_args: Mapping[str, Any] | None = None, *, sdpa: bool, cuda: bool, args_class: type | None = None
+) -> dict[str, Value]:
     """The knob values of a run without autotune on this machine.
 
     `TrainingArguments(**base_args)` is built as the trials build it (``use_cpu`` without a GPU, which
@@ -82,6 +84,7 @@ def knob_defaults(base_args: Mapping[str, Any] | None = None, *, sdpa: bool, cud
         base_args: the user's base `TrainingArguments` kwargs (None: all defaults).
         sdpa: the model class supports scaled-dot-product attention.
         cuda: the trials run on a CUDA GPU.
+        args_class: the class the trials build their arguments with (None: `TrainingArguments`).
 
     Raises:
         UsageError: the installed `TrainingArguments` refuses the base config on this machine.
@@ -92,7 +95,9 @@ def knob_defaults(base_args: Mapping[str, Any] | None = None, *, sdpa: bool, cud
         _no_device_selected(),
     ):
         try:
-            args = training_arguments(**{**(base_args or {}), "output_dir": output_dir, "use_cpu": not cuda})
+            args = training_arguments(
+                args_class, **{**(base_args or {}), "output_dir": output_dir, "use_cpu": not cuda}
+            )
         except (TypeError, ValueError) as exc:
             raise UsageError(
                 f"the base config is not valid TrainingArguments on this machine: {exc}",
@@ -104,10 +109,17 @@ def knob_defaults(base_args: Mapping[str, Any] | None = None, *, sdpa: bool, cud
     values = {
         **knobs_of(vars(args)),
         "attn_implementation": default_attention(sdpa),
-        "padding_free": False,
+        "padding_free": sft_padding_free(vars(args)),
         "base_weights": "as_is",
     }
     return {name: values[name] for name in CATALOGUE if name in values}
+
+
+def sft_padding_free(args: Mapping[str, Any]) -> bool:
+    """Whether a Trainer's batches are padding-free: TRL's `SFTConfig` says so, or packs with a
+    best-fit strategy, which TRL runs padding-free (`SFTTrainer.__init__`); any other Trainer pads."""
+    packed = bool(args.get("packing")) and args.get("packing_strategy") in ("bfd", "bfd_split")
+    return bool(args.get("padding_free")) or packed
 
 
 def default_attention(sdpa: bool) -> str:
@@ -148,6 +160,8 @@ def knobs_of(args: Mapping[str, Any]) -> dict[str, Value]:
         # checkpointing, 25 MiB buckets, no static graph, buffers broadcast), and a baseline run
         # that way is what users get.
         if knob.ranks_only and args.get(knob.name) is None:
+            continue
+        if knob.name not in args:  # a field of TRL's SFTConfig (packing): not on TrainingArguments
             continue
         values[knob.name] = knob.read(args.get(knob.name))
     if values["activation_checkpointing"]:

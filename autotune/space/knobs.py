@@ -225,8 +225,8 @@ CATALOGUE: dict[str, Knob] = {
             "padding_free",
             "data",
             "bool",
-            "flatten each batch into one row without padding (DataCollatorWithFlattening): no compute "
-            "on padding; variable-length causal-LM examples only",
+            "flatten each batch into one row without padding (DataCollatorWithFlattening; on an SFTTrainer "
+            "TRL's own, SFTConfig padding_free): no compute on padding; variable-length causal-LM data only",
             measured_kind=True,
             available=availability.padding_free_rule,
         ),
@@ -348,6 +348,28 @@ CATALOGUE.update(
                 runs_on=((True, "CUDA GPU with liger-kernel, for the model types it patches"),),
             ),
             Knob(
+                "packing",
+                "args",
+                "bool",
+                "TRL SFTConfig: pack several samples into each max_length row (no padding); the batches "
+                "hold other samples than unpacked ones, which changes the math (SFTTrainer only)",
+                changes_semantics=True,
+                label="pack",
+                measured_kind=True,
+                available=availability.packing_rule,
+            ),
+            Knob(
+                "activation_offloading",
+                "args",
+                "bool",
+                "TRL SFTConfig: keep activations in CPU memory until the backward pass: less GPU "
+                "memory, speed measured (SFTTrainer on a CUDA GPU only)",
+                label="offload",
+                measured_kind=True,
+                available=availability.activation_offloading_rule,
+                runs_on=((True, "CUDA GPU, TRL SFTTrainer"),),
+            ),
+            Knob(
                 "pad_to_multiple_of",
                 "data",
                 "int",
@@ -364,6 +386,9 @@ CATALOGUE.update(
 # DistributedDataParallel's own settings: TrainingArguments fields whose default (None) leaves them
 # to the Trainer and torch.
 DDP_KNOBS = tuple(name for name, knob in CATALOGUE.items() if knob.ranks_only and name.startswith("ddp_"))
+
+# TRL `SFTConfig` fields: they exist on an `SFTTrainer`'s arguments only (the `trl` space).
+SFT_KNOBS = ("packing", "activation_offloading")
 
 
 def optimizer_family(optim: str) -> str:
@@ -417,4 +442,4 @@ def combination_unavailable(
     multiple = values.get("pad_to_multiple_of", 1)
     if isinstance(multiple, int) and multiple > 1 and values.get("padding_free"):
         return ("pad_to_multiple_of", "padding-free batches are one flattened row: no padding to round up")
-    return None
+    return availability.sft_combination(values, model)

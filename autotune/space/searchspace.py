@@ -267,7 +267,7 @@ class SearchSpace:
             kept = tuple(v for v in candidates if reasons[v] is None)
             dropped += [f"{name}={v}: {reasons[v]}" for v in candidates if reasons[v] is not None]
             if not kept:
-                why = "; ".join(str(r) for r in reasons.values())
+                why = "; ".join(dict.fromkeys(str(r) for r in reasons.values()))  # each reason once
                 raise SpaceError(
                     f"{self.source}: no value of knobs.{name} can run here ({why})",
                     "add a value that runs on this machine (see `autotune knobs`)",
@@ -350,6 +350,9 @@ class SearchSpace:
         if "group_by_length" in knobs:  # the data order is part of the training run
             knobs.pop("group_by_length")
             fixed["group_by_length"] = held["group_by_length"]
+        if "packing" in knobs and "packing" in held:  # an SFTConfig's: which samples share a row
+            knobs.pop("packing")
+            fixed["packing"] = held["packing"]
         if "per_device_train_batch_size" not in knobs:
             fixed["per_device_train_batch_size"] = held["per_device_train_batch_size"]
         shown = ", ".join(f"{k}={v}" for k, v in fixed.items())

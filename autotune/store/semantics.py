@@ -20,6 +20,8 @@ from autotune.space.knobs import optimizer_family
 BATCH, ACCUM = "per_device_train_batch_size", "gradient_accumulation_steps"
 # The changes (`SemanticChange.what`) that alter which samples an optimizer step trains on.
 EFFECTIVE_BATCH, DATA_ORDER = "effective batch per device", "data order"
+# TRL's SFTConfig packing: several samples per row, so a batch holds other samples.
+PACKING = "packing"
 # The TrainingArguments knobs the math depends on (the base weights' format is a model kwarg).
 MATH_KNOBS = (BATCH, ACCUM, "precision", "optim", "group_by_length")
 
@@ -45,6 +47,8 @@ def baseline_math(study: StudyRecord) -> dict[str, Any]:
     what the base config (or the `TrainingArguments` defaults) amounts to."""
     base = base_knobs(study.base_args)
     derived = {k: base[k] for k in MATH_KNOBS}
+    if PACKING in base:  # an SFTConfig's (tune() on a TRL SFTTrainer)
+        derived[PACKING] = base[PACKING]
     measured = study.baseline.params
     return {**derived, **{k: v for k, v in measured.items() if k in derived}}
 
@@ -114,17 +118,29 @@ def semantic_changes(baseline: Mapping[str, Any], chosen: Mapping[str, Any]) -> 
                 "a short run before adopting it",
             )
         )
+    if bool(merged.get(PACKING)) != bool(baseline.get(PACKING)):
+        rows = {True: "packed rows", False: "one sample per row"}
+        changes.append(
+            SemanticChange(
+                PACKING,
+                rows[bool(baseline.get(PACKING))],
+                rows[bool(merged.get(PACKING))],
+                "a batch holds another number of samples, a step trains on other tokens: retune the "
+                "learning rate and the steps; compare the loss curve with a short run before adopting it",
+            )
+        )
     return changes
 
 
 def loss_compared(changes: Iterable[SemanticChange]) -> bool:
     """Whether a configuration's loss is judged against the baseline's at equal tokens
     (`autotune.trial.judge`): unless one of its `changes` alters which samples an optimizer step
-    trains on. A changed effective batch has taken fewer (or more) optimizer steps at equal tokens,
+    trains on (packing
+    included). A changed effective batch has taken fewer (or more) optimizer steps at equal tokens,
     at a learning rate tuned for the baseline's batch, and a changed data order has trained on
     other samples: their loss differs by construction, not by numerics. The answer names both
     changes and how to adapt the learning rate; precision and the optimizer are judged."""
-    return not any(change.what in (EFFECTIVE_BATCH, DATA_ORDER) for change in changes)
+    return not any(change.what in (EFFECTIVE_BATCH, DATA_ORDER, PACKING) for change in changes)
 
 
 def record_changes(study: StudyRecord, trial: TrialRecord) -> list[SemanticChange]:
@@ -139,7 +155,7 @@ def study_changes(
     `training_args` it applied, which hold values derived from them, such as the accumulation
     under a fixed global batch) against the study's baseline."""
     applied = dict(training_args or {})
-    chosen = {k: v for k, v in params.items() if k in (*MATH_KNOBS, "base_weights")}
+    chosen = {k: v for k, v in params.items() if k in (*MATH_KNOBS, "base_weights", PACKING)}
     chosen.update({k: applied[k] for k in (BATCH, ACCUM, "optim") if k in applied})
     if "precision" not in chosen and any(k in applied for k in ("bf16", "fp16", "tf32")):
         chosen["precision"] = precision_of(applied)

@@ -47,7 +47,7 @@ def rebuild_args(args: Any, kwargs: dict[str, Any]) -> None:
     reference to them across the trial), and free the trial's `Accelerator` (made in
     ``_hp_search_setup``) to take a new mixed precision; the process-level ``PartialState``
     (devices, process group) is kept."""
-    fresh = training_arguments(**kwargs)
+    fresh = training_arguments(type(args), **kwargs)  # the user's own class (SFTConfig) stays
     vars(args).clear()
     vars(args).update(vars(fresh))
     AcceleratorState._reset_state(reset_partial_state=False)

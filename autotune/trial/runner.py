@@ -54,7 +54,7 @@ from autotune.store.outcomes import DISK_FULL, TrialOutcome, fail_group_trial, r
 from autotune.store.owner import this_process
 from autotune.store.rdb import RetryingRDBStorage
 from autotune.store.semantics import loss_compared, study_changes
-from autotune.trial import apply, memory, whole_run_steps
+from autotune.trial import apply, memory, sft, whole_run_steps
 from autotune.trial.compile_cache import CompileMeter, study_compile_cache
 from autotune.trial.errors import (
     AGREED_ENDS,
@@ -76,6 +76,7 @@ from autotune.trial.measured import (
 from autotune.trial.padding import padding_free_comparison
 from autotune.trial.patches import undone_kernel_patches
 from autotune.trial.prechecks import agreed_precheck, precheck_trial
+from autotune.workloads.user import UserWorkload
 
 
 class TrialRunner(Trainer):
@@ -129,7 +130,7 @@ class TrialRunner(Trainer):
         self._placeholder_wanted = True
         super().__init__(
             model_init=model_init,
-            args=training_arguments(**self.base_args),
+            args=training_arguments(self.workload.args_class, **self.base_args),
             train_dataset=self.workload.dataset(int(self.base_args.get("seed", 0))),
             data_collator=self.workload.collator(),
             callbacks=[measurement, *callbacks],
@@ -184,14 +185,20 @@ class TrialRunner(Trainer):
         if self._whole_run is not None:  # one step, evaluated and saved, on the longest samples
             kwargs = whole_run_steps.check_args(kwargs, self.plan.config.eval_batch_size)
         apply.rebuild_args(self.args, kwargs)
+        user = self.workload if isinstance(self.workload, UserWorkload) and self.workload.sft else None
+        if user is not None:  # what SFTTrainer derives from its config: its rows, packed by TRL or not
+            self.train_dataset, lengths = sft.trial_rows(self, user)
         if self._whole_run is not None:
-            lengths = self.workload.sample_lengths()
-            self.train_dataset, self.eval_dataset = whole_run_steps.check_datasets(
-                self._full_data, lengths, self.args
-            )
+            full = self.train_dataset if user is not None else self._full_data
+            lengths = lengths if user is not None else self.workload.sample_lengths()
+            self.train_dataset, self.eval_dataset = whole_run_steps.check_datasets(full, lengths, self.args)
         self.data_collator = apply.trial_collator(self.workload, data_choices(values))
         # A sampler that reorders the data: count each step's tokens from its batches.
         self.measurement.count_batches = self.args.train_sampling_strategy != "sequential"
+        if user is not None:
+            sft.prepare_trial(self, user, data_choices(values))
+            self.measurement.count_batches = True  # packed or not, the trial's own rows
+            return sft.patch_model(self, super().call_model_init(trial))
         return super().call_model_init(trial)
 
     def _build_accelerator_args(self, **kwargs: Any) -> dict[str, Any]:

@@ -21,6 +21,7 @@ import torch
 from autotune.errors import WorkloadError
 from autotune.workloads.data import Cycled
 from autotune.workloads.masking import MaskedSamples, SampleMasking, padding_collator
+from autotune.workloads.sft import SftPieces, unpatched
 from autotune.workloads.workload import QUANTIZED, Workload, without_cache
 
 
@@ -39,6 +40,9 @@ class UserWorkload(Workload):
         trainer_attrs: attributes set on each trial's Trainer once it is built: the user's own
             (what their subclass's ``__init__`` stored), ``compute_loss_func``, ``processing_class``.
         callbacks: the user's Trainer callbacks, added to every trial's.
+        sft: what a TRL `SFTTrainer` derived from its `SFTConfig` (`autotune.workloads.sft`), or None
+            for any other Trainer. Its model carries TRL's patched forward (a closure over that
+            model): each trial's copy drops it, and the trial patches its own model again.
     """
 
     model_init: Callable[..., torch.nn.Module] | None = None
@@ -49,6 +53,7 @@ class UserWorkload(Workload):
     trainer_class: type | None = None
     trainer_attrs: dict[str, Any] = dataclasses.field(default_factory=dict)
     callbacks: tuple[Any, ...] = ()
+    sft: SftPieces | None = None
     _lengths: dict[int, int] = dataclasses.field(default_factory=dict, repr=False)
 
     def model_class(self) -> type:
@@ -63,6 +68,8 @@ class UserWorkload(Workload):
             model = self.model_init() if number_of_arguments(self.model_init) == 0 else self.model_init(None)
         elif self.model is not None:
             model = copy.deepcopy(self.model)
+            if self.sft is not None:
+                unpatched(model)
         else:
             return super().build_model(model_kwargs)
         attention = model_kwargs.get("attn_implementation")
@@ -118,7 +125,7 @@ class UserWorkload(Workload):
         one: a custom collator's batches are the user's to make, so autotune never swaps it for a
         flattening one nor counts on its padding."""
         collator = self.data_collator
-        if collator is not None and not type(collator).__module__.startswith("transformers."):
+        if collator is not None and not type(collator).__module__.startswith(("transformers.", "trl.")):
             return False
         first = min(len(self.train_dataset), 256)
         return len({self._length(i) for i in range(first)}) > 1
@@ -127,6 +134,9 @@ class UserWorkload(Workload):
         if not self.padded:
             return None
         return [self._length(i) for i in range(len(self.train_dataset))]
+
+    def trainer_support(self) -> dict[str, bool]:
+        return self.sft.support() if self.sft is not None else {}
 
     def dataset_identity(self) -> str:
         ds = self.train_dataset

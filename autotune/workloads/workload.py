@@ -60,6 +60,8 @@ class Workload:
         data: the user's tokenized dataset; None: synthetic tokens.
         peft: the peft adapter every model is built with (its config's kwargs, as
             `autotune.workloads.adapters.resolve_peft` resolved them); None: every weight trains.
+        args_class: the class every trial builds its arguments with: the user's own subclass of
+            `TrainingArguments` (TRL's `SFTConfig`); None: `TrainingArguments`.
     """
 
     name: str
@@ -70,6 +72,11 @@ class Workload:
     trust_remote_code: bool = False
     data: PreparedData | None = None
     peft: dict[str, Any] | None = None
+    args_class: type | None = None
+
+    def trainer_support(self) -> dict[str, bool]:
+        """`ModelSupport` fields that the Trainer's kind decides (TRL's ``sft...``): none here."""
+        return {}
 
     def _auto_class(self) -> Any:
         import transformers

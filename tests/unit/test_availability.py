@@ -549,3 +549,49 @@ def test_fsdp_needs_gpus_and_zero_needs_deepspeed():
         with_ds = dataclasses.replace(CPU, packages=frozenset({"deepspeed"}))
         assert value_unavailable("data_parallel", f"zero{stage}", with_ds, any_model) is None
     assert value_unavailable("data_parallel", "ddp", CPU, any_model) is None
+
+
+# -- TRL's SFTConfig knobs -----------------------------------------------------------------------
+
+SFT = ModelSupport(sft=True, sft_truncates=True)
+
+
+@pytest.mark.parametrize("knob", ["packing", "activation_offloading"])
+def test_trl_knobs_exist_only_on_an_sft_config(knob: str) -> None:
+    for value in (False, True):  # not even False: the field is not on TrainingArguments
+        assert (
+            value_unavailable(knob, value, A100, ModelSupport())
+            == "not an SFTConfig: a TRL SFTTrainer's own setting"
+        )
+        assert value_unavailable(knob, value, A100, SFT) is None
+
+
+def test_activation_offloading_needs_a_cuda_gpu() -> None:
+    reason = value_unavailable("activation_offloading", True, CPU_ALL_PACKAGES, SFT)
+    assert reason is not None and "CUDA GPU" in reason
+    assert value_unavailable("activation_offloading", False, CPU_ALL_PACKAGES, SFT) is None
+
+
+def test_packing_mirrors_trl_s_refusals() -> None:
+    # TRL packs into max_length rows, and cannot unpack a dataset its config packed already
+    reason = value_unavailable("packing", True, CPU, dataclasses.replace(SFT, sft_truncates=False))
+    assert reason is not None and "max_length is None" in reason
+    reason = value_unavailable("packing", False, CPU, dataclasses.replace(SFT, sft_packed=True))
+    assert reason is not None and "packed already" in reason
+    reason = value_unavailable("packing", True, CPU, dataclasses.replace(SFT, sft_prepares=False))
+    assert reason is not None and "skip_prepare_dataset" in reason
+
+
+def test_padding_free_on_an_sft_trainer_mirrors_trl_s_refusals() -> None:
+    # padding-free without packing does not truncate: TRL refuses it while max_length is set
+    assert combination_unavailable({"padding_free": True, "packing": False}, CPU, SFT) == (
+        "padding_free",
+        "TRL does not truncate padding-free batches without packing (SFTConfig max_length set)",
+    )
+    assert combination_unavailable({"padding_free": True, "packing": True}, CPU, SFT) is None
+    untruncated = dataclasses.replace(SFT, sft_truncates=False)
+    assert combination_unavailable({"padding_free": True, "packing": False}, CPU, untruncated) is None
+    # a custom collator: TRL builds its own padding-free one, and refuses another
+    custom = dataclasses.replace(SFT, sft_collator=False)
+    reason = value_unavailable("padding_free", True, CPU, custom)
+    assert reason is not None and "custom data collator" in reason

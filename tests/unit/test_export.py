@@ -405,6 +405,33 @@ def test_training_args_is_the_flat_json_hf_argument_parser_takes(study: optuna.S
     assert "attn_implementation='sdpa' to from_pretrained" in lines[-1]
 
 
+def test_trl_sft_is_the_yaml_trl_sft_parses_as_it_is(study: optuna.Study, tmp_path: Path) -> None:
+    # `trl sft --config FILE` parses with TrlParser over these dataclasses (trl/scripts/sft.py)
+    from trl import DatasetMixtureConfig, ModelConfig, ScriptArguments, SFTConfig, TrlParser
+
+    config = _config(study, 0)
+    path = tmp_path / "sft.yaml"
+    path.write_text(render(config, "trl-sft"))
+    parser = TrlParser((ScriptArguments, SFTConfig, ModelConfig, DatasetMixtureConfig))
+    script, args, model, _ = parser.parse_args_and_config(
+        ["--config", str(path), "--dataset_name", "mine", "--output_dir", str(tmp_path / "out")]
+    )
+    assert isinstance(args, SFTConfig) and script.dataset_name == "mine"
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (8, 2)
+    assert args.bf16 and args.torch_compile and args.activation_checkpointing
+    assert model.attn_implementation == "sdpa" and model.model_name_or_path == config["expected"]["model"]
+    # TRL's own defaults (learning rate 2e-5, logging every 10 steps) do not replace what the trials ran
+    assert (args.learning_rate, args.logging_steps) == (5e-5, 500)
+    assert "30,000 tokens/s" in path.read_text()  # the expectation as a comment on top
+
+
+def test_trl_sft_refuses_a_model_load_kwarg_trl_sft_has_no_field_for(study: optuna.Study) -> None:
+    config = _config(study, 0)
+    config["model_kwargs"]["quantization_config"] = {"load_in_4bit": True}
+    with pytest.raises(UsageError, match=r"^--format trl-sft: trl sft has no field .*'quantization_config'"):
+        render(config, "trl-sft")
+
+
 def test_flags_carry_a_base_config_dict_as_one_word(tmp_path: Path) -> None:
     base = {"lr_scheduler_kwargs": {"num_cycles": 2, "power": 1.5}}
     study = make_study(None, standard_specs(), winner=0, base_args=base)
@@ -535,3 +562,29 @@ def test_cli_errors(stored: tuple[optuna.Study, str], run_cli: Any, capsys: Any)
     assert "xml" in capsys.readouterr().err
     assert run_cli("--study", STUDY, "--storage", url, "--memory-cap", "1MiB") == 2
     assert "--memory-cap 1MiB" in capsys.readouterr().err
+
+
+def test_cli_trl_sft_that_cannot_be_written_is_one_line_and_no_file(
+    stored: tuple[optuna.Study, str],
+    tmp_path: Path,
+    run_cli: Any,
+    capsys: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import autotune.export.trl_sft as trl_sft
+
+    monkeypatch.setattr(trl_sft, "_MODEL_FIELDS", ())  # attn_implementation: as a field trl sft lacks
+    target = tmp_path / "sft.yaml"
+    assert run_cli("--study", STUDY, "--storage", stored[1], "-f", "trl-sft", "-o", str(target)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--format trl-sft" in err and "attn_implementation" in err
+    assert not target.exists()
+
+
+def test_python_builds_an_sft_config_for_a_study_of_an_sft_trainer(study: optuna.Study) -> None:
+    config = _config(study, 0)
+    config["training_args"]["max_length"] = 512  # an SFTConfig field: tune() on an SFTTrainer
+    text = to_python(config)
+    assert "from trl import SFTConfig" in text and "training_args = SFTConfig(" in text
+    assert "training_args = TrainingArguments(" in to_python(_config(study, 0))
+    compile(text, "snippet.py", "exec")

@@ -7,7 +7,7 @@ import pytest
 from autotune.records import study_record
 from autotune.space import load_space
 from autotune.space.knobs import optimizer_family
-from autotune.store.semantics import baseline_math, semantic_changes, study_changes
+from autotune.store.semantics import baseline_math, loss_compared, semantic_changes, study_changes
 
 BASE = {
     "per_device_train_batch_size": 8,
@@ -89,3 +89,11 @@ def test_grouping_by_length_is_a_change_of_the_data_order():
         ("data order", "as sampled", "grouped by length")
     ]
     assert semantic_changes({**BASE, "group_by_length": False}, {"group_by_length": False}) == []
+
+
+def test_packing_is_a_change_of_the_rows_and_no_loss_comparison():
+    changes = semantic_changes({**BASE, "packing": False}, {"packing": True})
+    packed = [("packing", "one sample per row", "packed rows")]
+    assert [(c.what, c.baseline, c.chosen) for c in changes] == packed
+    assert not loss_compared(changes)
+    assert semantic_changes(BASE, {"packing": False}) == []  # no SFTConfig: nothing packs

@@ -12,7 +12,7 @@ import yaml
 
 from autotune.errors import SpaceError, UsageError
 from autotune.space import SearchSpace, builtin_spaces, load_space, parse_space
-from autotune.space.knobs import CATALOGUE, PRECISIONS
+from autotune.space.knobs import CATALOGUE, PRECISIONS, SFT_KNOBS
 from tests.helpers import write_file as write
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,8 +55,9 @@ def test_every_shipped_space_loads(name):
     assert space.grid_size() >= 1
 
 
-def test_default_space_covers_the_whole_catalogue():
-    assert set(load_space("default").knobs) == set(CATALOGUE)
+def test_default_space_covers_the_whole_catalogue_but_trl_s_own_knobs():
+    assert set(load_space("default").knobs) == set(CATALOGUE) - set(SFT_KNOBS)
+    assert set(SFT_KNOBS) <= set(load_space("trl").knobs)
 
 
 def test_space_from_a_file(tmp_path):
