@@ -18,7 +18,7 @@ from autotune.errors import (
     WorkloadError,
 )
 from autotune.options import MeasureSettings, RunConfig, parse_memory_cap
-from autotune.progress import Reporter
+from autotune.progress import Reporter, SearchHeader
 from autotune.records import StudyRecord, TrialRecord, read_study, read_trial
 from autotune.space import SearchSpace, load_space
 
@@ -40,6 +40,7 @@ __all__ = [
     "RichReporter",
     "RunConfig",
     "SearchFailed",
+    "SearchHeader",
     "SearchResult",
     "SearchSpace",
     "SpaceError",

@@ -19,7 +19,7 @@ def _notes(dtype: str | None) -> list[str]:
     plan = plan_for(
         autotune.RunConfig(model="mine", seq_len=16), Workload("mine", "causal-lm", config, 16), {}, False
     )
-    return [note for note in header(plan, 0, 1)["space_notes"] if note.startswith("weights:")]
+    return [note for note in header(plan, 0, 1).space_notes if note.startswith("weights:")]
 
 
 @pytest.mark.parametrize(("dtype", "name"), [("bfloat16", "bf16"), ("float16", "fp16")])
