@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.records import TrialRecord
+from autotune.records.keys import ByName
 from autotune.space.knobs import short_name
 
 # One finished trial, as reporters and result tables show it: the trial's stored record.
@@ -26,7 +26,7 @@ def describe_params(params: dict[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
-class SearchHeader:
+class SearchHeader(ByName):
     """What a search is about to do, as `Reporter.on_search_start` receives it (trackers log its
     dict, `to_dict`: the keys they have always logged, in their order).
 
@@ -55,14 +55,6 @@ class SearchHeader:
     to_run: int | None = None
     device: dict[str, Any] = field(default_factory=dict)
     memory_cap: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SearchHeader:
-        known = {f.name for f in fields(cls)}
-        return cls(**{key: value for key, value in data.items() if key in known})
 
     def scalars(self) -> dict[str, str | int | float]:
         """Its fields that are one string or number (what trackers and the log show)."""

@@ -19,6 +19,20 @@ def keyed(name: str, factory: Any) -> Any:
 
 
 R = TypeVar("R")
+P = TypeVar("P", bound="ByName")
+
+
+class ByName:
+    """A dataclass kept as a dict under its field names (`to_dict`) and read back from one
+    (`from_dict`: the keys it knows; a key an older or newer writer added is left out)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+
+    @classmethod
+    def from_dict(cls: type[P], data: Mapping[str, Any]) -> P:
+        known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        return cls(**{name: value for name, value in data.items() if name in known})
 
 
 @functools.cache

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from autotune.records.keys import key, read, values, write
+from autotune.records.keys import ByName, key, read, values, write
 
 # -- a trial -------------------------------------------------------------------------------------
 
@@ -348,7 +348,7 @@ class WholeRun:
 
 
 @dataclass(frozen=True)
-class WholeRunFindings:
+class WholeRunFindings(ByName):
     """What a whole-run job found in its process (`autotune.trial.whole_run_steps.findings`), before
     the supervisor judges it against the cap into a `WholeRun` (`autotune.driver.wholerun.judged`);
     it crosses the process boundary as its dict (`to_dict`).
@@ -368,14 +368,6 @@ class WholeRunFindings:
     train_tokens: int | None = None
     eval_samples: int | None = None
     memory_source: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> WholeRunFindings:
-        known = {f.name for f in fields(cls)}
-        return cls(**{key: value for key, value in data.items() if key in known})
 
 
 # -- optuna's objects (duck-typed: this module imports no optuna) ----------------------------------

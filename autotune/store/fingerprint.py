@@ -11,10 +11,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from autotune.errors import UsageError
+from autotune.records.keys import ByName
 from autotune.space import SearchSpace
 from autotune.space.availability import Hardware
 
@@ -27,7 +28,7 @@ SAFE_TO_OVERRIDE = ("autotune_version", "torch", "transformers", "cuda", "driver
 
 
 @dataclass(frozen=True)
-class Fingerprint:
+class Fingerprint(ByName):
     """What a study's measurements are measurements of, stored as its dict (`to_dict`: the keys
     every store has held, in their order; a field an older store lacks reads as None).
 
@@ -61,16 +62,6 @@ class Fingerprint:
     base_args: str | None = None
     memory_cap: str | None = None
     autotune_version: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Fingerprint:
-        """A stored fingerprint (keys it does not know are left out: `differences` compares the
-        stored dict itself)."""
-        known = {f.name for f in fields(cls)}
-        return cls(**{key: value for key, value in data.items() if key in known})
 
 
 def fingerprint(
