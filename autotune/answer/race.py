@@ -28,8 +28,8 @@ class Race:
     """The finalists' rounds as they ended.
 
     Attributes:
-        leader: the trial the rounds put first (by their model's levels; by median score where
-            the rounds could not be fitted).
+        leader: the trial the rounds put first (the first stored: by their model's levels, by
+            median score where they could not be fitted).
         median_tokens_per_s: the leader's median re-measured tokens/s.
         runner_up: the trial placed second (None: one trial was re-measured).
         lead: the leader's score over the runner-up's, paired (None: not comparable).
@@ -65,12 +65,8 @@ def race_of(record: StudyRecord) -> Race | None:
     """The race of a study's stored finalists' rounds; None where no trial was re-measured."""
     finalists = {f.number: f for f in record.finalists}
     fit = rounds_fit(finalists, record.rounds_looks, record.rounds_look)
-    if fit is not None:
-        order = fit.ranked()
-    else:
-        scored = {n: list(f.scores_by_round().values()) for n, f in finalists.items()}
-        order = sorted((n for n in scored if scored[n]), key=lambda n: -statistics.median(scored[n]))
-    trials = [n for n in order if n >= 0]
+    # stored fastest first, by the rounds' model (else by median score) as they ended
+    trials = [f.number for f in record.finalists if f.number >= 0 and f.tokens_per_s]
     if not trials:
         return None
     leader = trials[0]
