@@ -17,6 +17,7 @@ from typing import Any
 from autotune.space.defaults import sft_padding_free
 from autotune.space.knobs import Value
 from autotune.workloads.data import Cycled
+from autotune.workloads.sft import sft_data_args
 from autotune.workloads.user import UserWorkload
 
 
@@ -24,18 +25,17 @@ def prepare_trial(trainer: Any, workload: UserWorkload, choices: dict[str, Value
     """Set `trainer`'s collator and Liger's settings for its trial's `SFTConfig` (``trainer.args``,
     rebuilt already) and the trial's data knobs (`choices`)."""
     args = trainer.args
-    if "padding_free" in choices:
-        args.padding_free = bool(choices["padding_free"])
+    for name, value in sft_data_args(type(args), choices).items():
+        setattr(args, name, value)
     if args.use_liger_kernel:
         args.liger_kernel_config = {**(args.liger_kernel_config or {}), "fused_linear_cross_entropy": False}
     trainer.padding_free = sft_padding_free(vars(args))
     pieces = workload.sft
     if pieces is not None and pieces.own_collator:
-        multiple = choices.get("pad_to_multiple_of", args.pad_to_multiple_of)
         trainer.data_collator = dataclasses.replace(
             workload.data_collator,
             padding_free=trainer.padding_free,
-            pad_to_multiple_of=None if multiple == 1 else multiple,
+            pad_to_multiple_of=args.pad_to_multiple_of,
         )
 
 
