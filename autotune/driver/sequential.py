@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from autotune.measure.rounds import RoundsFit, cells_of, fit_rounds
@@ -330,9 +330,11 @@ def questions_of(fit: RoundsFit, keeping: set[int], with_baseline: bool) -> list
     1 + `MIN_GAIN`, or decided above it with an interval wider than `CLAIM_HALF_WIDTH`), its lead
     over the runner-up (undecided at 1), and where the leader changes the training math, its gain
     over the best that keeps it, the defaults included (undecided at 1 + `MATH_GAIN`). A question
-    is open only on the side where deciding it changes the answer: none while the leader measures
-    no faster than the defaults (keep them, decided or not), and no math question while the
-    change measures under its gain (the one that keeps the math is the answer, decided or not)."""
+    is open only on the side where deciding it changes the answer: while the leader measures no
+    faster than the defaults they are the answer, decided or not, and the one question left is
+    the precision of the interval stated beside them (the leader over the defaults, while wider
+    than `CLAIM_HALF_WIDTH`); no math question while the change measures under its gain (the one
+    that keeps the math is the answer, decided or not)."""
     trials = [n for n in fit.ranked() if n >= 0]
     if not trials:
         return []
@@ -340,7 +342,12 @@ def questions_of(fit: RoundsFit, keeping: set[int], with_baseline: bool) -> list
     baseline = [BASELINE, BASELINE_AGAIN] if with_baseline else []
     speedup = fit.ratio(leader, BASELINE) if with_baseline else None
     if speedup is not None and speedup.rounds >= 2 and speedup.ratio <= 1 + MIN_GAIN:
-        return []  # measured no faster than the defaults: they are the answer, decided or not
+        # measured no faster than the defaults: they are the answer, decided or not; the interval
+        # stated beside them (the best measured over the defaults) is measured on while wide
+        if speedup.half_width <= CLAIM_HALF_WIDTH:
+            return []
+        text = f"the ratio of trial {leader} to the baseline is wide ({speedup.describe()})"
+        return [Question((leader, *baseline), speedup, 1 + MIN_GAIN, text, precision=True)]
     if speedup is not None and speedup.rounds >= 2:
         if not speedup.decided(1 + MIN_GAIN):
             text = f"the speedup of trial {leader} over the baseline is not decided ({speedup.describe()})"
@@ -403,9 +410,10 @@ def next_round(
     predicted: dict[int, float],
 ) -> tuple[list[int], list[Question], str] | None:
     """Who the next round measures, the questions it serves and why, or None when the rounds end:
-    every question is decided (or measured at its line, where no round could decide it), or the
-    time left would not pay for the rounds that could. A contestant still in the race whose
-    disturbed window the fit left out is measured again with them."""
+    every question is decided (or measured at its line, where no round could decide it, with the
+    interval the answer states within `CLAIM_HALF_WIDTH`: such a question is measured on for that
+    precision), or the time left would not pay for another round. A contestant still in the race
+    whose disturbed window the fit left out is measured again with them."""
     with_baseline = BASELINE in rounds.scores
     questions = questions_of(fit, keeping, with_baseline)
     # a contestant whose disturbed window was left out, with the baseline's pair to place it by
@@ -421,12 +429,26 @@ def next_round(
         affordable = min(affordable, int(left_s // cost) if cost > 0 else affordable)
     if affordable < 1:
         return None
-    kept = [q for q in questions if could_decide(q, fit, affordable, len(racing))]
+    kept: list[Question] = []
+    for question in questions:
+        held = question if could_decide(question, fit, affordable, len(racing)) else _precision_of(question)
+        if held is not None:
+            kept.append(held)
     racing = sorted({n for q in kept for n in q.members} | (disturbed & set(racing)), key=_order)
     if len(racing) < 2 or (not kept and not disturbed):
         return None
     why = "; ".join(q.text for q in kept) or "a disturbed window is measured again"
     return racing, kept, why
+
+
+def _precision_of(question: Question) -> Question | None:
+    """An undecided question no affordable round could decide, kept for precision where it is the
+    interval the answer states (a contestant over the baseline) and that interval is wider than
+    `CLAIM_HALF_WIDTH`; None otherwise."""
+    if BASELINE not in question.members or question.speedup.half_width <= CLAIM_HALF_WIDTH:
+        return None
+    text = question.text.replace("is not decided", "is not decided, and wide")
+    return replace(question, precision=True, text=text)
 
 
 def _order(number: int) -> tuple[int, int]:

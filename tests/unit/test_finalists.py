@@ -394,9 +394,10 @@ def test_the_rounds_stop_when_the_budget_is_spent() -> None:
         script, _plan(finalists=1, rounds=2), StudyStore(study), Reporter(), budget_s=10.0, clock=clock
     )
     assert clock.now <= 10.0
-    assert planned_rounds({0: 0, -1: 0, -2: 0}, {0: 1.15, -1: 1.15, -2: 1.15}, 2, 10.0) >= len(
-        _rounds_of(study)[0]
-    )
+    # the rounds the budget pays for at what the first round's measurements cost (1 s each): the
+    # wide interval is measured on past the two rounds asked for, up to them
+    paid = planned_rounds({0: 0, -1: 0, -2: 0}, {0: 1.0, -1: 1.0, -2: 1.0}, 2, 10.0)
+    assert paid == 3 and len(_rounds_of(study)[0]) == paid
 
 
 def test_a_rounds_warm_up_is_predicted_from_the_searchs_first_step() -> None:
@@ -529,3 +530,32 @@ def test_the_first_rounds_windows_leave_room_for_the_rounds_a_decision_needs() -
     assert first is not None
     fixed = 3 * (0.5 + 5 * 0.1)  # each prediction less its process start: set-up, 2 + 3 steps
     assert first["max_seconds"] == pytest.approx((20.0 / 2 - fixed) / 3 + 0.1, abs=0.05)
+
+
+@pytest.mark.parametrize(
+    ("logs", "rounds"),
+    [
+        # no faster than the defaults, and a wide interval after the two rounds asked for: measured
+        # on (the budget pays for 6) until the stated interval is within 1.15x either side
+        ([0.1, -0.12] * 6, 5),
+        # no faster than the defaults, and already narrow: the two rounds asked for
+        ([0.004, -0.006] * 6, 2),
+    ],
+)
+def test_a_keep_the_defaults_answer_is_measured_on_while_its_interval_is_wide(
+    logs: list[float], rounds: int
+) -> None:
+    clock = _Clock()
+    script = _Script({0: _rates(logs), BASELINE: [100.0] * 12}, clock, 1.0)
+    study = rated_study({0: 105.0})
+    remeasure_finalists(
+        script, _plan(finalists=1, rounds=2), StudyStore(study), Reporter(), budget_s=20.0, clock=clock
+    )
+    assert clock.now <= 20.0
+    assert planned_rounds({0: 0, -1: 0, -2: 0}, {0: 1.0, -1: 1.0, -2: 1.0}, 2, 20.0) == 6
+    assert len(_rounds_of(study)[0]) == rounds
+    answer = _answer(study)
+    assert answer.choice is not None and answer.choice.is_defaults
+    stated = answer.alternative.speedup if answer.alternative is not None else None
+    assert stated is not None and stated.low is not None and stated.high is not None
+    assert stated.rounds == rounds and stated.high / stated.low <= 1.15**2
