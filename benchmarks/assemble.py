@@ -32,6 +32,7 @@ ORDER: tuple[tuple[str, str | None], ...] = (
     ("ladder_quality", "ladder_quality"),
     ("fresh_contenders", "fresh_contenders"),
     ("decisions", "decisions"),
+    ("decisions_notes", None),
     ("aa_check", "aa_check"),
     ("ab_check", "ab_check"),
     ("answer", None),
