@@ -22,11 +22,9 @@ from dataclasses import replace
 from typing import Any
 
 from autotune.answer.choices import same_as_baseline
+from autotune.driver.questions import Question, contestant_name, decided_out
 from autotune.driver.sequential import (
-    Question,
     Rounds,
-    contestant_name,
-    decided_out,
     fitting,
     measurement_cost,
     next_round,

@@ -15,8 +15,8 @@ from autotune.answer.instrument import rounds_fit
 from autotune.answer.model import BEATS_DEFAULTS, KEEP_DEFAULTS
 from autotune.answer.race import race_of
 from autotune.driver.finalists import BASELINE, BASELINE_AGAIN, remeasure_finalists
+from autotune.driver.questions import CLAIM_HALF_WIDTH
 from autotune.driver.sequential import (
-    CLAIM_HALF_WIDTH,
     FINALISTS_SHARE,
     FIRST_ROUND_CI,
     MAX_ROUNDS,
