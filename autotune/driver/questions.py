@@ -34,7 +34,7 @@ class Question:
     speedup: Speedup
     threshold: float
     text: str
-    precision: bool = False  # decided; measured on for a narrower stated interval
+    precision: bool = False  # measured on for a narrower stated interval, not for a decision
 
     @property
     def margin(self) -> float:
@@ -140,5 +140,5 @@ def precision_of(question: Question) -> Question | None:
     `CLAIM_HALF_WIDTH`; None otherwise."""
     if BASELINE not in question.members or question.speedup.half_width <= CLAIM_HALF_WIDTH:
         return None
-    text = question.text.replace("is not decided", "is not decided, and wide")
+    text = f"{question.text}, and no round left could decide it: measured on while it is that wide"
     return replace(question, precision=True, text=text)
