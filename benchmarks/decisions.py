@@ -102,7 +102,11 @@ def figure(choice):
     if choice is None:
         return None
     speedup = choice.speedup
-    return {"trial": choice.trial, "params": dict(choice.params),
+    # the batch split as the trial applied it: under a fixed global batch the accumulation
+    # steps follow from the batch and are no sampled knob
+    split = {k: v for k, v in (getattr(choice, "training_args", None) or {}).items()
+             if k in ("per_device_train_batch_size", "gradient_accumulation_steps")}
+    return {"trial": choice.trial, "params": {**dict(choice.params), **split},
             "speedup": speedup.to_dict() if speedup is not None else None,
             "tokens_per_s": choice.tokens_per_s.to_dict() if choice.tokens_per_s else None}
 claims = answer.choice is not None and not answer.choice.is_defaults
@@ -287,7 +291,8 @@ def coverage(runs: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, 
             continue
         defaults = dict(run["baseline_params"])
         group = groups.setdefault(describe_params(defaults), {"defaults": defaults, "configs": {}})
-        group["configs"][describe_params(run["stated"]["params"])] = run["stated"]["params"]
+        # the user's run: their defaults with the stated knobs over them
+        group["configs"][describe_params(run["stated"]["params"])] = {**defaults, **run["stated"]["params"]}
     users: dict[str, Any] = {}
     for key, group in groups.items():
         contenders = {"defaults": group["defaults"], **group["configs"]}

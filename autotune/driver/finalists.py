@@ -28,8 +28,8 @@ from autotune.driver.sequential import (
     fitting,
     measurement_cost,
     next_round,
+    pace_of,
     planned_rounds,
-    predicted_cost,
     round_window,
     warming_window,
     window_seconds,
@@ -115,8 +115,9 @@ def remeasure_finalists(
         return
     first_rounds = plan.config.finalist_rounds
     settings = plan.config.measure
-    predicted = {f.number: predicted_cost(f, settings) for f in finalists}
-    predicted[BASELINE] = predicted[BASELINE_AGAIN] = predicted_cost(baseline.as_trial(), settings)
+    paces = {f.number: pace_of(f, settings) for f in finalists}
+    paces[BASELINE] = paces[BASELINE_AGAIN] = pace_of(baseline.as_trial(), settings)
+    predicted = {n: pace.cost(settings) for n, pace in paces.items()}
     # the trials that keep the training math; when the best finalist changes it, the best of them
     # stays in the rounds: the answer hands the math change back only when it measurably beats
     # that one (`MATH_GAIN`)
@@ -152,10 +153,10 @@ def remeasure_finalists(
         # the first rounds' windows leave the budget room for the rounds a decision needs (two at
         # least); a later round's may take what is left
         paying = max(1, max(first_rounds, 2) - round_number + 1)
-        per = None if left is None else window_seconds(left / paying, measured_now, rounds, predicted)
-        window = round_window(settings, rounds.fit, margin, per)
+        per = None if left is None else window_seconds(left / paying, measured_now, paces)
         for position, number in enumerate(round_order(measured_now, round_number)):
             params, verbatim = contestants[number]
+            window = round_window(settings, paces[number], rounds.fit, margin, per)
             started = clock()
             try:
                 measured = measure(params, number, verbatim=verbatim, window=window)

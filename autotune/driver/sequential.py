@@ -60,32 +60,75 @@ def warming_window(settings: MeasureSettings) -> dict[str, Any]:
 
 def round_window(
     settings: MeasureSettings,
+    pace: Pace,
     fit: RoundsFit | None,
     margin: float | None = None,
     seconds: float | None = None,
 ) -> dict[str, Any]:
-    """The measurement settings of a finalists' round (`Job.window`): as long as the round's
-    question needs, not the search's. A window's noise well under the noise between measurements
-    (its 95% half-width at most half the rounds' pooled noise, `FIRST_ROUND_CI` before there is
-    one) adds little to it; an open question whose estimate lies far from its line (`margin`, in
-    log terms) needs no more than a quarter of that margin; within the run's `target_rel_ci` and
-    `ROUND_CI_CAP`. A third of the search's steps and seconds at most (at least its minimum
-    window), fewer seconds where the finalists' budget leaves less per measurement (`seconds`),
-    and it may end after `ROUND_MIN_STEPS` steps once as precise as that. A configuration that
-    compiles nothing warms up for `ROUND_EAGER_WARMUP_STEPS`: the search has seen it settle."""
+    """The measurement settings of one finalists' round measurement (`Job.window`): a window of a
+    number of steps fixed before it starts (`Pace.steps`), as long as the round's question needs,
+    not the search's. A window's noise well under the noise between measurements (its 95%
+    half-width at most half the rounds' pooled noise, `FIRST_ROUND_CI` before there is one) adds
+    little to it; an open question whose estimate lies far from its line (`margin`, in log terms)
+    needs no more than a quarter of that margin; within the run's `target_rel_ci` and
+    `ROUND_CI_CAP`. Fewer steps where the finalists' budget leaves fewer window seconds per
+    measurement (`seconds`), never under `ROUND_MIN_STEPS`.
+
+    The count is fixed, not a stopping rule: a window that may end once its steps agree ends more
+    often on a run of fast steps (step times have a floor and a long tail of slow ones), and one cut
+    by the seconds left may hold a single step right after the warm-up: one step's noise, and
+    nothing of the steady state a user's run spends its time in. The search's `max_seconds` bounds
+    it still. A configuration that compiles nothing warms up for `ROUND_EAGER_WARMUP_STEPS`: the
+    search has seen it settle."""
     needed = FIRST_ROUND_CI if fit is None else fit.noise / 2
     if margin is not None and math.isfinite(margin):
         needed = max(needed, margin / 4)
-    max_seconds = settings.max_seconds / 3
-    if seconds is not None:
-        max_seconds = max(0.0, min(max_seconds, seconds))
+    needed = min(ROUND_CI_CAP, max(settings.target_rel_ci, needed))
+    steps = pace.steps(settings, needed)
+    if seconds is not None and pace.step_s > 0:
+        steps = max(_least_steps(settings), min(steps, int(seconds / pace.step_s)))
     return {
-        "min_measure_steps": min(settings.min_measure_steps, ROUND_MIN_STEPS),
-        "measure_steps": max(settings.min_measure_steps, math.ceil(settings.measure_steps / 3)),
-        "max_seconds": max_seconds,
-        "target_rel_ci": min(ROUND_CI_CAP, max(settings.target_rel_ci, needed)),
+        "min_measure_steps": steps,
+        "measure_steps": steps,
+        "max_seconds": settings.max_seconds,
         "eager_settle_steps": min(settings.settle_steps, ROUND_EAGER_WARMUP_STEPS),
     }
+
+
+def _least_steps(settings: MeasureSettings) -> int:
+    """The fewest steps a round's window holds: `ROUND_MIN_STEPS`, or the search's whole window
+    where that is shorter."""
+    return max(1, min(ROUND_MIN_STEPS, settings.measure_steps))
+
+
+def _most_steps(settings: MeasureSettings) -> int:
+    """The most steps a round's window holds: a third of the search's window (at least its minimum)."""
+    return max(_least_steps(settings), settings.min_measure_steps, math.ceil(settings.measure_steps / 3))
+
+
+@dataclass(frozen=True)
+class Pace:
+    """How a configuration runs, from its search window, for planning its rounds' measurements:
+    its steady step's seconds (`step_s`), one step's relative spread in throughput (`spread`; None:
+    not known), and what a measurement of it pays besides its window (`fixed_s`: its set-up, its
+    warm-up and starting its process)."""
+
+    step_s: float
+    spread: float | None
+    fixed_s: float
+
+    def steps(self, settings: MeasureSettings, needed: float) -> int:
+        """The window's steps for a 95% half-width of `needed` at this spread (between the round's
+        least and most steps; the least where the spread is not known)."""
+        least, most = _least_steps(settings), _most_steps(settings)
+        if not self.spread or needed <= 0:
+            return least
+        return max(least, min(most, math.ceil((1.96 * self.spread / needed) ** 2)))
+
+    def cost(self, settings: MeasureSettings) -> float:
+        """The wall seconds of one measurement whose window is sized for a first round's
+        `FIRST_ROUND_CI`."""
+        return self.fixed_s + self.steps(settings, FIRST_ROUND_CI) * self.step_s
 
 
 # The rounds end here whatever the budget (a search without one: the Python API's own callers).
@@ -153,12 +196,11 @@ def by_median(scores: dict[int, dict[int, float]]) -> list[int]:
 # -- what the rounds cost --------------------------------------------------------------------------
 
 
-def predicted_cost(record: TrialRecord, settings: MeasureSettings) -> float:
-    """The wall seconds one round's measurement of a configuration is expected to take, from its
-    search window: its set-up, its warm-up (a round's two steps where it compiled nothing, and the
-    excess its search warm-up took over steady steps), the
-    steps a round's first window needs to reach `FIRST_ROUND_CI` at the noise of its search
-    window's steps (within the round's least and most steps), and starting its process."""
+def pace_of(record: TrialRecord, settings: MeasureSettings) -> Pace:
+    """A configuration's `Pace` from its search window: its steady step, the spread of its steps,
+    and its set-up and warm-up as a round's fresh process pays them again (a round's two steps
+    where it compiled nothing, and the excess its search warm-up took over steady steps), with
+    starting its process."""
     measured = record.measurement
     step_s = measured.step_time_median_s or measured.step_time_mean_s
     if not step_s and measured.tokens_per_step and record.tokens_per_s:
@@ -174,14 +216,18 @@ def predicted_cost(record: TrialRecord, settings: MeasureSettings) -> float:
         warmup_s = eager * step_s + (measured.warmup_excess_s or 0.0)
     if record.compile.seconds:
         warmup_s = max(warmup_s, measured.warmup_s or 0.0)
-    window = round_window(settings, None)
-    steps = float(window["min_measure_steps"])
     ci, count = measured.rel_ci_halfwidth, measured.measured_steps
+    spread = None
     if ci and count and count > 1 and math.isfinite(ci):
-        per_step = ci * math.sqrt(count) / t_quantile(0.975, count - 1)  # one step's relative spread
-        needed = (1.96 * per_step / window["target_rel_ci"]) ** 2
-        steps = min(float(window["measure_steps"]), max(steps, needed))
-    return (measured.setup_s or 0.0) + warmup_s + steps * step_s + PROCESS_START_S
+        spread = ci * math.sqrt(count) / t_quantile(0.975, count - 1)  # one step's relative spread
+    return Pace(step_s, spread, (measured.setup_s or 0.0) + warmup_s + PROCESS_START_S)
+
+
+def predicted_cost(record: TrialRecord, settings: MeasureSettings) -> float:
+    """The wall seconds one round's measurement of a configuration is expected to take, from its
+    search window (`pace_of`): its set-up, warm-up and process start, and the steps a round's first
+    window needs to reach `FIRST_ROUND_CI` at the spread of its search window's steps."""
+    return pace_of(record, settings).cost(settings)
 
 
 def measurement_cost(number: int, rounds: Rounds, predicted: dict[int, float]) -> float:
@@ -273,11 +319,12 @@ def within_budget(
     return None
 
 
-def window_seconds(left: float, racing: Sequence[int], rounds: Rounds, predicted: dict[int, float]) -> float:
+def window_seconds(left: float, racing: Sequence[int], paces: dict[int, Pace]) -> float:
     """The window seconds each measurement of the next round may take where the budget leaves
-    `left` seconds: what is left after the round's set-ups and warm-ups, shared out evenly."""
-    fixed = sum(max(0.0, measurement_cost(n, rounds, predicted) - PROCESS_START_S) for n in racing)
-    return max(0.0, (left - fixed) / max(1, len(racing))) + 0.1
+    `left` seconds: what is left after the round's set-ups, warm-ups and process starts, shared
+    out evenly."""
+    fixed = sum(paces[n].fixed_s if n in paces else PROCESS_START_S for n in racing)
+    return max(0.0, (left - fixed) / max(1, len(racing)))
 
 
 def next_round(

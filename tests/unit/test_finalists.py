@@ -23,10 +23,13 @@ from autotune.driver.sequential import (
     ROUND_CI_CAP,
     ROUND_EAGER_WARMUP_STEPS,
     ROUND_MIN_STEPS,
+    Pace,
     finalists_budget_s,
+    pace_of,
     planned_rounds,
     predicted_cost,
     round_window,
+    window_seconds,
 )
 from autotune.measure.rounds import fit_rounds, look_level, round_order
 from autotune.options import MeasureSettings
@@ -466,31 +469,57 @@ def test_the_looks_the_budget_allows_set_every_intervals_level() -> None:
 
 def test_a_rounds_window_is_as_long_as_its_question_needs() -> None:
     settings = MeasureSettings()  # 30 steps, 60 s, 3%
-    first = round_window(settings, None)
+    # 0.1 s steps whose throughput spreads 10% from step to step
+    pace = Pace(step_s=0.1, spread=0.10, fixed_s=0.5)
+    first = round_window(settings, pace, None)
+    # a count fixed before the window starts (no stopping rule), bounded by the search's seconds
     assert first == {
-        "min_measure_steps": ROUND_MIN_STEPS,
+        "min_measure_steps": 10,
         "measure_steps": 10,
-        "max_seconds": 20.0,
-        "target_rel_ci": FIRST_ROUND_CI,
+        "max_seconds": 60.0,
         "eager_settle_steps": ROUND_EAGER_WARMUP_STEPS,
     }
+    assert (1.96 * 0.10 / FIRST_ROUND_CI) ** 2 > 10  # what the first round asks for: capped at a third
 
     def fitted(noise: float) -> Any:
         return SimpleNamespace(noise=noise)
 
-    # noise 8% between measurements: a window needs no better than 4%; 1%: the run's own 3%;
-    # 40%: no looser than the cap
-    assert round_window(settings, fitted(0.08))["target_rel_ci"] == pytest.approx(0.04)
-    assert round_window(settings, fitted(0.01))["target_rel_ci"] == pytest.approx(0.03)
-    assert round_window(settings, fitted(0.40))["target_rel_ci"] == ROUND_CI_CAP
-    # a question 30% from its line needs a window no better than 7.5%
-    assert round_window(settings, fitted(0.02), margin=0.3)["target_rel_ci"] == pytest.approx(0.075)
-    # the budget's seconds per measurement bound the window
-    assert round_window(settings, None, seconds=1.5)["max_seconds"] == 1.5
+    def steps(window: dict[str, Any]) -> int:
+        assert window["min_measure_steps"] == window["measure_steps"]
+        return int(window["measure_steps"])
+
+    # pooled noise 20% between measurements: a window needs no better than 10% (4 steps);
+    # 60%: no looser than the cap (10%, 4 steps); 1%: the run's own 3%, capped at a third
+    assert steps(round_window(settings, pace, fitted(0.20))) == math.ceil((1.96 * 0.10 / 0.10) ** 2)
+    assert steps(round_window(settings, pace, fitted(0.60))) == math.ceil((1.96 * 0.10 / ROUND_CI_CAP) ** 2)
+    assert steps(round_window(settings, pace, fitted(0.01))) == 10
+    # a question 60% from its line needs no better than 10% either; a quiet configuration, the least
+    assert steps(round_window(settings, pace, fitted(0.02), margin=0.6)) == 4
+    assert steps(round_window(settings, Pace(0.1, 0.01, 0.5), fitted(0.02))) == ROUND_MIN_STEPS
+    # the budget's seconds per measurement bound the steps, never under the least
+    assert steps(round_window(settings, pace, None, seconds=0.55)) == 5
+    assert steps(round_window(settings, pace, None, seconds=0.05)) == ROUND_MIN_STEPS
     # the rounds pass it to every measurement
     script = _Script({0: [200.0] * 3, BASELINE: [100.0, 104.0, 98.0]})
     remeasure_finalists(script, _plan(finalists=1, rounds=2), StudyStore(rated_study({0: 200.0})), Reporter())
-    assert all(w is not None and w["measure_steps"] == 10 for w in script.windows)
+    assert script.windows and all(w is not None and steps(w) >= ROUND_MIN_STEPS for w in script.windows)
+
+
+def test_a_tight_budget_never_cuts_a_rounds_window_under_its_least_steps() -> None:
+    # 10 s of budget for two contestants and the baseline's pair at 2.6 s a measurement: the
+    # window seconds left per measurement are less than one step. Each window still holds the
+    # least steps, fixed in advance (a window cut by seconds held a single step after the warm-up).
+    clock = _Clock()
+    script = _Script({0: _rates([0.3, -0.2, 0.25]), BASELINE: [100.0] * 3}, clock, 1.0)
+    study = rated_study({0: 110.0}, first_step_s=2.0)
+    remeasure_finalists(
+        script, _plan(finalists=1, rounds=2), StudyStore(study), Reporter(), budget_s=10.0, clock=clock
+    )
+    assert script.windows
+    for window in script.windows:
+        assert window is not None
+        assert window["min_measure_steps"] == window["measure_steps"] == ROUND_MIN_STEPS
+        assert window["max_seconds"] == MeasureSettings().max_seconds
 
 
 def test_a_study_without_rounds_looks_reads_as_one_look() -> None:
@@ -518,18 +547,22 @@ def test_a_rounds_prediction_pays_the_search_warm_up_excess_again() -> None:
 
 
 def test_the_first_rounds_windows_leave_room_for_the_rounds_a_decision_needs() -> None:
-    # 20 s of budget, two contestants and the baseline's pair each predicted at 1.15 s: the first
-    # round's windows may take a share of half the budget (two rounds), a later one of what is left.
+    # 20 s of budget, two contestants and the baseline's pair: the first round's windows may take
+    # a share of half the budget (two rounds), after every measurement's set-up and warm-up.
     clock = _Clock()
     script = _Script({0: _rates([0.3, -0.2, 0.25, -0.15, 0.3]), BASELINE: [100.0] * 5}, clock, 1.0)
     study = rated_study({0: 110.0})
     remeasure_finalists(
         script, _plan(finalists=1, rounds=2), StudyStore(study), Reporter(), budget_s=20.0, clock=clock
     )
+    pace = pace_of(trial_record(0, {}, "COMPLETE", study.trials[0].user_attrs), MeasureSettings())
+    paces = dict.fromkeys((0, BASELINE, BASELINE_AGAIN), pace)
+    per = window_seconds(20.0 / 2, list(paces), paces)
+    assert per == pytest.approx((20.0 / 2 - 3 * pace.fixed_s) / 3)
     first = script.windows[0]
     assert first is not None
-    fixed = 3 * (0.5 + 5 * 0.1)  # each prediction less its process start: set-up, 2 + 3 steps
-    assert first["max_seconds"] == pytest.approx((20.0 / 2 - fixed) / 3 + 0.1, abs=0.05)
+    wanted = pace.steps(MeasureSettings(), FIRST_ROUND_CI)
+    assert first["measure_steps"] == max(ROUND_MIN_STEPS, min(wanted, int(per / pace.step_s)))
 
 
 @pytest.mark.parametrize(
