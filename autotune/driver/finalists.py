@@ -22,7 +22,7 @@ from dataclasses import replace
 from typing import Any
 
 from autotune.answer.choices import same_as_baseline
-from autotune.driver.questions import Question, contestant_name, decided_out
+from autotune.driver.questions import contestant_name, decided_out
 from autotune.driver.sequential import (
     Rounds,
     fitting,
@@ -136,11 +136,10 @@ def remeasure_finalists(
     twice = " (the baseline twice in each)" if BASELINE_AGAIN in contestants else ""
     reporter.on_note(f"re-measuring {named} in {first_rounds} rotated rounds{twice}")
     began = clock()
-    measured_now, questions = list(contestants), list[Question]()
+    measured_now = list(contestants)
     round_number = 0
     while round_number < max_rounds:
         round_number += 1
-        margin = min((q.margin for q in questions), default=None)
         left = None if budget_s is None else budget_s - (clock() - began)
         if left is not None and round_number > 1:
             affordable = within_budget(measured_now, rounds, predicted, left)
@@ -156,7 +155,7 @@ def remeasure_finalists(
         per = None if left is None else window_seconds(left / paying, measured_now, paces)
         for position, number in enumerate(round_order(measured_now, round_number)):
             params, verbatim = contestants[number]
-            window = round_window(settings, paces[number], rounds.fit, margin, per)
+            window = round_window(settings, paces[number], rounds.fit, per)
             started = clock()
             try:
                 measured = measure(params, number, verbatim=verbatim, window=window)
@@ -200,7 +199,7 @@ def remeasure_finalists(
         )
         if plan_next is None:
             break
-        measured_now, questions, why = plan_next
+        measured_now, _, why = plan_next
         reporter.on_note(f"after {round_number} rounds {why}: one more round of those")
     if is_rank_zero() and rounds.scores:
         _store(study, rounds)

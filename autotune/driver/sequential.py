@@ -62,17 +62,13 @@ def round_window(
     settings: MeasureSettings,
     pace: Pace,
     fit: RoundsFit | None,
-    margin: float | None = None,
     seconds: float | None = None,
 ) -> dict[str, Any]:
     """The measurement settings of one finalists' round measurement (`Job.window`): a window of a
-    number of steps fixed before it starts (`Pace.steps`), as long as the round's question needs,
-    not the search's. A window's noise well under the noise between measurements (its 95%
-    half-width at most half the rounds' pooled noise, `FIRST_ROUND_CI` before there is one) adds
-    little to it; an open question whose estimate lies far from its line (`margin`, in log terms)
-    needs no more than a quarter of that margin; within the run's `target_rel_ci` and
-    `ROUND_CI_CAP`. Fewer steps where the finalists' budget leaves fewer window seconds per
-    measurement (`seconds`), never under `ROUND_MIN_STEPS`.
+    number of steps fixed before it starts, the steps that buy the most precision per second the
+    measurement costs (`Pace.steps`, against the rounds' pooled noise where there is one), fewer
+    where the finalists' budget leaves fewer window seconds per measurement (`seconds`), never
+    under `ROUND_MIN_STEPS`, and never over a third of the search's window.
 
     The count is fixed, not a stopping rule: a window that may end once its steps agree ends more
     often on a run of fast steps (step times have a floor and a long tail of slow ones), and one cut
@@ -80,11 +76,7 @@ def round_window(
     nothing of the steady state a user's run spends its time in. The search's `max_seconds` bounds
     it still. A configuration that compiles nothing warms up for `ROUND_EAGER_WARMUP_STEPS`: the
     search has seen it settle."""
-    needed = FIRST_ROUND_CI if fit is None else fit.noise / 2
-    if margin is not None and math.isfinite(margin):
-        needed = max(needed, margin / 4)
-    needed = min(ROUND_CI_CAP, max(settings.target_rel_ci, needed))
-    steps = pace.steps(settings, needed)
+    steps = pace.steps(settings, None if fit is None else fit.noise)
     if seconds is not None and pace.step_s > 0:
         steps = max(_least_steps(settings), min(steps, int(seconds / pace.step_s)))
     return {
@@ -117,25 +109,30 @@ class Pace:
     spread: float | None
     fixed_s: float
 
-    def steps(self, settings: MeasureSettings, needed: float) -> int:
-        """The window's steps for a 95% half-width of `needed` at this spread (between the round's
-        least and most steps; the least where the spread is not known)."""
+    def steps(self, settings: MeasureSettings, noise: float | None = None) -> int:
+        """The window's steps that make a measurement most precise per second it costs. A
+        measurement's variance is the noise between processes plus one step's over the steps
+        (``noise^2 + spread^2 / n``), its cost the fixed part plus the steps (``fixed_s + n x
+        step_s``); their product is least at ``n = (spread / noise) x sqrt(fixed_s / step_s)``.
+        `noise`: the rounds' pooled noise of one measurement (it holds some of the window's own,
+        so it asks for no more steps than needed); None, before the rounds have one: taken as
+        one step's spread. Between the round's least and most steps (the least where the spread
+        or the step is not known)."""
         least, most = _least_steps(settings), _most_steps(settings)
-        if not self.spread or needed <= 0:
+        if not self.spread or self.step_s <= 0:
             return least
-        return max(least, min(most, math.ceil((1.96 * self.spread / needed) ** 2)))
+        between = noise if noise and noise > 0 else self.spread
+        best = self.spread / between * math.sqrt(self.fixed_s / self.step_s)
+        return max(least, min(most, math.ceil(best)))
 
     def cost(self, settings: MeasureSettings) -> float:
-        """The wall seconds of one measurement whose window is sized for a first round's
-        `FIRST_ROUND_CI`."""
-        return self.fixed_s + self.steps(settings, FIRST_ROUND_CI) * self.step_s
+        """The wall seconds of one measurement whose window is sized before the rounds have a
+        noise figure."""
+        return self.fixed_s + self.steps(settings) * self.step_s
 
 
 # The rounds end here whatever the budget (a search without one: the Python API's own callers).
 MAX_ROUNDS = 12
-# A round's window before the rounds have a noise figure: its 95% half-width.
-FIRST_ROUND_CI = 0.05
-ROUND_CI_CAP = 0.10  # ... and the loosest any round's window takes
 # What starting a measurement's process costs beyond its own set-up and steps (the executor, the
 # store), before the rounds have timed one.
 PROCESS_START_S = 0.15
@@ -225,8 +222,8 @@ def pace_of(record: TrialRecord, settings: MeasureSettings) -> Pace:
 
 def predicted_cost(record: TrialRecord, settings: MeasureSettings) -> float:
     """The wall seconds one round's measurement of a configuration is expected to take, from its
-    search window (`pace_of`): its set-up, warm-up and process start, and the steps a round's first
-    window needs to reach `FIRST_ROUND_CI` at the spread of its search window's steps."""
+    search window (`pace_of`): its set-up, warm-up and process start, and the steps of a round's
+    first window (`Pace.steps`)."""
     return pace_of(record, settings).cost(settings)
 
 

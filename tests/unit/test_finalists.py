@@ -18,9 +18,7 @@ from autotune.driver.finalists import BASELINE, BASELINE_AGAIN, remeasure_finali
 from autotune.driver.questions import CLAIM_HALF_WIDTH
 from autotune.driver.sequential import (
     FINALISTS_SHARE,
-    FIRST_ROUND_CI,
     MAX_ROUNDS,
-    ROUND_CI_CAP,
     ROUND_EAGER_WARMUP_STEPS,
     ROUND_MIN_STEPS,
     Pace,
@@ -467,19 +465,18 @@ def test_the_looks_the_budget_allows_set_every_intervals_level() -> None:
 # -- a round's window ------------------------------------------------------------------------------
 
 
-def test_a_rounds_window_is_as_long_as_its_question_needs() -> None:
+def test_a_rounds_window_buys_the_most_precision_per_second() -> None:
     settings = MeasureSettings()  # 30 steps, 60 s, 3%
-    # 0.1 s steps whose throughput spreads 10% from step to step
+    # 0.1 s steps whose throughput spreads 10% from step to step; 0.5 s of set-up and warm-up
     pace = Pace(step_s=0.1, spread=0.10, fixed_s=0.5)
     first = round_window(settings, pace, None)
     # a count fixed before the window starts (no stopping rule), bounded by the search's seconds
     assert first == {
-        "min_measure_steps": 10,
-        "measure_steps": 10,
+        "min_measure_steps": ROUND_MIN_STEPS,
+        "measure_steps": ROUND_MIN_STEPS,
         "max_seconds": 60.0,
         "eager_settle_steps": ROUND_EAGER_WARMUP_STEPS,
     }
-    assert (1.96 * 0.10 / FIRST_ROUND_CI) ** 2 > 10  # what the first round asks for: capped at a third
 
     def fitted(noise: float) -> Any:
         return SimpleNamespace(noise=noise)
@@ -488,17 +485,25 @@ def test_a_rounds_window_is_as_long_as_its_question_needs() -> None:
         assert window["min_measure_steps"] == window["measure_steps"]
         return int(window["measure_steps"])
 
-    # pooled noise 20% between measurements: a window needs no better than 10% (4 steps);
-    # 60%: no looser than the cap (10%, 4 steps); 1%: the run's own 3%, capped at a third
-    assert steps(round_window(settings, pace, fitted(0.20))) == math.ceil((1.96 * 0.10 / 0.10) ** 2)
-    assert steps(round_window(settings, pace, fitted(0.60))) == math.ceil((1.96 * 0.10 / ROUND_CI_CAP) ** 2)
-    assert steps(round_window(settings, pace, fitted(0.01))) == 10
-    # a question 60% from its line needs no better than 10% either; a quiet configuration, the least
-    assert steps(round_window(settings, pace, fitted(0.02), margin=0.6)) == 4
-    assert steps(round_window(settings, Pace(0.1, 0.01, 0.5), fitted(0.02))) == ROUND_MIN_STEPS
+    def best(noise: float, most: int = 10) -> int:
+        # the steps whose measurement variance times its cost is least, by brute force
+        def loss(n: int) -> float:
+            return (noise**2 + pace.spread**2 / n) * (pace.fixed_s + n * pace.step_s)  # type: ignore[operator]
+
+        return min(range(ROUND_MIN_STEPS, most + 1), key=loss)
+
+    # the quieter the rounds are between processes, the more a window's own noise counts
+    for noise in (0.2, 0.08, 0.05, 0.03):
+        assert abs(steps(round_window(settings, pace, fitted(noise))) - best(noise)) <= 1
+    assert steps(round_window(settings, pace, fitted(0.05))) > steps(
+        round_window(settings, pace, fitted(0.2))
+    )
+    # at most a third of the search's window; the least where the spread is not known
+    assert steps(round_window(settings, pace, fitted(0.005))) == 10
+    assert steps(round_window(settings, Pace(0.1, None, 0.5), fitted(0.01))) == ROUND_MIN_STEPS
     # the budget's seconds per measurement bound the steps, never under the least
-    assert steps(round_window(settings, pace, None, seconds=0.55)) == 5
-    assert steps(round_window(settings, pace, None, seconds=0.05)) == ROUND_MIN_STEPS
+    assert steps(round_window(settings, pace, fitted(0.01), seconds=0.55)) == 5
+    assert steps(round_window(settings, pace, fitted(0.01), seconds=0.05)) == ROUND_MIN_STEPS
     # the rounds pass it to every measurement
     script = _Script({0: [200.0] * 3, BASELINE: [100.0, 104.0, 98.0]})
     remeasure_finalists(script, _plan(finalists=1, rounds=2), StudyStore(rated_study({0: 200.0})), Reporter())
@@ -561,7 +566,7 @@ def test_the_first_rounds_windows_leave_room_for_the_rounds_a_decision_needs() -
     assert per == pytest.approx((20.0 / 2 - 3 * pace.fixed_s) / 3)
     first = script.windows[0]
     assert first is not None
-    wanted = pace.steps(MeasureSettings(), FIRST_ROUND_CI)
+    wanted = pace.steps(MeasureSettings())
     assert first["measure_steps"] == max(ROUND_MIN_STEPS, min(wanted, int(per / pace.step_s)))
 
 
