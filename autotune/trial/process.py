@@ -1,7 +1,8 @@
 """The start of every trial process, written once: a forkserver worker, each rank of a torchrun
 group. It takes the job's environment and share of the machine, sends its output to the job's
-log (whose tail explains a crash), dies with its parent, and ends itself (and everything it
-started) as soon as the supervisor that asked for it is gone."""
+log (whose tail explains a crash), dies with its parent, ends itself (and everything it
+started) as soon as the supervisor that asked for it is gone, and starts the processes it starts
+itself (a data loader's workers) as a user's own run does."""
 
 from __future__ import annotations
 
@@ -44,11 +45,24 @@ def become_trial_process(job: Job, *, own_group: bool, redirect_output: bool) ->
         os.dup2(log, 2)
         os.close(log)
     faulthandler.enable()  # a segfault leaves its Python traceback in the log
+    as_a_users_run()
     if job.cpu_cores:
         import torch
 
         os.sched_setaffinity(0, job.cpu_cores)
         torch.set_num_threads(len(job.cpu_cores))
+
+
+def as_a_users_run() -> None:
+    """Start this process's own children with the interpreter's default method, as a user's
+    training script does. A process started by a forkserver inherits ``forkserver`` as its
+    default, so a data loader's workers would each start a fresh interpreter that imports torch
+    (seconds before the first batch) where a user's run forks them."""
+    import multiprocessing
+
+    default = multiprocessing.get_all_start_methods()[0]  # documented: the first is the default
+    if multiprocessing.get_start_method(allow_none=True) != default:
+        multiprocessing.set_start_method(default, force=True)
 
 
 def die_with_parent() -> None:
