@@ -150,7 +150,7 @@ def remeasure_finalists(
                 break
             measured_now = affordable
         # the first rounds' windows leave the budget room for the rounds a decision needs (two at
-        # least); a later round's may take what is left
+        # least); a later round's may share what is left
         paying = max(1, max(first_rounds, 2) - round_number + 1)
         per = None if left is None else window_seconds(left / paying, measured_now, paces)
         for position, number in enumerate(round_order(measured_now, round_number)):
@@ -199,7 +199,7 @@ def remeasure_finalists(
         )
         if plan_next is None:
             break
-        measured_now, _, why = plan_next
+        measured_now, why = plan_next
         reporter.on_note(f"after {round_number} rounds {why}: one more round of those")
     if is_rank_zero() and rounds.scores:
         _store(study, rounds)

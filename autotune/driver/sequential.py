@@ -1,5 +1,5 @@
 """The finalists' rounds as a sequential plan: what the rounds so far hold (`Rounds`), what the
-next ones would cost (`predicted_cost`, `planned_rounds`, `within_budget`) and which contestants
+next ones would cost (`Pace`, `planned_rounds`, `within_budget`) and which contestants
 the next round measures (`next_round`), for the questions still open (`autotune.driver.questions`).
 
 A question stays open while the rounds' model (`autotune.measure.rounds`) cannot yet place its
@@ -220,13 +220,6 @@ def pace_of(record: TrialRecord, settings: MeasureSettings) -> Pace:
     return Pace(step_s, spread, (measured.setup_s or 0.0) + warmup_s + PROCESS_START_S)
 
 
-def predicted_cost(record: TrialRecord, settings: MeasureSettings) -> float:
-    """The wall seconds one round's measurement of a configuration is expected to take, from its
-    search window (`pace_of`): its set-up, warm-up and process start, and the steps of a round's
-    first window (`Pace.steps`)."""
-    return pace_of(record, settings).cost(settings)
-
-
 def measurement_cost(number: int, rounds: Rounds, predicted: dict[int, float]) -> float:
     """One measurement of `number`: the most its rounds took (a round that costs more than the
     mean would overrun the budget), else its prediction."""
@@ -320,7 +313,7 @@ def window_seconds(left: float, racing: Sequence[int], paces: dict[int, Pace]) -
     """The window seconds each measurement of the next round may take where the budget leaves
     `left` seconds: what is left after the round's set-ups, warm-ups and process starts, shared
     out evenly."""
-    fixed = sum(paces[n].fixed_s if n in paces else PROCESS_START_S for n in racing)
+    fixed = sum(paces[n].fixed_s for n in racing)
     return max(0.0, (left - fixed) / max(1, len(racing)))
 
 
@@ -332,8 +325,8 @@ def next_round(
     round_number: int,
     left_s: float | None,
     predicted: dict[int, float],
-) -> tuple[list[int], list[Question], str] | None:
-    """Who the next round measures, the questions it serves and why, or None when the rounds end:
+) -> tuple[list[int], str] | None:
+    """Who the next round measures and why (the questions it serves), or None when the rounds end:
     every question is decided (or measured at its line, where no round could decide it, with the
     interval the answer states within `CLAIM_HALF_WIDTH`: such a question is measured on for that
     precision), or the time left would not pay for another round. A contestant still in the race
@@ -362,7 +355,7 @@ def next_round(
     if len(racing) < 2 or (not kept and not disturbed):
         return None
     why = "; ".join(q.text for q in kept) or "a disturbed window is measured again"
-    return racing, kept, why
+    return racing, why
 
 
 def _order(number: int) -> tuple[int, int]:

@@ -25,7 +25,6 @@ from autotune.driver.sequential import (
     finalists_budget_s,
     pace_of,
     planned_rounds,
-    predicted_cost,
     round_window,
     window_seconds,
 )
@@ -354,7 +353,7 @@ def test_a_tight_budget_keeps_fewer_finalists_and_fewer_rounds() -> None:
     study = rated_study({0: 130.0, 1: 90.0, 2: 85.0})
     settings = MeasureSettings()
     costs = [
-        predicted_cost(trial_record(n, {}, "COMPLETE", study.trials[n].user_attrs), settings)
+        pace_of(trial_record(n, {}, "COMPLETE", study.trials[n].user_attrs), settings).cost(settings)
         for n in range(3)
     ]
     assert all(
@@ -406,10 +405,14 @@ def test_a_rounds_warm_up_is_predicted_from_the_searchs_first_step() -> None:
     # steps are predicted at 2.1 s, not at every settling step of the search's warm-up.
     study = rated_study({0: 120.0}, first_step_s=2.0)
     record = trial_record(0, {}, "COMPLETE", {**study.trials[0].user_attrs, "warmup_excess_s": 9.0})
-    assert predicted_cost(record, MeasureSettings()) == pytest.approx(0.5 + 2.1 + 3 * 0.1 + 0.15)
+    assert pace_of(record, MeasureSettings()).cost(MeasureSettings()) == pytest.approx(
+        0.5 + 2.1 + 3 * 0.1 + 0.15
+    )
     attrs = {**rated_study({0: 120.0}).trials[0].user_attrs, "warmup_excess_s": 9.0}
     without = trial_record(0, {}, "COMPLETE", attrs)
-    assert predicted_cost(without, MeasureSettings()) == pytest.approx(0.5 + 9.2 + 3 * 0.1 + 0.15)
+    assert pace_of(without, MeasureSettings()).cost(MeasureSettings()) == pytest.approx(
+        0.5 + 9.2 + 3 * 0.1 + 0.15
+    )
 
 
 def test_the_rounds_looks_are_planned_from_the_first_rounds_costs() -> None:
@@ -546,8 +549,10 @@ def test_a_rounds_prediction_pays_the_search_warm_up_excess_again() -> None:
     # again by every fresh process a round starts: a round's prediction carries it.
     settings = MeasureSettings()
     attrs = {"tokens_per_s": 100.0, "setup_s": 0.5, "step_time_median_s": 0.1}
-    plain = predicted_cost(trial_record(0, {}, "COMPLETE", attrs), settings)
-    slow = predicted_cost(trial_record(0, {}, "COMPLETE", {**attrs, "warmup_excess_s": 4.0}), settings)
+    plain = pace_of(trial_record(0, {}, "COMPLETE", attrs), settings).cost(settings)
+    slow = pace_of(trial_record(0, {}, "COMPLETE", {**attrs, "warmup_excess_s": 4.0}), settings).cost(
+        settings
+    )
     assert slow == pytest.approx(plain + 4.0)
 
 
