@@ -33,6 +33,7 @@ ORDER: tuple[tuple[str, str | None], ...] = (
     ("fresh_contenders", "fresh_contenders"),
     ("decisions", "decisions"),
     ("decisions_notes", None),
+    ("process_noise", "process_noise"),
     ("aa_check", "aa_check"),
     ("ab_check", "ab_check"),
     ("answer", None),
