@@ -394,6 +394,37 @@ def _noise(run: dict[str, Any]) -> float | None:
     return None if pooled is None else math.exp(pooled) - 1
 
 
+def expected_hold(run: dict[str, Any]) -> float | None:
+    """The chance that the user's ratio lands inside the stated interval were that interval honest:
+    the user's re-measure has its own noise (`user["se"]`, log terms), so even an interval that
+    holds the truth at its level holds the user's ratio less often. The user's log ratio is taken
+    as normal about the stated estimate, with the search's standard error (the half-width over its
+    t quantile: the look's level, the pooled noise's degrees of freedom) and the user's together.
+    None where the run does not record them."""
+    from autotune.measure.rounds import look_level
+    from autotune.measure.stats import t_quantile
+
+    speedup, user = (run.get("stated") or {}).get("speedup") or {}, run.get("user") or {}
+    df = (run.get("aa") or {}).get("pooled_df")
+    if not speedup.get("low") or not math.isfinite(speedup.get("high") or math.inf) or not df:
+        return None
+    if user.get("se") is None or not math.isfinite(user["se"]):
+        return None
+    level = look_level(run.get("rounds_looks"), run.get("rounds_look"))
+    centre, low, high = (math.log(speedup[k]) for k in ("value", "low", "high"))
+    search_se = (high - low) / 2 / t_quantile(1 - (1 - level) / 2, df)
+    sd = math.hypot(search_se, user["se"])
+
+    def below(x: float) -> float:
+        return 0.5 * (1 + math.erf((x - centre) / (sd * math.sqrt(2))))
+
+    return below(high) - below(low)
+
+
+# The fewest searches stating one configuration that `agreement` judges their intervals by.
+AGREEMENT_LEAST = 3
+
+
 def figures(runs: list[dict[str, Any]], code: str) -> dict[str, Any]:
     """The five figures of one code's searches, side by side with the bars."""
     mine = [r for r in runs if r["code"] == code]
@@ -407,11 +438,54 @@ def figures(runs: list[dict[str, Any]], code: str) -> dict[str, Any]:
         "power": (len(found), len(power)),
         "claims": (sum(r["claims"] for r in aa), len(aa)),
         "coverage": (sum(bool(r["holds"]) for r in judged), len(judged)),
+        "expected": sum(e for e in (expected_hold(r) for r in judged) if e is not None),
         "share": summary(r["finalists_share"] for r in mine),
         "half": summary(h for h, _ in widths),
         "half_in_band": summary(in_band),
         "noise": summary(n for _, n in widths),
+        **agreement([r for r in mine if r["part"] in ("aa", "power")]),
     }
+
+
+def agreement(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The stated intervals judged without a user's noise: where one configuration is stated by at
+    least `AGREEMENT_LEAST` searches of a part, whether each one's interval holds the geometric mean
+    of the others' estimates of it (95% intervals hold that, less the others' own noise, about as
+    often as the truth), and the spread of those estimates between searches (log SD), beside the
+    median stated half-width (log)."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for run in runs:
+        speedup = (run.get("stated") or {}).get("speedup") or {}
+        if speedup.get("low") and math.isfinite(speedup.get("high") or math.inf):
+            key = (run["part"], json.dumps(run["stated"]["params"], sort_keys=True))
+            groups.setdefault(key, []).append(speedup)
+    held = judged = 0
+    spreads, halves = [], []
+    for stated in (g for g in groups.values() if len(g) >= AGREEMENT_LEAST):
+        logs = [math.log(s["value"]) for s in stated]
+        spreads.append(statistics.stdev(logs))
+        for i, s in enumerate(stated):
+            others = math.exp(statistics.fmean(logs[:i] + logs[i + 1 :]))
+            held += s["low"] <= others <= s["high"]
+            judged += 1
+            halves.append(math.log(s["high"] / s["low"]) / 2)
+    return {
+        "agreement": (held, judged),
+        "between_sd": summary(spreads),
+        "stated_half": statistics.median(halves) if halves else None,
+    }
+
+
+def _expected(side: dict[str, Any]) -> str:
+    judged = side["coverage"][1]
+    return f"{side['expected']:.1f}/{judged}" if judged else "-"
+
+
+def _between(side: dict[str, Any]) -> str:
+    if side["between_sd"].get("median") is None:
+        return "-"
+    spread = report.spread(side["between_sd"], lambda v: f"{100 * v:.1f}%")
+    return f"{spread} beside ±{100 * side['stated_half']:.1f}%"
 
 
 def _fraction(pair: tuple[int, int]) -> str:
@@ -444,6 +518,11 @@ def render(data: dict[str, Any]) -> str:
             "≥ 9/10",
         ],
         [
+            "... expected of honest intervals, given the users' own noise",
+            *(_expected(side[c]) for c in CODES),
+            "",
+        ],
+        [
             "cost: the finalists' share of a search (median, min-max)",
             *(report.spread(side[c]["share"], lambda v: f"{100 * v:.0f}%") for c in CODES),
             "≤ 30% each",
@@ -459,6 +538,17 @@ def render(data: dict[str, Any]) -> str:
             "≤ ±15%",
         ],
         ["pooled noise of one measurement (median, min-max)", *(_pct(side[c]["noise"]) for c in CODES), ""],
+        [
+            f"agreement: the interval holds the other searches' estimate of its configuration "
+            f"(≥ {AGREEMENT_LEAST})",
+            *(_fraction(side[c]["agreement"]) for c in CODES),
+            "",
+        ],
+        [
+            "... those estimates' spread between searches (log SD), beside the median stated half-width",
+            *(_between(side[c]) for c in CODES),
+            "",
+        ],
     ]
     headers = [
         "",

@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from benchmarks.decisions import figures, holds, render
+import pytest
+
+from benchmarks.decisions import agreement, expected_hold, figures, holds, render
 
 
 def _run(
@@ -77,3 +79,34 @@ def test_the_section_states_both_codes_against_the_bars() -> None:
     assert "| power: a 1.3x math-keeping speedup found" in text and "≥ 9/10" in text
     assert "before (abc)" in text and "after (def)" in text
     assert "1.30x (1.15-1.47x)" in text and "in 1 of the 1 searches" in text
+
+
+def test_agreement_judges_each_interval_by_the_other_searches_estimates_of_its_configuration() -> None:
+    def stated(value: float, half: float) -> dict[str, Any]:
+        return {"value": value, "low": value / half, "high": value * half, "rounds": 2}
+
+    runs = [
+        _run("power", "after", 0, True, stated(1.40, 1.12)),
+        _run("power", "after", 1, True, stated(1.35, 1.12)),
+        _run("power", "after", 2, True, stated(1.60, 1.05)),  # far from the others' 1.37
+        _run("aa", "after", 0, False, stated(0.9, 1.2)),  # two of a configuration: not judged
+        _run("aa", "after", 1, False, stated(0.9, 1.2)),
+    ]
+    found = agreement(runs)
+    assert found["agreement"] == (2, 3)
+    logs = [math.log(v) for v in (1.40, 1.35, 1.60)]
+    mean = sum(logs) / 3
+    assert found["between_sd"]["median"] == pytest.approx(math.sqrt(sum((x - mean) ** 2 for x in logs) / 2))
+    assert found["stated_half"] == pytest.approx(math.log(1.12))
+
+
+def test_an_honest_interval_is_expected_to_hold_a_noisy_users_ratio_less_often() -> None:
+    stated = {"value": 1.4, "low": 1.4 / 1.1, "high": 1.4 * 1.1, "rounds": 2}
+    extra = {"aa": {"pooled": 0.03, "pooled_df": 1000}, "rounds_looks": 1, "rounds_look": 1}
+    exact = _run("power", "after", 0, True, stated, user={"ratio": 1.4, "se": 0.0}, **extra)
+    noisy = _run("power", "after", 0, True, stated, user={"ratio": 1.4, "se": 0.1}, **extra)
+    assert expected_hold(exact) == pytest.approx(0.95, abs=0.001)  # its own level, at many df
+    search_se = math.log(1.1) / 1.96
+    z = math.log(1.1) / math.hypot(search_se, 0.1)
+    assert expected_hold(noisy) == pytest.approx(math.erf(z / math.sqrt(2)), abs=0.002)
+    assert expected_hold(_run("power", "after", 0, True, stated, **extra)) is None  # no user
