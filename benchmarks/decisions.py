@@ -279,22 +279,28 @@ def heldout_grid(runs: list[dict[str, Any]], folder: Path, args: argparse.Namesp
     return {"grid": grid, "contenders": contenders, "rounds": rates, "medians": medians, "best_grid": best}
 
 
-def coverage(runs: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
+def coverage(
+    runs: list[dict[str, Any]], args: argparse.Namespace, kept: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Every stated configuration of the aa and power searches against its search's defaults, as a
-    user re-measures them: name -> the user's ratio (`paired_speedup`), and each run's verdict."""
+    user re-measures them: name -> the user's ratio (`paired_speedup`), and each run's verdict.
+    With ``--code``, only that code's answers are re-measured; the other users are `kept` (the
+    stored coverage's), and every answer is judged by the newest re-measure of its configuration."""
     from autotune.measure.stats import paired_speedup
     from autotune.progress import describe_params
 
+    def key(run: dict[str, Any]) -> str:
+        return f"{describe_params(run['baseline_params'])} | {describe_params(run['stated']['params'])}"
+
+    answers = [r for r in runs if r["part"] in ("aa", "power") and r["stated"] is not None]
     groups: dict[str, dict[str, Any]] = {}  # defaults' description -> {defaults, configs}
-    for run in runs:
-        if run["part"] not in ("aa", "power") or run["stated"] is None:
-            continue
+    for run in (r for r in answers if r["code"] in (args.code or CODES)):
         defaults = dict(run["baseline_params"])
         group = groups.setdefault(describe_params(defaults), {"defaults": defaults, "configs": {}})
         # the user's run: their defaults with the stated knobs over them
         group["configs"][describe_params(run["stated"]["params"])] = {**defaults, **run["stated"]["params"]}
-    users: dict[str, Any] = {}
-    for key, group in groups.items():
+    users: dict[str, Any] = dict((kept or {}).get("users") or {})
+    for name_of_defaults, group in groups.items():
         contenders = {"defaults": group["defaults"], **group["configs"]}
         rounds = rotated_rounds(
             "tiny-gpt2", contenders, args.rounds, args.seconds, 4 * args.seconds + 300, seq_len=256
@@ -302,16 +308,11 @@ def coverage(runs: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, 
         rates = rates_of(rounds)
         for name in group["configs"]:
             speedup = paired_speedup(rates[name], rates["defaults"])
-            users[f"{key} | {name}"] = speedup.to_dict() if speedup is not None else None
-    for run in runs:
-        if run["part"] in ("aa", "power") and run["stated"] is not None:
-            user = users.get(
-                f"{describe_params(run['baseline_params'])} | {describe_params(run['stated']['params'])}"
-            )
-            stated = run["stated"]["speedup"]
-            run["user"] = user
-            run["holds"] = holds(stated, user)
-    return {"users": users, "rounds": args.rounds, "seconds": args.seconds}
+            users[f"{name_of_defaults} | {name}"] = speedup.to_dict() if speedup is not None else None
+    for run in answers:
+        run["user"] = users.get(key(run))
+        run["holds"] = holds(run["stated"]["speedup"], run["user"])
+    return {"users": users, "seconds": args.seconds}
 
 
 def holds(stated: dict[str, Any] | None, user: dict[str, Any] | None) -> bool | None:
@@ -360,7 +361,7 @@ def main() -> None:
         if "heldout" in parts:
             data["heldout"] = heldout_grid(runs, Path(tmp), args)
     if "coverage" in parts:
-        data["coverage"] = coverage(runs, args)
+        data["coverage"] = coverage(runs, args, kept.get("coverage"))
     data["runs"] = runs
     store("decisions", data)
 
@@ -658,13 +659,12 @@ def _heldout(heldout: dict[str, Any] | None, runs: list[dict[str, Any]]) -> str:
 def _coverage(found: dict[str, Any] | None) -> str:
     if not found:
         return ""
-    rows = [[name, _x(user)] for name, user in found["users"].items()]
+    rows = [[name, _x(user), (user or {}).get("rounds", "-")] for name, user in found["users"].items()]
     return fill(
         "decisions",
         "coverage",
-        rounds=found["rounds"],
         seconds=found["seconds"],
-        table=table(["defaults | configuration", "the user's ratio (95% interval)"], rows),
+        table=table(["defaults | configuration", "the user's ratio (95% interval)", "rounds"], rows),
     )
 
 

@@ -110,3 +110,42 @@ def test_an_honest_interval_is_expected_to_hold_a_noisy_users_ratio_less_often()
     z = math.log(1.1) / math.hypot(search_se, 0.1)
     assert expected_hold(noisy) == pytest.approx(math.erf(z / math.sqrt(2)), abs=0.002)
     assert expected_hold(_run("power", "after", 0, True, stated, **extra)) is None  # no user
+
+
+def test_coverage_re_measures_only_the_codes_asked_for_and_judges_every_answer_by_the_newest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import argparse
+
+    import benchmarks.decisions as decisions
+    from autotune.progress import describe_params
+
+    measured: list[list[str]] = []
+
+    def rotated_rounds(model: str, contenders: dict[str, Any], rounds: int, *rest: Any, **kw: Any) -> Any:
+        measured.append(list(contenders))
+
+        def rate(name: str, r: int) -> float:
+            return 100.0 if name == "defaults" else 130.0 + r
+
+        return {name: {r: {"tokens_per_s": rate(name, r)} for r in range(rounds)} for name in contenders}
+
+    monkeypatch.setattr(decisions, "rotated_rounds", rotated_rounds)
+    defaults = {"optim": "adamw_torch_fused", "activation_checkpointing": True}
+    stated = {"value": 1.3, "low": 1.25, "high": 1.36, "rounds": 2}
+
+    def answer(code: str, params: dict[str, Any]) -> dict[str, Any]:
+        run = _run("power", code, 0, True, stated)
+        run["stated"]["params"] = params
+        return {**run, "baseline_params": defaults}
+
+    after = answer("after", {"activation_checkpointing": False})
+    before = answer("before", {"optim": "adafactor"})
+    old_key = f"{describe_params(defaults)} | {describe_params(before['stated']['params'])}"
+    kept = {"users": {old_key: {"ratio": 0.9, "low": 0.8, "high": 1.0, "rounds": 3, "se": 0.05}}}
+    args = argparse.Namespace(code=["after"], rounds=4, seconds=8.0)
+    found = decisions.coverage([after, before], args, kept)
+    assert measured == [["defaults", describe_params(after["stated"]["params"])]]  # the after's only
+    assert before["user"]["ratio"] == 0.9 and before["holds"] is False  # kept, and judged by it
+    assert after["user"]["rounds"] == 4 and after["holds"] is True  # 1.30-1.33x: inside 1.25-1.36
+    assert set(found["users"]) == {old_key, f"{describe_params(defaults)} | ckpt=off"}
