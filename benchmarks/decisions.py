@@ -284,8 +284,10 @@ def coverage(
 ) -> dict[str, Any]:
     """Every stated configuration of the aa and power searches against its search's defaults, as a
     user re-measures them: name -> the user's ratio (`paired_speedup`), and each run's verdict.
-    With ``--code``, only that code's answers are re-measured; the other users are `kept` (the
-    stored coverage's), and every answer is judged by the newest re-measure of its configuration."""
+    With ``--code``, only that code's answers are re-measured, and with ``--only aa`` or ``--only
+    power`` beside ``coverage`` only that part's (the answers of this run: a user re-measures beside
+    the searches, not hours after them); the other users are `kept` (the stored coverage's), and
+    every answer is judged by the newest re-measure of its configuration."""
     from autotune.measure.stats import paired_speedup
     from autotune.progress import describe_params
 
@@ -294,7 +296,8 @@ def coverage(
 
     answers = [r for r in runs if r["part"] in ("aa", "power") and r["stated"] is not None]
     groups: dict[str, dict[str, Any]] = {}  # defaults' description -> {defaults, configs}
-    for run in (r for r in answers if r["code"] in (args.code or CODES)):
+    searched = [p for p in ("aa", "power") if p in (args.only or ())] or ["aa", "power"]
+    for run in (r for r in answers if r["code"] in (args.code or CODES) and r["part"] in searched):
         defaults = dict(run["baseline_params"])
         group = groups.setdefault(describe_params(defaults), {"defaults": defaults, "configs": {}})
         # the user's run: their defaults with the stated knobs over them

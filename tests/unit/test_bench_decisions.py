@@ -143,9 +143,11 @@ def test_coverage_re_measures_only_the_codes_asked_for_and_judges_every_answer_b
     before = answer("before", {"optim": "adafactor"})
     old_key = f"{describe_params(defaults)} | {describe_params(before['stated']['params'])}"
     kept = {"users": {old_key: {"ratio": 0.9, "low": 0.8, "high": 1.0, "rounds": 3, "se": 0.05}}}
-    args = argparse.Namespace(code=["after"], rounds=4, seconds=8.0)
-    found = decisions.coverage([after, before], args, kept)
+    aa = {**answer("after", {"optim": "adafactor"}), "part": "aa"}  # not searched in this run
+    args = argparse.Namespace(code=["after"], only=["power", "coverage"], rounds=4, seconds=8.0)
+    found = decisions.coverage([after, before, aa], args, kept)
     assert measured == [["defaults", describe_params(after["stated"]["params"])]]  # the after's only
     assert before["user"]["ratio"] == 0.9 and before["holds"] is False  # kept, and judged by it
+    assert aa["user"]["ratio"] == 0.9  # the same configuration and defaults: the same user
     assert after["user"]["rounds"] == 4 and after["holds"] is True  # 1.30-1.33x: inside 1.25-1.36
     assert set(found["users"]) == {old_key, f"{describe_params(defaults)} | ckpt=off"}
