@@ -430,7 +430,8 @@ AGREEMENT_LEAST = 3
 
 
 def figures(runs: list[dict[str, Any]], code: str) -> dict[str, Any]:
-    """The five figures of one code's searches, side by side with the bars."""
+    """One code's figures, side by side with the bars: the five the bars judge, and what tells the
+    stated intervals' honesty apart from the users' noise (`expected_hold`, `agreement`)."""
     mine = [r for r in runs if r["code"] == code]
     power = [r for r in mine if r["part"] == "power"]
     aa = [r for r in mine if r["part"] == "aa"]
@@ -442,7 +443,7 @@ def figures(runs: list[dict[str, Any]], code: str) -> dict[str, Any]:
         "power": (len(found), len(power)),
         "claims": (sum(r["claims"] for r in aa), len(aa)),
         "coverage": (sum(bool(r["holds"]) for r in judged), len(judged)),
-        "expected": sum(e for e in (expected_hold(r) for r in judged) if e is not None),
+        "expected": [e for e in (expected_hold(r) for r in judged) if e is not None],
         "share": summary(r["finalists_share"] for r in mine),
         "half": summary(h for h, _ in widths),
         "half_in_band": summary(in_band),
@@ -481,8 +482,8 @@ def agreement(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _expected(side: dict[str, Any]) -> str:
-    judged = side["coverage"][1]
-    return f"{side['expected']:.1f}/{judged}" if judged else "-"
+    chances = side["expected"]  # of the answers whose run records what the chance needs
+    return f"{math.fsum(chances):.1f}/{len(chances)}" if chances else "-"
 
 
 def _between(side: dict[str, Any]) -> str:

@@ -27,7 +27,6 @@ import json
 import math
 import random
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -35,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.assemble import store
-from benchmarks.harness import machine
+from benchmarks.harness import machine, run_search
 from benchmarks.report import section, table
 
 SPACE = Path(__file__).resolve().parent / "space_power.yaml"
@@ -50,10 +49,10 @@ def measure_once(checkpointing: bool) -> float:
     from benchmarks.harness import Bench
 
     as_a_users_run()
-    bench = Bench("tiny-gpt2", str(SPACE), seq_len=256)
-    params = {**bench.baseline(), "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1}
-    params["activation_checkpointing"] = checkpointing
-    rate = bench.measure(params, verbatim=True).tokens_per_s
+    with Bench("tiny-gpt2", str(SPACE), seq_len=256) as bench:  # its scratch folder removed after
+        params = {**bench.baseline(), "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1}
+        params["activation_checkpointing"] = checkpointing
+        rate = bench.measure(params, verbatim=True).tokens_per_s
     if not rate:
         raise RuntimeError(f"no throughput measured for checkpointing={checkpointing}")
     return float(rate)
@@ -97,19 +96,9 @@ def lineage(rounds: int) -> list[dict[str, float]]:
 
 
 def _run(args: list[str], timeout_s: float) -> str:
-    """A child interpreter's last stdout line; the child is ended by pid past `timeout_s`."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.process_noise", *args], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        out, _ = process.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.communicate()
-        raise
-    if process.returncode:
-        raise RuntimeError(f"benchmarks.process_noise {' '.join(args)} exited {process.returncode}")
-    return out.strip().splitlines()[-1]
+    """A child interpreter's last stdout line (`harness.run_search`: killed past `timeout_s`)."""
+    done, _ = run_search([sys.executable, "-m", "benchmarks.process_noise", *args], timeout_s)
+    return done.stdout.strip().splitlines()[-1]
 
 
 def split(

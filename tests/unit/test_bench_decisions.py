@@ -49,6 +49,7 @@ def test_figures_count_power_safety_coverage_cost_and_width() -> None:
     assert after["half"]["max"] == math.log(1.6 / 1.2)
     assert after["half_in_band"]["n"] == 5  # every one at 7% pooled noise
     assert figures(runs, "before")["power"] == (0, 1)
+    assert after["expected"] == []  # no run records its user's noise: no chance is counted
 
 
 def test_an_interval_holds_the_users_ratio_or_not() -> None:
@@ -110,6 +111,8 @@ def test_an_honest_interval_is_expected_to_hold_a_noisy_users_ratio_less_often()
     z = math.log(1.1) / math.hypot(search_se, 0.1)
     assert expected_hold(noisy) == pytest.approx(math.erf(z / math.sqrt(2)), abs=0.002)
     assert expected_hold(_run("power", "after", 0, True, stated, **extra)) is None  # no user
+    runs = [{**noisy, "holds": True}, _run("power", "after", 1, True, stated, holds=True)]
+    assert figures(runs, "after")["expected"] == [expected_hold(noisy)]  # the second has no user
 
 
 def test_coverage_re_measures_only_the_codes_asked_for_and_judges_every_answer_by_the_newest(
