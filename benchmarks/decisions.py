@@ -140,6 +140,7 @@ try:  # this checkout's rounds model: what leaving disturbed windows out changed
                          {n: f.positions_by_round() for n, f in finalists.items()})
         plain = fit_rounds(cells, robust=False, looks=record.rounds_looks, **look)
         kept = plain.ratio(stated["trial"], -1) if plain is not None else None
+        out["level"] = fit.level  # the look's confidence level, as the search's code set it
         out["excluded"] = len(fit.excluded)
         out["without_exclusion"] = kept.to_dict() if kept is not None else None
 except ImportError:
@@ -398,6 +399,17 @@ def _noise(run: dict[str, Any]) -> float | None:
     return None if pooled is None else math.exp(pooled) - 1
 
 
+def _bonferroni_level(looks: int | None, look: int | None) -> float:
+    """The level a look's intervals had before the search recorded it (a run without ``level``):
+    half the 5% on the first look, the rest in equal parts on the later ones (a Bonferroni split)."""
+    count = max(1, looks or 1)
+    if count == 1:
+        return 0.95
+    if look is None:
+        return 1 - 0.05 / count
+    return 0.975 if look <= 1 else 1 - 0.025 / (count - 1)
+
+
 def expected_hold(run: dict[str, Any]) -> float | None:
     """The chance that the user's ratio lands inside the stated interval were that interval honest:
     the user's re-measure has its own noise (`user["se"]`, log terms), so even an interval that
@@ -405,7 +417,6 @@ def expected_hold(run: dict[str, Any]) -> float | None:
     as normal about the stated estimate, with the search's standard error (the half-width over its
     t quantile: the look's level, the pooled noise's degrees of freedom) and the user's together.
     None where the run does not record them."""
-    from autotune.measure.rounds import look_level
     from autotune.measure.stats import t_quantile
 
     speedup, user = (run.get("stated") or {}).get("speedup") or {}, run.get("user") or {}
@@ -414,7 +425,7 @@ def expected_hold(run: dict[str, Any]) -> float | None:
         return None
     if user.get("se") is None or not math.isfinite(user["se"]):
         return None
-    level = look_level(run.get("rounds_looks"), run.get("rounds_look"))
+    level = run.get("level") or _bonferroni_level(run.get("rounds_looks"), run.get("rounds_look"))
     centre, low, high = (math.log(speedup[k]) for k in ("value", "low", "high"))
     search_se = (high - low) / 2 / t_quantile(1 - (1 - level) / 2, df)
     sd = math.hypot(search_se, user["se"])

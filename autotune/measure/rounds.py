@@ -33,34 +33,11 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from autotune.measure.looks import ERROR_RATE, look_level
 from autotune.measure.stats import Speedup, speedup_of, t95, t_quantile
 
 BASELINE = -1
 BASELINE_AGAIN = -2
-
-# The chance that any interval the rounds state misses the truth, over all the looks taken at them.
-ERROR_RATE = 0.05
-# The share of it spent on the first look: most answers are decided there, after the rounds asked
-# for; the later looks share the rest.
-FIRST_LOOK_SHARE = 0.5
-
-
-def look_level(looks: int | None, look: int | None = None) -> float:
-    """The confidence level of the intervals of look `look` (1: the first) where the rounds may be
-    looked at `looks` times: together they hold the truth with probability 1 - `ERROR_RATE`
-    however the looks end the rounds (repeated confidence intervals, a Bonferroni bound over the
-    looks). The first look spends `FIRST_LOOK_SHARE` of the error rate, the later ones the rest in
-    equal parts; `look` None (a store that did not record it): every look an equal part. `looks`
-    None: one look."""
-    count = max(1, looks or 1)
-    if count == 1:
-        return 1 - ERROR_RATE
-    if look is None:
-        return 1 - ERROR_RATE / count
-    if look <= 1:
-        return 1 - ERROR_RATE * FIRST_LOOK_SHARE
-    return 1 - ERROR_RATE * (1 - FIRST_LOOK_SHARE) / (count - 1)
-
 
 # The position slope is fitted only where it widens the contestants' comparisons by at most this
 # factor in variance (`_fit`): where the rotation has placed them in enough positions.

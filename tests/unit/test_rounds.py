@@ -8,16 +8,15 @@ import random
 import numpy as np
 import pytest
 
+from autotune.measure.looks import ERROR_RATE, look_level
 from autotune.measure.rounds import (
     BASELINE,
     BASELINE_AGAIN,
-    ERROR_RATE,
     OUTLIER_ALPHA,
     Cell,
     cells_of,
     fit_rounds,
     level,
-    look_level,
     round_order,
 )
 from autotune.measure.stats import t95, t_quantile
