@@ -30,8 +30,6 @@ from autotune.records import (
 # The finalists' share of a whole search at most: their budget is this share of the search they
 # end (so FINALISTS_SHARE / (1 - FINALISTS_SHARE) of the time spent before them).
 FINALISTS_SHARE = 0.30
-# ... but at least this many seconds (two rounds of a tiny model's two best trials and the baseline).
-LEAST_BUDGET_S = 10.0
 # The warm-up of a round's configuration that compiles nothing: its first step (a fresh process's
 # first kernels, allocations and optimizer state) and one more. The search measured it already;
 # only compilation needs its steps watched until they stop falling.
@@ -42,10 +40,10 @@ ROUND_MIN_STEPS = 3
 
 
 def finalists_budget_s(spent_s: float) -> float:
-    """The finalists' budget after `spent_s` seconds of search: `FINALISTS_SHARE` of the whole, and
-    at least `LEAST_BUDGET_S` (a search of a few seconds, a demo's or a test's, still gets the
-    rounds that tell its two best trials and the defaults apart)."""
-    return max(LEAST_BUDGET_S, FINALISTS_SHARE / (1 - FINALISTS_SHARE) * spent_s)
+    """The finalists' budget after `spent_s` seconds of search: `FINALISTS_SHARE` of the whole,
+    however short the search (its first round runs whatever the budget; a search of a few seconds
+    gets few rounds, and its answer says how few)."""
+    return FINALISTS_SHARE / (1 - FINALISTS_SHARE) * spent_s
 
 
 def warming_window(settings: MeasureSettings) -> dict[str, Any]:

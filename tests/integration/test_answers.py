@@ -24,7 +24,8 @@ from autotune.records import read_study
 from autotune.space.mapping import trial_kwargs
 from tests.helpers import FAST, FixedStepTime, write_space
 
-pytestmark = pytest.mark.timeout(600)
+# what the rounds decide, with the rounds a decision needs (`roomy_finalists`)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.usefixtures("roomy_finalists")]
 
 FORMATS = ("json", "yaml", "flags", "accelerate", "python")
 

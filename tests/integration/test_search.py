@@ -218,6 +218,7 @@ def test_the_baseline_is_measured_first_and_the_speedup_stated(tmp_path: Path) -
     assert result.speedup_over_baseline == pytest.approx(1.0 if answer.keeps_defaults else ratio)
 
 
+@pytest.mark.usefixtures("roomy_finalists")
 def test_the_baseline_is_remeasured_with_the_finalists(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -225,12 +226,9 @@ def test_the_baseline_is_remeasured_with_the_finalists(
     # (batch 8) 0.15 s, the trials' (batches 2 and 4) 0.3 s, so both trials run at a quarter of
     # its tokens/s or less whatever the machine's speed: both are decided slower than it after the
     # two rounds asked for, and no round more is run (an answer that keeps the defaults, proven or
-    # not, needs none). The finalists' budget is the test's, not a share of this machine's wall
-    # time: on a loaded machine the processes' start-ups would leave 30% of a short search no
-    # room for round 2 (the budget's own rules: tests/unit/test_finalists.py). One torch thread per
+    # not, needs none). The finalists' budget is the test's (`roomy_finalists`). One torch thread per
     # trial process: beside another job, torch's threads would wait on descheduled ones at every
     # step, and a step's own work would outgrow the time the test sets it.
-    monkeypatch.setattr("autotune.driver.trials.finalists_budget_s", lambda spent_s: 600.0)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     slow = [
         FixedStepTime(
@@ -312,6 +310,7 @@ def test_optuna_dashboard_reads_the_store(first_run: Any) -> None:
     assert {"tokens_per_s", "peak_memory_bytes", "training_args"} <= trial_attrs
 
 
+@pytest.mark.usefixtures("roomy_finalists")
 def test_a_leader_that_changes_the_math_has_its_math_keeping_twin_tried(tmp_path: Path) -> None:
     # The one trial asked for runs adafactor (another update rule) at 0.1 s a step, the baseline
     # (AdamW, checkpointing on) 0.3 s. The search then tries the twin that keeps the math (AdamW,

@@ -193,17 +193,14 @@ class SlowDown(TrainerCallback):
             time.sleep(self.handicap_s)
 
 
-def test_interleaved_remeasurement_picks_the_truly_faster_config(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.usefixtures("roomy_finalists")
+def test_interleaved_remeasurement_picks_the_truly_faster_config(tmp_path: Path) -> None:
     # sdpa is made slower by 150 ms a step (several times a tiny step, on a loaded machine too);
     # eager carries a 600 ms a step handicap in its first (search) measurement only. The search
     # ranks sdpa first; the interleaved re-measurement must find that eager is faster.
     slowdown = SlowDown(slow="sdpa", delay_s=0.15, handicapped="eager", handicap_s=0.6)
-    # The finalists' budget, a share of the search's wall time, is the machine's speed: on a loaded
-    # one it would leave eager (predicted at its handicapped cost) out of the rounds. Its own tests
-    # use a fake clock (tests/unit/test_finalists.py); here it does not bind.
-    monkeypatch.setattr("autotune.driver.trials.finalists_budget_s", lambda spent_s: 600.0)
+    # The finalists' budget is the test's (`roomy_finalists`): a share of the search's wall time
+    # would leave eager (predicted at its handicapped cost) out of the rounds.
     result = autotune.search(
         model="tiny-gpt2",
         space=write_space(tmp_path, {"attn_implementation": ["eager", "sdpa"]}),

@@ -28,6 +28,7 @@ WINNER = {"optim": "adamw_torch", "activation_checkpointing": True}
 NEXT = {"optim": "adamw_torch", "activation_checkpointing": False}
 
 
+@pytest.mark.usefixtures("roomy_finalists")
 def test_a_winner_whose_evaluation_goes_over_the_cap_falls_to_the_next_finalist(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
