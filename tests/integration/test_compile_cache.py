@@ -57,6 +57,7 @@ def test_a_second_search_hits_the_cache_of_a_configuration_already_measured(tmp_
     assert run_compile_s(read_trial(warm)) == pytest.approx(cold.user_attrs["compile_cold_s"])
 
 
+@pytest.mark.usefixtures("roomy_finalists")  # both trials in the rounds, whatever the machine
 def test_the_search_stores_its_time_breakdown_and_show_prints_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
