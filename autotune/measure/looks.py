@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import math
+from statistics import NormalDist
 
 import numpy as np
 
@@ -70,7 +71,7 @@ def bounds(looks: int) -> tuple[float, ...]:
 
 @functools.lru_cache(maxsize=64)
 def _levels(looks: int) -> tuple[float, ...]:
-    return tuple(1 - 2 * float(_upper(np.array(bound))) for bound in bounds(looks))
+    return tuple(2 * NormalDist().cdf(bound) - 1 for bound in bounds(looks))
 
 
 @functools.lru_cache(maxsize=64)
@@ -78,7 +79,7 @@ def _bounds(spent: tuple[float, ...]) -> tuple[float, ...]:
     """The bounds whose crossing first at look k has probability ``spent[k]`` (looks one round
     apart, the first after one round): on a grid of the sum of the rounds, the density of the
     paths that crossed no bound yet is carried from look to look."""
-    first = _inverse_upper(spent[0] / 2)
+    first = NormalDist().inv_cdf(1 - spent[0] / 2)
     found = [first]
     grid = np.linspace(-first, first, _GRID)  # the sum after one round: the standardized estimate
     density = _density(grid) * _weights(grid)
@@ -116,8 +117,9 @@ def _density(x: np.ndarray) -> np.ndarray:
 
 
 def _upper(x: np.ndarray) -> np.ndarray:
-    """The standard normal's upper tail, P(Z > x), elementwise: the complementary error function by
-    its Chebyshev fit (Numerical Recipes' erfcc, relative error under 1.2e-7)."""
+    """The standard normal's upper tail, P(Z > x), elementwise over a grid (`statistics.NormalDist`
+    takes one value at a time): the complementary error function by its Chebyshev fit (Numerical
+    Recipes' erfcc, relative error under 1.2e-7)."""
     z = np.abs(x) / math.sqrt(2)
     t = 1 / (1 + z / 2)
     poly = np.zeros_like(t)
@@ -125,12 +127,3 @@ def _upper(x: np.ndarray) -> np.ndarray:
         poly = poly * t + coefficient
     tail = t * np.exp(poly - z * z) / 2
     return np.where(x >= 0, tail, 1 - tail)
-
-
-def _inverse_upper(p: float) -> float:
-    """The x with P(Z > x) = p (0 < p < 1/2), by bisection."""
-    low, high = 0.0, 12.0
-    for _ in range(80):
-        middle = (low + high) / 2
-        low, high = (middle, high) if float(_upper(np.array(middle))) > p else (low, middle)
-    return (low + high) / 2
