@@ -34,6 +34,7 @@ ORDER: tuple[tuple[str, str | None], ...] = (
     ("decisions", "decisions"),
     ("decisions_notes", None),
     ("process_noise", "process_noise"),
+    ("layout_noise", "layout_noise"),
     ("aa_check", "aa_check"),
     ("ab_check", "ab_check"),
     ("answer", None),

@@ -1,8 +1,8 @@
 """The start of every trial process, written once: a forkserver worker, each rank of a torchrun
 group. It takes the job's environment and share of the machine, sends its output to the job's
 log (whose tail explains a crash), dies with its parent, ends itself (and everything it
-started) as soon as the supervisor that asked for it is gone, and starts the processes it starts
-itself (a data loader's workers) as a user's own run does."""
+started) as soon as the supervisor that asked for it is gone, draws an address-space layout of its
+own, and starts the processes it starts itself (a data loader's workers) as a user's own run does."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import faulthandler
+import mmap
 import os
 import signal
 import threading
@@ -18,6 +19,11 @@ from typing import Any
 
 from autotune.store.owner import Owner, is_alive
 from autotune.trial.job import Job
+
+# The most pages (mmap) and 64-byte chunks (malloc) a process's own layout shifts its allocations by.
+LAYOUT_PAGES = 512
+LAYOUT_CHUNKS = 16384
+_LAYOUT: list[Any] = []  # the shifts this process drew, held for its life
 
 
 def become_trial_process(job: Job, *, own_group: bool, redirect_output: bool) -> None:
@@ -45,12 +51,39 @@ def become_trial_process(job: Job, *, own_group: bool, redirect_output: bool) ->
         os.dup2(log, 2)
         os.close(log)
     faulthandler.enable()  # a segfault leaves its Python traceback in the log
+    draw_own_layout()
     as_a_users_run()
     if job.cpu_cores:
         import torch
 
         os.sched_setaffinity(0, job.cpu_cores)
         torch.set_num_threads(len(job.cpu_cores))
+
+
+def draw_own_layout() -> tuple[int, int]:
+    """Shift where this process's allocations land by a random amount: a region of 1 to
+    `LAYOUT_PAGES` pages mapped and never touched (the mappings placed after it, pymalloc's arenas
+    and large tensor buffers, land that much lower), and a block of 64 to 64 x `LAYOUT_CHUNKS`
+    bytes taken from malloc (what is taken after it from the heap's top lands that much higher).
+    Neither is touched, so neither counts in the process's resident memory. Returns the pages and
+    bytes drawn.
+
+    A forked child inherits its parent's layout, so every child of one forkserver places its
+    buffers alike, and a layout sets one configuration's speed against another's: children of
+    three parents alive at once, interleaved in time, measured the power space's pair at ratios
+    as far apart as 1.24x and 1.55x, each parent's rounds agreeing (`benchmarks.layout_noise`).
+    A user's run is a fresh interpreter, whose layout address-space randomization draws anew.
+    With a layout of its own, each measurement draws one as a user's run does: the layout's effect
+    is noise between measurements, which the rounds see and average, not a bias shared by every
+    measurement of a search."""
+    draw = int.from_bytes(os.urandom(8), "little")
+    pages, size = 1 + draw % LAYOUT_PAGES, 64 * (1 + (draw >> 16) % LAYOUT_CHUNKS)
+    _LAYOUT.append(mmap.mmap(-1, pages * mmap.PAGESIZE))
+    with contextlib.suppress(Exception):  # no C library to ask: the mapping's shift alone
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+        _LAYOUT.append(libc.malloc(size))
+    return pages, size
 
 
 def as_a_users_run() -> None:

@@ -1,14 +1,18 @@
 """A trial process starts its own children as a user's run does: a data loader's workers in a
-forkserver worker start with the interpreter's default method, not with the forkserver's."""
+forkserver worker start with the interpreter's default method, not with the forkserver's; and it
+draws an address-space layout of its own, where a forkserver's children would share one."""
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import multiprocessing
 from typing import Any
 
 import pytest
 
-from autotune.trial.process import as_a_users_run
+from autotune.trial.job import Job
+from autotune.trial.process import LAYOUT_CHUNKS, LAYOUT_PAGES, as_a_users_run, draw_own_layout
 
 
 def _report(queue: Any, fix: bool) -> None:
@@ -38,3 +42,58 @@ def test_a_forkserver_child_starts_its_children_as_a_users_run_does() -> None:
     # what a forkserver child inherits: every data-loader worker a fresh interpreter
     assert _start_method_in_a_forkserver_child(fix=False) == "forkserver"
     assert _start_method_in_a_forkserver_child(fix=True) == default
+
+
+def _where(queue: Any, draw: bool) -> None:
+    """Where this forkserver child's next mapping lands, and what its layout drew (None: none)."""
+    drawn = draw_own_layout() if draw else None
+    region = mmap.mmap(-1, 1 << 20)
+    queue.put((ctypes.addressof(ctypes.c_char.from_buffer(region)), drawn))
+
+
+def _children_report(draw: bool, children: int = 4) -> list[tuple[int, tuple[int, int] | None]]:
+    context = multiprocessing.get_context("forkserver")
+    queue = context.Queue()
+    out = []
+    for _ in range(children):
+        child = context.Process(target=_where, args=(queue, draw))
+        child.start()
+        try:
+            out.append(queue.get(timeout=60))
+        finally:
+            child.join(timeout=60)
+            if child.is_alive():
+                child.kill()
+    return out
+
+
+def test_each_trial_process_draws_a_layout_of_its_own_where_a_forkserver_child_inherits_one() -> None:
+    inherited = _children_report(draw=False)
+    assert len({address for address, _ in inherited}) == 1  # every child maps where its parent would
+    drawn = _children_report(draw=True)
+    # 4 draws among 512 shifts: all alike with a chance of 1 in 512^3
+    assert len({address for address, _ in drawn}) > 1
+    for _, (pages, size) in drawn:
+        assert 1 <= pages <= LAYOUT_PAGES and 64 <= size <= 64 * LAYOUT_CHUNKS and size % 64 == 0
+    assert len({d for _, d in drawn}) > 1
+
+
+def _layouts_after_start(queue: Any) -> None:
+    from autotune.trial import process
+
+    before = len(process._LAYOUT)
+    process.become_trial_process(Job("s", "sqlite://"), own_group=False, redirect_output=False)
+    queue.put(len(process._LAYOUT) - before)
+
+
+def test_a_trial_process_draws_its_layout_as_it_starts() -> None:
+    context = multiprocessing.get_context("forkserver")
+    queue = context.Queue()
+    child = context.Process(target=_layouts_after_start, args=(queue,))
+    child.start()
+    try:
+        assert queue.get(timeout=60) == 2  # the mapping and the heap's block
+    finally:
+        child.join(timeout=60)
+        if child.is_alive():
+            child.kill()
