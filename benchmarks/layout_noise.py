@@ -147,7 +147,9 @@ def summary(runs: Sequence[dict[str, Any]], arm: str) -> dict[str, Any]:
     mine = [r for r in runs if r["arm"] == arm]
     if not mine:
         return {"runs": 0}
-    within = [r["split"]["within_sd"] ** 2 * (sum(r["split"]["rounds"]) - r["split"]["lineages"]) for r in mine]
+    within = [
+        r["split"]["within_sd"] ** 2 * (sum(r["split"]["rounds"]) - r["split"]["lineages"]) for r in mine
+    ]
     dfs = [sum(r["split"]["rounds"]) - r["split"]["lineages"] for r in mine]
     ratios = [x for r in mine for x in r["split"]["ratios"]]
     return {

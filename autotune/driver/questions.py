@@ -109,12 +109,16 @@ def questions_of(fit: RoundsFit, keeping: set[int], with_baseline: bool) -> list
     return found
 
 
-def could_decide(question: Question, fit: RoundsFit, extra_rounds: int, racing: int) -> bool:
+def could_decide(
+    question: Question, fit: RoundsFit, extra_rounds: int, racing: int, level: float | None = None
+) -> bool:
     """Whether `extra_rounds` more rounds of `racing` contestants could answer `question`, were its
     estimate and the noise to stay as measured: its standard error shrinks with the rounds it is
     measured in, and the degrees of freedom grow with the cells each round adds (less its round
     effect). A question measured at its line (two configurations alike) could not: it is not
-    raced. An open question of precision: whether the interval would narrow to the width asked."""
+    raced. An open question of precision: whether the interval would narrow to the width asked.
+    `level`: the confidence level of the look those rounds end at (a later look's is stricter than
+    this one's, `autotune.measure.looks`); None: the fit's own."""
     speedup = question.speedup
     if extra_rounds < 1 or not math.isfinite(speedup.se) or speedup.rounds < 1:
         return False
@@ -131,7 +135,7 @@ def could_decide(question: Question, fit: RoundsFit, extra_rounds: int, racing: 
         noise * math.sqrt(2 / rounds),
     )
     df = max(1, fit.df + extra_rounds * max(0, racing - 1))
-    return question.margin > t_quantile(0.5 + fit.level / 2, df) * se
+    return question.margin > t_quantile(0.5 + (fit.level if level is None else level) / 2, df) * se
 
 
 def precision_of(question: Question) -> Question | None:

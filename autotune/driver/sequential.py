@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.driver.questions import Question, could_decide, precision_of, questions_of
+from autotune.measure.looks import look_level
 from autotune.measure.rounds import RoundsFit, cells_of, fit_rounds
 from autotune.measure.stats import t_quantile
 from autotune.options import MeasureSettings
@@ -344,9 +345,12 @@ def next_round(
         affordable = min(affordable, int(left_s // cost) if cost > 0 else affordable)
     if affordable < 1:
         return None
+    # judged at the level of the look the affordable rounds end at, not this one's
+    level = look_level(rounds.looks, rounds.look + affordable)
     kept: list[Question] = []
     for question in questions:
-        held = question if could_decide(question, fit, affordable, len(racing)) else precision_of(question)
+        decidable = could_decide(question, fit, affordable, len(racing), level)
+        held = question if decidable else precision_of(question)
         if held is not None:
             kept.append(held)
     racing = sorted({n for q in kept for n in q.members} | (disturbed & set(racing)), key=_order)

@@ -70,12 +70,12 @@ def draw_own_layout() -> tuple[int, int]:
 
     A forked child inherits its parent's layout, so every child of one forkserver places its
     buffers alike, and a layout sets one configuration's speed against another's: children of
-    three parents alive at once, interleaved in time, measured the power space's pair at ratios
-    as far apart as 1.24x and 1.55x, each parent's rounds agreeing (`benchmarks.layout_noise`).
-    A user's run is a fresh interpreter, whose layout address-space randomization draws anew.
-    With a layout of its own, each measurement draws one as a user's run does: the layout's effect
-    is noise between measurements, which the rounds see and average, not a bias shared by every
-    measurement of a search."""
+    parents alive at once, interleaved in time, measure one pair at ratios that differ by parent,
+    each parent's rounds agreeing (`benchmarks.layout_noise`; its figures are in RESULTS.md). A
+    user's run is a fresh interpreter, whose layout address-space randomization draws anew. With
+    a layout of its own, each measurement draws one as a user's run does: most of the layout's
+    effect becomes noise between measurements, which the rounds see and average, not a bias
+    shared by every measurement of a search."""
     draw = int.from_bytes(os.urandom(8), "little")
     pages, size = 1 + draw % LAYOUT_PAGES, 64 * (1 + (draw >> 16) % LAYOUT_CHUNKS)
     _LAYOUT.append(mmap.mmap(-1, pages * mmap.PAGESIZE))

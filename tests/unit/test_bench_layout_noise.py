@@ -4,7 +4,7 @@ keeps, how the arms are summed up, what the section states."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -15,7 +15,7 @@ from benchmarks.process_noise import split
 class _FakeParent:
     """A parent whose ratio is its own (1.2x, 1.5x, ...): the first pair it measures reads cold."""
 
-    made: list[_FakeParent] = []
+    made: ClassVar[list[_FakeParent]] = []
 
     def __init__(self, arm: str) -> None:
         self.arm, self.index, self.asked, self.ended = arm, len(_FakeParent.made), [], False
@@ -57,14 +57,20 @@ def _run(arm: str, offsets: list[float]) -> dict[str, Any]:
 
 
 def test_each_arm_is_summed_up_from_its_own_runs() -> None:
-    runs = [_run("inherited", [-0.1, 0.0, 0.1]), _run("drawn", [0.0, 0.0, 0.0]), _run("inherited", [0.0, 0.1, 0.2])]
+    runs = [
+        _run("inherited", [-0.1, 0.0, 0.1]),
+        _run("drawn", [0.0, 0.0, 0.0]),
+        _run("inherited", [0.0, 0.1, 0.2]),
+    ]
     inherited, drawn = (layout_noise.summary(runs, arm) for arm in layout_noise.ARMS)
     assert inherited["runs"] == 2 and drawn["runs"] == 1
     assert inherited["found"] == 2 and drawn["found"] == 0
     assert inherited["between_sd"] == pytest.approx(0.1, rel=0.05)
     assert drawn["between_sd"] == 0.0
     assert inherited["within_sd"] == pytest.approx(0.01) and drawn["within_sd"] == pytest.approx(0.01)
-    assert inherited["lowest"] == pytest.approx(math.exp(0.2)) and inherited["highest"] == pytest.approx(math.exp(0.5))
+    assert inherited["lowest"] == pytest.approx(math.exp(0.2)) and inherited["highest"] == pytest.approx(
+        math.exp(0.5)
+    )
     assert layout_noise.summary(runs[:1], "drawn") == {"runs": 0}
 
 
