@@ -306,10 +306,17 @@ class SlowCompile(TrainerCallback):
 
 
 def terminate_connections(
-    admin_url: str, database: str, seconds: float, kills: list[int], stop: threading.Event | None = None
+    admin_url: str,
+    database: str,
+    seconds: float,
+    kills: list[int],
+    stop: threading.Event | None = None,
+    refuse: bool = False,
 ) -> None:
     """Terminate every connection to `database` but this one, over and over, for `seconds`, or
-    until `stop` (a `threading.Event`, if given) is set."""
+    until `stop` (a `threading.Event`, if given) is set. `refuse`: the database also refuses every
+    new connection meanwhile (``ALLOW_CONNECTIONS false``, given back at the end), so that no
+    store call gets through between two terminations, however the machine's load spaces them."""
     import time
 
     import sqlalchemy
@@ -319,12 +326,19 @@ def terminate_connections(
         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
         "WHERE datname = :database AND pid <> pg_backend_pid()"
     )
+    quoted = '"' + database.replace('"', '""') + '"'
     try:
         with engine.connect() as connection:
-            end = time.monotonic() + seconds
-            while time.monotonic() < end and not (stop is not None and stop.is_set()):
-                kills.append(int(connection.execute(statement, {"database": database}).scalar() or 0))
-                time.sleep(0.02)
+            if refuse:
+                connection.execute(sqlalchemy.text(f"ALTER DATABASE {quoted} ALLOW_CONNECTIONS false"))
+            try:
+                end = time.monotonic() + seconds
+                while time.monotonic() < end and not (stop is not None and stop.is_set()):
+                    kills.append(int(connection.execute(statement, {"database": database}).scalar() or 0))
+                    time.sleep(0.02)
+            finally:
+                if refuse:
+                    connection.execute(sqlalchemy.text(f"ALTER DATABASE {quoted} ALLOW_CONNECTIONS true"))
     finally:
         engine.dispose()
 
