@@ -62,9 +62,12 @@ def become_trial_process(job: Job, *, own_group: bool, redirect_output: bool) ->
 
 def draw_own_layout() -> tuple[int, int]:
     """Shift where this process's allocations land by a random amount: a region of 1 to
-    `LAYOUT_PAGES` pages mapped and never touched (the mappings placed after it, pymalloc's arenas
-    and large tensor buffers, land that much lower), and a block of 64 to 64 x `LAYOUT_CHUNKS`
-    bytes taken from malloc (what is taken after it from the heap's top lands that much higher).
+    `LAYOUT_PAGES` pages mapped and never touched (placed at the top of the highest gap of the
+    address space it fits, it moves the mappings placed after it in that gap, pymalloc's arenas
+    and large tensor buffers, that much lower; where a parent's libraries left holes, only those
+    placed in the same one), and a block of 64 to 64 x `LAYOUT_CHUNKS` bytes taken from malloc
+    (what is taken after it from the heap's top lands that much higher; a small block served from
+    a free bin does not move).
     Neither is touched, so neither counts in the process's resident memory. Returns the pages and
     bytes drawn.
 
