@@ -18,8 +18,8 @@ import pytest
 from autotune.trial.job import Job
 from autotune.trial.process import LAYOUT_CHUNKS, LAYOUT_PAGES, as_a_users_run, draw_own_layout
 
-
 ROOT = Path(__file__).resolve().parents[2]
+
 
 def _report(queue: Any, fix: bool) -> None:
     if fix:
