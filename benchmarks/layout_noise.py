@@ -32,40 +32,25 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from benchmarks.assemble import store
 from benchmarks.harness import machine
-from benchmarks.process_noise import split
+from benchmarks.process_noise import PAIR, measure_once, split
 from benchmarks.report import section, table
 
-SPACE = Path(__file__).resolve().parent / "space_power.yaml"
 ARMS = ("inherited", "drawn")
-KINDS = {"on": True, "off": False}  # activation_checkpointing
 MEASURE_TIMEOUT_S = 120.0
-
-
-def measure_once(checkpointing: bool) -> float:
-    """One measurement with a finalists' round's window in this process, as a round measures it."""
-    from autotune.options import MeasureSettings
-    from benchmarks.harness import Bench
-
-    window = MeasureSettings(min_measure_steps=3, measure_steps=3, eager_settle_steps=2)
-    with Bench("tiny-gpt2", str(SPACE), seq_len=256, measure=window) as bench:
-        params = {**bench.baseline(), "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1}
-        params["activation_checkpointing"] = checkpointing
-        rate = bench.measure(params, verbatim=True).tokens_per_s
-    if not rate:
-        raise RuntimeError(f"no throughput measured for checkpointing={checkpointing}")
-    return float(rate)
 
 
 def serve(arm: str) -> None:
     """A parent: for each line read ("on" or "off"), fork a child that measures it (drawing its own
     layout in the ``drawn`` arm) and print its figure (a negative one: it failed)."""
     import autotune.executors._preload  # noqa: F401  (what a search's forkserver holds)
-    from autotune.trial.process import as_a_users_run, draw_own_layout, kill_me_with_my_parent
+    from autotune.options import MeasureSettings
+    from autotune.trial.process import draw_own_layout, kill_me_with_my_parent
+
+    window = MeasureSettings(min_measure_steps=3, measure_steps=3, eager_settle_steps=2)  # a round's
 
     kill_me_with_my_parent()
     for line in sys.stdin:
@@ -78,8 +63,7 @@ def serve(arm: str) -> None:
             try:
                 if arm == "drawn":
                     draw_own_layout()
-                as_a_users_run()
-                value = measure_once(KINDS[line.strip()])
+                value = measure_once(PAIR[line.strip()], window)
             finally:
                 os.write(write, json.dumps(value).encode())
                 os._exit(0)
@@ -131,7 +115,7 @@ def one_run(arm: str, parents: int, rounds: int) -> list[list[float]]:
         for number in range(rounds):
             order = range(parents) if number % 2 == 0 else reversed(range(parents))
             for index in order:
-                pair = list(KINDS) if (number + index) % 2 == 0 else list(KINDS)[::-1]
+                pair = list(PAIR) if (number + index) % 2 == 0 else list(PAIR)[::-1]
                 got = {kind: started[index].measure(kind) for kind in pair}
                 logs[index].append(math.log(got["off"] / got["on"]))
         return logs

@@ -31,11 +31,14 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.assemble import store
 from benchmarks.harness import machine, run_search
 from benchmarks.report import section, table
+
+if TYPE_CHECKING:
+    from autotune.options import MeasureSettings
 
 SPACE = Path(__file__).resolve().parent / "space_power.yaml"
 PAIR = {"on": True, "off": False}  # activation_checkpointing
@@ -43,13 +46,14 @@ MEASURE_TIMEOUT_S = 120.0
 PERMUTATIONS = 2000
 
 
-def measure_once(checkpointing: bool) -> float:
-    """One measurement of the pair's member in this process, as a search's trial measures it."""
+def measure_once(checkpointing: bool, window: MeasureSettings | None = None) -> float:
+    """One measurement of the pair's member in this process, as a search's trial measures it
+    (`window`: the measurement settings, the search's own unless given)."""
     from autotune.trial.process import as_a_users_run
     from benchmarks.harness import Bench
 
     as_a_users_run()
-    with Bench("tiny-gpt2", str(SPACE), seq_len=256) as bench:  # its scratch folder removed after
+    with Bench("tiny-gpt2", str(SPACE), seq_len=256, measure=window) as bench:  # scratch removed after
         params = {**bench.baseline(), "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1}
         params["activation_checkpointing"] = checkpointing
         rate = bench.measure(params, verbatim=True).tokens_per_s

@@ -14,7 +14,7 @@ from autotune.driver.questions import Question, could_decide
 from autotune.driver.sequential import Rounds, next_round
 from autotune.measure.looks import look_level
 from autotune.measure.rounds import BASELINE, BASELINE_AGAIN, Cell, RoundsFit, fit_rounds
-from autotune.measure.stats import MIN_GAIN, Speedup, t_quantile
+from autotune.measure.stats import MIN_GAIN, Speedup
 
 
 def _fit(rounds: int = 3, speedup: float = 1.1, noise: float = 0.04, seed: int = 0) -> RoundsFit:
@@ -31,30 +31,28 @@ def _fit(rounds: int = 3, speedup: float = 1.1, noise: float = 0.04, seed: int =
     return fit
 
 
-def _question(fit: RoundsFit, margin_in_se: float, extra: int, racing: int) -> Question:
-    """A question whose margin is `margin_in_se` standard errors of what `extra` more rounds give."""
-    se = 0.02
-    rounds = 3
-    after = se * math.sqrt(rounds / (rounds + extra))
-    ratio = (1 + MIN_GAIN) * math.exp(
-        margin_in_se * min(after, fit.scale * fit.sigma * math.sqrt(2 / (rounds + extra)))
-    )
-    speedup = Speedup(ratio, ratio * 0.9, ratio * 1.1, rounds, fit.df, se)
+def _question(ratio: float, se: float = 0.02) -> Question:
+    speedup = Speedup(ratio, ratio * 0.9, ratio * 1.1, 3, 5, se)
     return Question((0, BASELINE, BASELINE_AGAIN), speedup, 1 + MIN_GAIN, "open")
 
 
 def test_a_question_is_judged_at_the_level_it_is_given() -> None:
     fit = _fit()
     extra, racing = 2, 3
-    df = fit.df + extra * (racing - 1)
     first, later = look_level(4, 1), look_level(4, 3)
-    assert later > first
-    # a margin between the two levels' quantiles: decidable at the first look's, not at the later one's
-    between = (t_quantile(0.5 + first / 2, df) + t_quantile(0.5 + later / 2, df)) / 2
-    question = _question(fit, between, extra, racing)
-    assert could_decide(question, fit, extra, racing)  # the fit's own level: the first look's
-    assert could_decide(question, fit, extra, racing, level=first)
-    assert not could_decide(question, fit, extra, racing, level=later)
+    assert fit.level == first < later
+
+    def decidable(ratio: float, level: float | None = None) -> bool:
+        return could_decide(_question(ratio), fit, extra, racing, level)
+
+    # the least ratio that the fit's own level (the first look's) would call decidable
+    low, high = 1 + MIN_GAIN, 2.0
+    assert not decidable(low) and decidable(high)
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (low, middle) if decidable(middle) else (middle, high)
+    assert decidable(high, level=first)
+    assert not decidable(high, level=later)  # a stricter look asks for a larger margin
 
 
 def test_the_plan_judges_more_rounds_at_the_level_of_the_look_they_end_at(

@@ -21,16 +21,11 @@ from autotune.trial.process import LAYOUT_CHUNKS, LAYOUT_PAGES, as_a_users_run, 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _report(queue: Any, fix: bool) -> None:
-    if fix:
-        as_a_users_run()
-    queue.put(multiprocessing.get_start_method(allow_none=True))
-
-
-def _start_method_in_a_forkserver_child(fix: bool) -> str | None:
+def _from_a_forkserver_child(target: Any, *args: Any) -> Any:
+    """What `target(queue, *args)` puts on its queue, run in a child of this session's forkserver."""
     context = multiprocessing.get_context("forkserver")
     queue = context.Queue()
-    child = context.Process(target=_report, args=(queue, fix))
+    child = context.Process(target=target, args=(queue, *args))
     child.start()
     try:
         return queue.get(timeout=60)
@@ -41,13 +36,19 @@ def _start_method_in_a_forkserver_child(fix: bool) -> str | None:
             child.join(timeout=10)
 
 
+def _report(queue: Any, fix: bool) -> None:
+    if fix:
+        as_a_users_run()
+    queue.put(multiprocessing.get_start_method(allow_none=True))
+
+
 def test_a_forkserver_child_starts_its_children_as_a_users_run_does() -> None:
     default = multiprocessing.get_all_start_methods()[0]
     if default == "forkserver":
         pytest.skip("this interpreter's own default is the forkserver")
     # what a forkserver child inherits: every data-loader worker a fresh interpreter
-    assert _start_method_in_a_forkserver_child(fix=False) == "forkserver"
-    assert _start_method_in_a_forkserver_child(fix=True) == default
+    assert _from_a_forkserver_child(_report, False) == "forkserver"
+    assert _from_a_forkserver_child(_report, True) == default
 
 
 def _where(queue: Any, draw: bool) -> None:
@@ -58,19 +59,7 @@ def _where(queue: Any, draw: bool) -> None:
 
 
 def _children_report(draw: bool, children: int = 4) -> list[tuple[int, tuple[int, int] | None]]:
-    context = multiprocessing.get_context("forkserver")
-    queue = context.Queue()
-    out = []
-    for _ in range(children):
-        child = context.Process(target=_where, args=(queue, draw))
-        child.start()
-        try:
-            out.append(queue.get(timeout=60))
-        finally:
-            child.join(timeout=60)
-            if child.is_alive():
-                child.kill()
-    return out
+    return [_from_a_forkserver_child(_where, draw) for _ in range(children)]
 
 
 # Run in a fresh interpreter, whose forkserver preloads nothing: its children's address space
@@ -102,13 +91,4 @@ def _layouts_after_start(queue: Any) -> None:
 
 
 def test_a_trial_process_draws_its_layout_as_it_starts() -> None:
-    context = multiprocessing.get_context("forkserver")
-    queue = context.Queue()
-    child = context.Process(target=_layouts_after_start, args=(queue,))
-    child.start()
-    try:
-        assert queue.get(timeout=60) == 2  # the mapping and the heap's block
-    finally:
-        child.join(timeout=60)
-        if child.is_alive():
-            child.kill()
+    assert _from_a_forkserver_child(_layouts_after_start) == 2  # the mapping and the heap's block
