@@ -16,6 +16,7 @@ from autotune.answer.choices import measured_in_full, search_choice
 from autotune.answer.model import BEATS_DEFAULTS, CHOSEN, KEEPS_MATH, Answer
 from autotune.errors import UsageError
 from autotune.options import cap_bytes
+from autotune.plan.base_args import current_names
 from autotune.progress import format_bytes
 from autotune.records import TrialRecord, read_study
 from autotune.space.defaults import training_args_defaults
@@ -110,7 +111,8 @@ def export_config(
     choice = answer.choice
     if choice is None:
         raise no_answer_error(study, answer, cap_text)
-    training_args = _minimal_args({**record.base_args, **choice.training_args})
+    # a store may hold a base config as given, its aliases not yet renamed
+    training_args = _minimal_args({**current_names(record.base_args), **choice.training_args})
     model_kwargs = {**record.base_model_kwargs, **choice.model_kwargs}
     for key in ("dtype", "torch_dtype"):
         # a dtype the trial ran with stays only where the base config or the base_weights knob asked

@@ -297,6 +297,19 @@ def test_config_merges_base_args(tmp_path: Path) -> None:
     assert args["per_device_train_batch_size"] == 8  # the trial's value wins
 
 
+def test_a_trial_that_turns_checkpointing_off_over_a_base_alias_exports_it_off() -> None:
+    # a base config (as a store may hold it) that checkpoints under transformers 5's deprecated
+    # name; trial 6 turns checkpointing off, trial 0 keeps it on
+    from transformers import TrainingArguments
+
+    study = make_study(None, standard_specs(), winner=0, base_args={"gradient_checkpointing": True})
+    for number, on in ((6, False), (0, True)):
+        args = _config(study, number)["training_args"]
+        assert "gradient_checkpointing" not in args
+        built = TrainingArguments(output_dir="unused", use_cpu=True, **args)
+        assert built.activation_checkpointing is on, (number, args)
+
+
 def test_dtype_only_when_the_base_config_asked(tmp_path: Path) -> None:
     spec = trial_spec(
         8, 1, "bf16", "sgd", "off", "sdpa", False, 1000.0, 100, extra_model={"dtype": "bfloat16"}

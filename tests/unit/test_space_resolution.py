@@ -607,6 +607,25 @@ def test_load_json_base_args(tmp_path):
     assert load_base_args(str(path)) == data
 
 
+def test_base_args_aliases_are_read_as_the_fields_they_stand_for(tmp_path):
+    # transformers 5's deprecated names: the knobs write the fields, so the base config does too
+    data = {
+        "gradient_checkpointing": True,
+        "gradient_checkpointing_kwargs": {"use_reentrant": True},
+        "seed": 3,
+    }
+    path = write(tmp_path, json.dumps(data), "base.json")
+    assert load_base_args(str(path)) == {
+        "activation_checkpointing": True,
+        "activation_checkpointing_kwargs": {"use_reentrant": True},
+        "seed": 3,
+    }
+    # where both are given, the field's value, as TrainingArguments reads them
+    both = {"gradient_checkpointing": True, "activation_checkpointing": False}
+    both = write(tmp_path, json.dumps(both), "both.json")
+    assert load_base_args(str(both)) == {"activation_checkpointing": False}
+
+
 def test_base_args_unknown_field(tmp_path):
     path = write(tmp_path, "bf16: true\nbatch_size: 16\n", "base.yaml")
     with pytest.raises(
