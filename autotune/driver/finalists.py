@@ -25,6 +25,7 @@ from autotune.answer.choices import same_as_baseline
 from autotune.driver.questions import contestant_name, decided_out
 from autotune.driver.sequential import (
     Rounds,
+    first_look,
     fitting,
     measurement_cost,
     next_round,
@@ -174,6 +175,11 @@ def remeasure_finalists(
             max_rounds = from_rank_zero(
                 planned_rounds(contestants, costs, first_rounds, budget_s) if is_rank_zero() else None
             )
+            if (looked := first_look(first_rounds, max_rounds)) != first_rounds:
+                first_rounds = looked
+                reporter.on_note(
+                    f"the budget pays for {looked} rounds: they are looked at once, after the last"
+                )
             rounds.looks = max_rounds - first_rounds + 1
         rounds.look = max(1, round_number - first_rounds + 1)
         fit = from_rank_zero(rounds.refit() if is_rank_zero() else None)
