@@ -205,6 +205,7 @@ def run_searches(
 ) -> list[dict[str, Any]]:
     """Every search of `parts`, before and after alternately (the order flips each seed)."""
     plan = specs(folder, args.trials)
+    cpu = machine()["cpu"]  # each row names its machine: a rerun of some parts keeps the others'
     runs = []
     for part in [p for p in ("aa", "power", "slow", "heldout") if p in parts]:
         seeds = range(args.searches) if part in ("aa", "power") else range(1)
@@ -212,7 +213,7 @@ def run_searches(
             order = list(CODES) if seed % 2 == 0 else list(CODES)[::-1]
             for code in (c for c in order if c in codes):
                 store = folder / f"{part}-{code}-{seed}.db"
-                row = {"part": part, "code": code, "commit": _commit(codes[code])}
+                row = {"part": part, "code": code, "commit": _commit(codes[code]), "cpu": cpu}
                 row.update(one_search(codes[code], plan[part], store, seed))
                 runs.append(row)
                 print(
@@ -353,7 +354,7 @@ def main() -> None:
     data["commands"] = [*earlier, command] if parts != list(PARTS) or args.code else [command]
     data["command"] = command
     if "check" in parts:
-        data["check"] = check(args)
+        data["check"], data["check_cpu"] = check(args), data["machine"]["cpu"]
     with tempfile.TemporaryDirectory(prefix="bench-decisions-") as tmp, worktree(args.before, tmp) as old:
         assert old is not None  # --before is required
         data["before_commit"] = old[0]
@@ -363,7 +364,7 @@ def main() -> None:
         done = {(r["part"], r["code"]) for r in runs}
         runs = [r for r in data.get("runs", []) if (r["part"], r["code"]) not in done] + runs
         if "heldout" in parts:
-            data["heldout"] = heldout_grid(runs, Path(tmp), args)
+            data["heldout"] = {**heldout_grid(runs, Path(tmp), args), "cpu": data["machine"]["cpu"]}
     if "coverage" in parts:
         data["coverage"] = coverage(runs, args, kept.get("coverage"))
     data["runs"] = runs
@@ -577,6 +578,7 @@ def render(data: dict[str, Any]) -> str:
         command="`, then `".join(data.get("commands") or [data["command"]]),
         summary=table(headers, rows),
         not_run=_not_run(runs, data),
+        elsewhere=_elsewhere(runs, data),
         check=_check(data.get("check")),
         searches=_searches(runs),
         heldout=_heldout(data.get("heldout"), runs),
@@ -598,6 +600,42 @@ def _not_run(runs: list[dict[str, Any]], data: dict[str, Any]) -> str:
     return (
         f"\nNot in this run: {' and '.join(missing)} (`python -m benchmarks.decisions --before "
         f"{data.get('before')} {parts}` adds them); its cost figures are the A/A and power searches' only.\n"
+    )
+
+
+def _elsewhere(runs: list[dict[str, Any]], data: dict[str, Any]) -> str:
+    """A line naming the figures kept from an earlier run on another machine than this section's
+    (a rerun of some parts keeps the others' rows): figures of two machines are not compared
+    with each other, and the table's rows that mix them say so here."""
+    here = data["machine"]["cpu"]
+    other: dict[str, list[str]] = {}
+    for part in ("aa", "power", "slow", "heldout"):
+        for code in CODES:
+            cpus = {r.get("cpu") for r in runs if r["part"] == part and r["code"] == code}
+            for cpu in sorted(c for c in cpus if c and c != here):
+                other.setdefault(cpu, []).append(f"the {part} searches of {code}")
+    for name, cpu in (
+        ("the spaces' check", data.get("check_cpu") if data.get("check") else None),
+        ("the held-out grid", (data.get("heldout") or {}).get("cpu")),
+    ):
+        if cpu and cpu != here:
+            other.setdefault(cpu, []).append(name)
+    if not other:
+        return ""
+    kept = "; ".join(f"{', '.join(names)} on {cpu}" for cpu, names in other.items())
+    split = [
+        part
+        for part in ("aa", "power", "slow", "heldout")
+        if len({r.get("cpu") or here for r in runs if r["part"] == part}) > 1
+    ]
+    pairs = (
+        f"the before and after of {', '.join(split)} were measured on different machines"
+        if split
+        else "each part's before and after were measured on one machine"
+    )
+    return (
+        f"\nKept from an earlier run on another machine: {kept}. The table's rows hold them beside "
+        f"this machine's ({here}); {pairs}.\n"
     )
 
 

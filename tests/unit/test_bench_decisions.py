@@ -82,6 +82,25 @@ def test_the_section_states_both_codes_against_the_bars() -> None:
     assert "1.30x (1.15-1.47x)" in text and "in 1 of the 1 searches" in text
 
 
+def test_the_section_names_the_figures_kept_from_another_machine() -> None:
+    found = {"value": 1.3, "low": 1.15, "high": 1.47, "rounds": 3}
+    machine = {"date": "d", "commit": "def", "cpu": "here", "cores": 2, "native_bf16": True}
+    runs = [{**_run("power", code, 0, True, found), "cpu": "here"} for code in ("before", "after")] + [
+        {**_run("slow", code, 0, True, found), "cpu": "there"} for code in ("before", "after")
+    ]
+    data = {"command": "c", "before_commit": "abc", "runs": runs,
+            "machine": {**machine, "torch": "t", "transformers": "tr"}}  # fmt: skip
+    text = render(data)
+    kept = "the slow searches of before, the slow searches of after on there"
+    assert f"Kept from an earlier run on another machine: {kept}" in text
+    assert "each part's before and after were measured on one machine" in text
+    runs[-1]["cpu"] = "here"  # the slow search of after measured again here
+    assert "the before and after of slow were measured on different machines" in render(data)
+    for run in runs:
+        run["cpu"] = "here"
+    assert "another machine" not in render(data)
+
+
 def test_agreement_judges_each_interval_by_the_other_searches_estimates_of_its_configuration() -> None:
     def stated(value: float, half: float) -> dict[str, Any]:
         return {"value": value, "low": value / half, "high": value * half, "rounds": 2}
