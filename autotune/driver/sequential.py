@@ -236,16 +236,13 @@ def fitting(
 ) -> dict[int, tuple[dict[str, Any], bool]]:
     """The contestants whose `first_rounds` rounds, and one more round of the best trial and the
     baseline's pair, the budget pays for: the finalists in their order, the last ones left out
-    while those rounds would not fit, the runner-up too. A third round of the leader against the
-    baseline narrows the speedup the answer states more than a second round of another finalist:
-    with the leader in 3 rounds and the baseline in 6, its contrast's variance is 1/3 + 1/6 of one
-    measurement's (1/2 + 1/4 after 2 rounds beside a runner-up), and its noise's degrees of freedom
-    grow as much (5 of 9 cells against 4 of 8). The runner-up goes last: without it the rounds
-    cannot undo the search window's luck of its leader (a neighbour's load, a cold cache), so it
-    stays wherever the budget pays for both, and where it is the one comparison the rounds have
-    (no baseline's pair), while the rounds asked for fit. The best trial and the baseline's pair
-    always stay, and so do the trials of `keep` (the best that keeps the training math, beside a
-    leader that changes it: the answer's comparison needs it)."""
+    while those rounds would not fit (the runner-up only while the rounds asked for alone would
+    not). A third round of the leader against the baseline decides
+    more than a second of several finalists: its contrast is measured once more, and its noise's
+    degrees of freedom grow as much. The runner-up goes last: without it the rounds cannot undo
+    the search window's luck of its leader (a neighbour's load, a cold cache). The best trial and
+    the baseline's pair always stay, and so do the trials of `keep` (the best that keeps the
+    training math, beside a leader that changes it: the answer's comparison needs it)."""
     if budget_s is None:
         return contestants
     kept = dict(contestants)
@@ -253,18 +250,18 @@ def fitting(
     # the kept ones move to the front, after the best trial: the others are left out first
     trials = trials[:1] + [n for n in trials[1:] if n in keep] + [n for n in trials[1:] if n not in keep]
     least = sum(predicted.get(n, PROCESS_START_S) for n in [*trials[:1], *(n for n in kept if n < 0)])
-    paired = any(n < 0 for n in kept)
 
-    def over() -> bool:
-        """The rounds asked for and one more round of the leader would not fit (the rounds asked
-        for alone, for a runner-up that is the rounds' one comparison: no baseline's pair)."""
-        reserve = least if paired or len(trials) > 2 else 0.0
-        return first_rounds * sum(predicted.get(n, PROCESS_START_S) for n in kept) + reserve > budget_s
+    def cost(reserve: float) -> float:
+        return first_rounds * sum(predicted.get(n, PROCESS_START_S) for n in kept) + reserve
 
+    # the third and later finalists while the rounds and one more round of the leader would not
+    # fit; the runner-up only while the rounds alone would not
     def droppable() -> bool:
         return bool(trials) and trials[-1] not in keep and trials[-1] != trials[0]
 
-    while droppable() and over():
+    while droppable() and (
+        (len(trials) > 2 and cost(least) > budget_s) or (len(trials) == 2 and cost(0.0) > budget_s)
+    ):
         dropped = trials.pop()
         del kept[dropped]
         reporter.on_note(
