@@ -53,7 +53,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RESULTS = HERE / "results" / "decisions.json"
 AA_SPACE, POWER_SPACE = HERE / "space_aa.yaml", HERE / "space_power.yaml"
-PARTS = ("check", "aa", "power", "slow", "heldout", "coverage")
+SEARCHED = ("aa", "power", "slow", "heldout")  # the parts that run searches, in their order
+PARTS = ("check", *SEARCHED, "coverage")
 CODES = ("before", "after")
 # the issue's bars
 POWER_BAR, CLAIMS_BAR, COVERAGE_BAR, SHARE_BAR, HALF_WIDTH_BAR = 0.9, 0.1, 0.9, 0.30, math.log(1.15)
@@ -201,13 +202,13 @@ def one_search(code: Path, spec: dict[str, Any], store: Path, seed: int) -> dict
 
 
 def run_searches(
-    parts: list[str], codes: dict[str, Path], folder: Path, args: argparse.Namespace
+    parts: list[str], codes: dict[str, Path], folder: Path, args: argparse.Namespace, cpu: str
 ) -> list[dict[str, Any]]:
-    """Every search of `parts`, before and after alternately (the order flips each seed)."""
+    """Every search of `parts`, before and after alternately (the order flips each seed), each row
+    naming `cpu`, the machine's (a rerun of some parts keeps the others' rows)."""
     plan = specs(folder, args.trials)
-    cpu = machine()["cpu"]  # each row names its machine: a rerun of some parts keeps the others'
     runs = []
-    for part in [p for p in ("aa", "power", "slow", "heldout") if p in parts]:
+    for part in [p for p in SEARCHED if p in parts]:
         seeds = range(args.searches) if part in ("aa", "power") else range(1)
         for seed in seeds:
             order = list(CODES) if seed % 2 == 0 else list(CODES)[::-1]
@@ -360,7 +361,7 @@ def main() -> None:
         data["before_commit"] = old[0]
         codes = {"before": old[1], "after": ROOT}
         codes = {code: path for code, path in codes.items() if code in (args.code or CODES)}
-        runs = run_searches(parts, codes, Path(tmp), args)
+        runs = run_searches(parts, codes, Path(tmp), args, data["machine"]["cpu"])
         done = {(r["part"], r["code"]) for r in runs}
         runs = [r for r in data.get("runs", []) if (r["part"], r["code"]) not in done] + runs
         if "heldout" in parts:
@@ -609,7 +610,7 @@ def _elsewhere(runs: list[dict[str, Any]], data: dict[str, Any]) -> str:
     with each other, and the table's rows that mix them say so here."""
     here = data["machine"]["cpu"]
     other: dict[str, list[str]] = {}
-    for part in ("aa", "power", "slow", "heldout"):
+    for part in SEARCHED:
         for code in CODES:
             cpus = {r.get("cpu") for r in runs if r["part"] == part and r["code"] == code}
             for cpu in sorted(c for c in cpus if c and c != here):
@@ -623,11 +624,7 @@ def _elsewhere(runs: list[dict[str, Any]], data: dict[str, Any]) -> str:
     if not other:
         return ""
     kept = "; ".join(f"{', '.join(names)} on {cpu}" for cpu, names in other.items())
-    split = [
-        part
-        for part in ("aa", "power", "slow", "heldout")
-        if len({r.get("cpu") or here for r in runs if r["part"] == part}) > 1
-    ]
+    split = [part for part in SEARCHED if len({r.get("cpu") or here for r in runs if r["part"] == part}) > 1]
     pairs = (
         f"the before and after of {', '.join(split)} were measured on different machines"
         if split
