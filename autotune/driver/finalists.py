@@ -32,6 +32,7 @@ from autotune.driver.sequential import (
     pace_of,
     planned_rounds,
     round_window,
+    rounds_paid,
     warming_window,
     window_seconds,
     within_budget,
@@ -148,6 +149,8 @@ def remeasure_finalists(
                 reporter.on_note(
                     f"the finalists' budget ({budget_s:.0f} s) is spent: no round {round_number}"
                 )
+                if round_number <= first_rounds:
+                    rounds.looks = 1  # the rounds end before their first look: it is their only one
                 break
             measured_now = affordable
         # the first rounds' windows leave the budget room for the rounds a decision needs (two at
@@ -168,12 +171,14 @@ def remeasure_finalists(
             rounds.costs.setdefault(number, []).append(clock() - started)
             rounds.add(number, round_number, position, measured, score(measured, tokens) or 0.0)
             reporter.on_remeasure(number, round_number, measured.tokens_per_s, None)
-        if round_number == 1 and budget_s is not None:
-            # the rounds the budget pays for, by what the first round's measurements cost, not by
-            # their predictions: fixed now, before any look at the rounds may end them
+        if round_number == first_rounds and budget_s is not None:
+            # the rounds the budget pays for, by what the rounds asked for cost (a later round's
+            # windows are sized from the rounds' noise, as round 2's were from round 1's), not by
+            # their predictions: fixed now, before the first look at the rounds may end them
             costs = {n: measurement_cost(n, rounds, predicted) for n in contestants}
+            left = budget_s - (clock() - began)
             max_rounds = from_rank_zero(
-                planned_rounds(contestants, costs, first_rounds, budget_s) if is_rank_zero() else None
+                rounds_paid(round_number, measured_now, costs, left) if is_rank_zero() else None
             )
             if (looked := first_look(first_rounds, max_rounds)) != first_rounds:
                 first_rounds = looked

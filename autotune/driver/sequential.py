@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -275,15 +275,26 @@ def planned_rounds(
     contestants: dict[int, Any], predicted: dict[int, float], first_rounds: int, budget_s: float | None
 ) -> int:
     """The most rounds the budget could pay for: the rounds asked for of every contestant, then
-    rounds of the leader and the baseline's pair alone (`MAX_ROUNDS` at most). Fixed before the
-    first measurement: the rounds' intervals hold over that many looks together."""
+    rounds of the leader and the baseline's pair alone (`MAX_ROUNDS` at most). The rounds' first
+    plan, from the measurements' predicted costs; `rounds_paid` counts them again from what the
+    rounds asked for cost, before they are looked at."""
     if budget_s is None:
         return MAX_ROUNDS
     every = sum(predicted.get(n, PROCESS_START_S) for n in contestants)
+    left = budget_s - first_rounds * every
+    return max(first_rounds, rounds_paid(first_rounds, contestants, predicted, left))
+
+
+def rounds_paid(done: int, contestants: Collection[int], costs: dict[int, float], left_s: float) -> int:
+    """The most rounds there can be after `done` rounds with `left_s` seconds left: those, and as
+    many as `left_s` pays for of the cheapest round there can be, the first trial of `contestants`
+    and the baseline's pair at `costs` a measurement (`MAX_ROUNDS` at most). A bound the rounds
+    cannot pass: their intervals hold over that many looks together, so a look it leaves out would
+    widen them for nothing, and one past it would spend error that is not there."""
     least = [n for n in contestants if n < 0] + [n for n in contestants if n >= 0][:1]
-    smallest = sum(predicted.get(n, PROCESS_START_S) for n in least)
-    extra = int(max(0.0, budget_s - first_rounds * every) // smallest) if smallest > 0 else 0
-    return max(first_rounds, min(MAX_ROUNDS, first_rounds + extra))
+    smallest = sum(costs.get(n, PROCESS_START_S) for n in least)
+    extra = int(max(0.0, left_s) // smallest) if smallest > 0 else 0
+    return max(done, min(MAX_ROUNDS, done + extra))
 
 
 def first_look(first_rounds: int, max_rounds: int) -> int:
@@ -300,7 +311,8 @@ def within_budget(
 ) -> list[int] | None:
     """Who a round may measure with `left_s` seconds left, at what each measurement has cost so far:
     all of `racing`, else its best trial and the baseline's pair alone; None where not even those
-    fit (the rounds end: the first round's costs, not its predictions, are what a round spends)."""
+    fit (the rounds end: what the rounds' measurements cost, not their predictions, is what a
+    round spends)."""
     if sum(measurement_cost(n, rounds, predicted) for n in racing) <= left_s:
         return list(racing)
     trials = [n for n in racing if n >= 0]

@@ -59,10 +59,11 @@ class _Clock:
 class _Script:
     """A fake measurement: each contestant's tokens/s per measurement from a table (the
     baseline's second measurement, the A/A pair, as its first unless given; the last value
-    repeats), who was measured, the window each took, and `seconds` on the clock for each."""
+    repeats), who was measured, the window each took, and `seconds` on the clock for each (or
+    for each in turn)."""
 
     def __init__(
-        self, rates: dict[int, list[float]], clock: _Clock | None = None, seconds: float = 1.0
+        self, rates: dict[int, list[float]], clock: _Clock | None = None, seconds: float | list[float] = 1.0
     ) -> None:
         self.rates = rates
         if BASELINE in rates and BASELINE_AGAIN not in rates:
@@ -84,8 +85,9 @@ class _Script:
     ) -> TrialRecord:
         self.calls.append(number)
         self.windows.append(window)
-        if self.clock is not None:
-            self.clock.now += self.seconds
+        if self.clock is not None:  # seconds by measurement, where a list (its last repeats)
+            each = self.seconds if isinstance(self.seconds, float) else self.seconds[: len(self.calls)][-1]
+            self.clock.now += each
         rate = self.rate(number)
         return measured_record({"tokens_per_s": rate, "samples_per_s": rate / 10, "peak_memory_bytes": 1})
 
@@ -440,9 +442,9 @@ def test_a_rounds_warm_up_is_predicted_from_the_searchs_first_step() -> None:
     )
 
 
-def test_the_rounds_looks_are_planned_from_the_first_rounds_costs() -> None:
+def test_the_rounds_looks_are_planned_from_what_the_rounds_asked_for_cost() -> None:
     # Each measurement is predicted at 3.05 s (a 2 s first step) but takes 1 s: the 20 s budget
-    # pays, by the prediction, for the two rounds asked for only; by what round 1 cost, for 4 more
+    # pays, by the prediction, for the two rounds asked for only; by what they cost, for 4 more
     # rounds of the leader and the baseline's pair. The looks are set before round 2 is looked at.
     clock = _Clock()
     spread = _rates([0.3, -0.2, 0.25, -0.15, 0.3, -0.2])  # undecidable: the rounds go on
@@ -455,6 +457,41 @@ def test_the_rounds_looks_are_planned_from_the_first_rounds_costs() -> None:
     )
     assert study.user_attrs["rounds_looks"] == 2 + (20 - 2 * 3) // 3 - 2 + 1
     assert clock.now <= 20.0
+
+
+def test_the_looks_are_counted_from_round_2s_costs_where_its_windows_cost_more() -> None:
+    # Round 1 costs 1 s a measurement, round 2 (its windows sized from round 1's noise) 2 s. By
+    # round 1's costs, 13 s pay for 4 rounds (3 looks); after round 2, the 4 s left pay for none
+    # more: one look, at 95%. With 16 s, the 7 s left pay for a third round: it runs, and the
+    # rounds are looked at once, after it. The race stays open (a wide spread) throughout.
+    spread = _rates([0.3, -0.2, 0.25, -0.15, 0.3, -0.2])
+    for budget, calls in ((13.0, 6), (16.0, 9)):
+        clock = _Clock()
+        script = _Script({0: spread, BASELINE: [100.0] * 6}, clock, [1.0, 1.0, 1.0, 2.0])
+        study = rated_study({0: 110.0})
+        remeasure_finalists(
+            script, _plan(finalists=1, rounds=2), StudyStore(study), Reporter(), budget_s=budget, clock=clock
+        )
+        assert len(script.calls) == calls and clock.now <= budget, budget
+        assert study.user_attrs["rounds_looks"] == 1 and study.user_attrs["rounds_look"] == 1, budget
+        fit = rounds_fit({f.number: f for f in read_study(study).finalists}, 1, 1)
+        assert fit is not None and fit.level == pytest.approx(1 - ERROR_RATE)
+
+
+def test_rounds_that_end_before_their_first_look_are_looked_at_once() -> None:
+    # Three rounds asked for, predicted at 1.15 s a measurement: 16 s pay for 4 rounds (2 looks).
+    # Round 1 costs 1 s a measurement, round 2 3 s: 12 s spent, and round 3 (9 s) does not fit.
+    # The rounds end before the look they were asked for, so the look after round 2 is the only one.
+    clock = _Clock()
+    script = _Script({0: _rates([0.3, 0.28]), BASELINE: [100.0, 99.0]}, clock, [1.0, 1.0, 1.0, 3.0])
+    study = rated_study({0: 130.0})
+    predicted = {n: 1.15 for n in (0, BASELINE, BASELINE_AGAIN)}
+    assert planned_rounds(predicted, predicted, 3, 16.0) == 4
+    remeasure_finalists(
+        script, _plan(finalists=1, rounds=3), StudyStore(study), Reporter(), budget_s=16.0, clock=clock
+    )
+    assert len(script.calls) == 6 and study.user_attrs["rounds_looks"] == 1
+    assert study.user_attrs["rounds_look"] == 1
 
 
 def test_a_round_the_time_left_cannot_pay_for_is_cut_to_the_leader_and_the_baseline() -> None:
