@@ -86,7 +86,7 @@ class _Script:
         self.calls.append(number)
         self.windows.append(window)
         if self.clock is not None:  # seconds by measurement, where a list (its last repeats)
-            each = self.seconds if isinstance(self.seconds, float) else self.seconds[: len(self.calls)][-1]
+            each = self.seconds[: len(self.calls)][-1] if isinstance(self.seconds, list) else self.seconds
             self.clock.now += each
         rate = self.rate(number)
         return measured_record({"tokens_per_s": rate, "samples_per_s": rate / 10, "peak_memory_bytes": 1})
