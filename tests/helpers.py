@@ -526,11 +526,18 @@ def default_interrupt_signals() -> None:
         signal.signal(number, signal.SIG_DFL)
 
 
-def rated_study(rates: dict[int, float], baseline: bool = True, first_step_s: float | None = None) -> Any:
+def rated_study(
+    rates: dict[int, float],
+    baseline: bool = True,
+    first_step_s: float | None = None,
+    window: dict[str, Any] | None = None,
+) -> Any:
     """A study whose trials (data-loader workers as their numbers' tags: a knob that leaves the
     training math alone) measured `rates` (number -> tok/s) in windows of 0.1 s steps, each a
-    first step of `first_step_s` where given."""
+    first step of `first_step_s` where given, and the baseline too; `window`: more of their
+    measurement's attributes (its steps' spread, say)."""
     first = {"first_step_s": first_step_s} if first_step_s is not None else {}
+    first.update(window or {})
     import optuna
 
     study = optuna.create_study(direction="maximize")

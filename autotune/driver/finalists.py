@@ -33,6 +33,7 @@ from autotune.driver.sequential import (
     planned_rounds,
     round_window,
     rounds_paid,
+    sized_rounds,
     warming_window,
     window_seconds,
     within_budget,
@@ -137,6 +138,7 @@ def remeasure_finalists(
     named = ", ".join(contestant_name(n) for n in contestants if n != BASELINE_AGAIN)
     twice = " (the baseline twice in each)" if BASELINE_AGAIN in contestants else ""
     reporter.on_note(f"re-measuring {named} in {first_rounds} rotated rounds{twice}")
+    sized = sized_rounds(first_rounds, contestants, paces, settings, budget_s)
     began = clock()
     measured_now = list(contestants)
     round_number = 0
@@ -154,8 +156,8 @@ def remeasure_finalists(
                 break
             measured_now = affordable
         # the first rounds' windows leave the budget room for the rounds a decision needs (two at
-        # least); a later round's may share what is left
-        paying = max(1, max(first_rounds, 2) - round_number + 1)
+        # least, three where the least windows pay for them); a later round's may share what is left
+        paying = max(1, sized - round_number + 1)
         per = None if left is None else window_seconds(left / paying, measured_now, paces)
         for position, number in enumerate(round_order(measured_now, round_number)):
             params, verbatim = contestants[number]

@@ -32,12 +32,16 @@ from autotune.records import (
 # end (so FINALISTS_SHARE / (1 - FINALISTS_SHARE) of the time spent before them).
 FINALISTS_SHARE = 0.30
 # The warm-up of a round's configuration that compiles nothing: its first step (a fresh process's
-# first kernels, allocations and optimizer state) and one more. The search measured it already;
-# only compilation needs its steps watched until they stop falling.
+# first kernels, allocations and optimizer state) and one more, or the first alone where the
+# search's own steps after its first ran at their steady pace (`pace_of`). The search measured it
+# already; only compilation needs its steps watched until they stop falling.
 ROUND_EAGER_WARMUP_STEPS = 2
-# A round's window may end after this many steps (at most the search's own minimum) once its
-# interval is as narrow as the round needs: what decides is the spread across rounds.
-ROUND_MIN_STEPS = 3
+# A search's warm-up steps after its first ran "at their steady pace" within this share of it.
+STEADY_TOLERANCE = 0.05
+# A round's window holds at least this many steps (at most the search's own minimum): what decides
+# is the spread across rounds, most of it between processes, so a round buys more with one more
+# process per contestant than with longer windows (`sized_rounds`).
+ROUND_MIN_STEPS = 2
 
 
 def finalists_budget_s(spent_s: float) -> float:
@@ -73,7 +77,7 @@ def round_window(
     often on a run of fast steps (step times have a floor and a long tail of slow ones), and one cut
     by the seconds left may hold a single step right after the warm-up: one step's noise, and
     nothing of the steady state a user's run spends its time in. The search's `max_seconds` bounds
-    it still. A configuration that compiles nothing warms up for `ROUND_EAGER_WARMUP_STEPS`: the
+    it still. A configuration that compiles nothing warms up for its `Pace.warmup_steps`: the
     search has seen it settle."""
     steps = pace.steps(settings, None if fit is None else fit.noise)
     if seconds is not None and pace.step_s > 0:
@@ -82,7 +86,7 @@ def round_window(
         "min_measure_steps": steps,
         "measure_steps": steps,
         "max_seconds": settings.max_seconds,
-        "eager_settle_steps": min(settings.settle_steps, ROUND_EAGER_WARMUP_STEPS),
+        "eager_settle_steps": min(settings.settle_steps, pace.warmup_steps),
     }
 
 
@@ -101,12 +105,14 @@ def _most_steps(settings: MeasureSettings) -> int:
 class Pace:
     """How a configuration runs, from its search window, for planning its rounds' measurements:
     its steady step's seconds (`step_s`), one step's relative spread in throughput (`spread`; None:
-    not known), and what a measurement of it pays besides its window (`fixed_s`: its set-up, its
-    warm-up and starting its process)."""
+    not known), what a measurement of it pays besides its window (`fixed_s`: its set-up, its
+    warm-up and starting its process), and the warm-up steps of a round's measurement where it
+    compiles nothing (`warmup_steps`)."""
 
     step_s: float
     spread: float | None
     fixed_s: float
+    warmup_steps: int = ROUND_EAGER_WARMUP_STEPS
 
     def steps(self, settings: MeasureSettings, noise: float | None = None) -> int:
         """The window's steps that make a measurement most precise per second it costs. A
@@ -194,9 +200,9 @@ def by_median(scores: dict[int, dict[int, float]]) -> list[int]:
 
 def pace_of(record: TrialRecord, settings: MeasureSettings) -> Pace:
     """A configuration's `Pace` from its search window: its steady step, the spread of its steps,
-    and its set-up and warm-up as a round's fresh process pays them again (a round's two steps
-    where it compiled nothing, and the excess its search warm-up took over steady steps), with
-    starting its process."""
+    and its set-up and warm-up as a round's fresh process pays them again (a round's warm-up steps
+    where it compiled nothing, `eager_warmup_steps`, and the excess its search warm-up took over
+    steady steps), with starting its process."""
     measured = record.measurement
     step_s = measured.step_time_median_s or measured.step_time_mean_s
     if not step_s and measured.tokens_per_step and record.tokens_per_s:
@@ -205,7 +211,8 @@ def pace_of(record: TrialRecord, settings: MeasureSettings) -> Pace:
     # a round's warm-up steps: its fresh process's first step (a data-loader worker's start, the
     # first kernels, as the search's first step took them), then steady ones; without a first step
     # on record, every step of the search's warm-up beyond steady ones
-    eager = min(settings.settle_steps, ROUND_EAGER_WARMUP_STEPS)
+    steps = eager_warmup_steps(record, step_s)
+    eager = min(settings.settle_steps, steps)
     if measured.first_step_s is not None and eager >= 1:
         warmup_s = measured.first_step_s + (eager - 1) * step_s
     else:
@@ -216,7 +223,21 @@ def pace_of(record: TrialRecord, settings: MeasureSettings) -> Pace:
     spread = None
     if ci and count and count > 1 and math.isfinite(ci):
         spread = ci * math.sqrt(count) / t_quantile(0.975, count - 1)  # one step's relative spread
-    return Pace(step_s, spread, (measured.setup_s or 0.0) + warmup_s + PROCESS_START_S)
+    return Pace(step_s, spread, (measured.setup_s or 0.0) + warmup_s + PROCESS_START_S, steps)
+
+
+def eager_warmup_steps(record: TrialRecord, step_s: float) -> int:
+    """The warm-up steps of a round's measurement of `record`'s configuration where it compiles
+    nothing: its first step alone where the search's warm-up steps after the first ran at their
+    steady pace (within `STEADY_TOLERANCE` of `step_s`, on average), else `ROUND_EAGER_WARMUP_STEPS`
+    (a second step still paying for allocations or a data-loader worker's first batches, or a
+    warm-up not on record)."""
+    measured = record.measurement
+    count, first, total = measured.warmup_steps, measured.first_step_s, measured.warmup_s
+    if not count or count < 2 or first is None or total is None or step_s <= 0:
+        return ROUND_EAGER_WARMUP_STEPS
+    later = (total - first) / (count - 1)
+    return 1 if later <= step_s * (1 + STEADY_TOLERANCE) else ROUND_EAGER_WARMUP_STEPS
 
 
 def measurement_cost(number: int, rounds: Rounds, predicted: dict[int, float]) -> float:
@@ -327,6 +348,30 @@ def within_budget(
     ):
         return least
     return None
+
+
+def sized_rounds(
+    first_rounds: int,
+    contestants: Collection[int],
+    paces: dict[int, Pace],
+    settings: MeasureSettings,
+    budget_s: float | None,
+) -> int:
+    """The rounds the first rounds' windows are sized to leave room for: the rounds asked for (two
+    at least), and one more where the budget pays for them at the least windows (`ROUND_MIN_STEPS`)
+    with a round more of the best trial and the baseline's pair (as `within_budget` measures one
+    that not every contestant fits). A third round gives the noise 6 or 7 degrees of freedom
+    instead of 4 (t at 95% 2.45 or 2.36 against 2.78) and the leader's contrast with the baseline a
+    third of its measurements more: its interval narrows by about 30%, where windows longer by
+    the same seconds narrow only the part of the noise that is the window's own, not the spread
+    between processes that most of it is."""
+    asked = max(first_rounds, 2)
+    if budget_s is None:
+        return asked
+    least = _least_steps(settings)
+    cost = {n: paces[n].fixed_s + least * paces[n].step_s for n in contestants}
+    last = [n for n in contestants if n < 0] + [n for n in contestants if n >= 0][:1]
+    return asked + 1 if asked * sum(cost.values()) + sum(cost[n] for n in last) <= budget_s else asked
 
 
 def window_seconds(left: float, racing: Sequence[int], paces: dict[int, Pace]) -> float:

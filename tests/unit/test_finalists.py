@@ -26,6 +26,7 @@ from autotune.driver.sequential import (
     pace_of,
     planned_rounds,
     round_window,
+    sized_rounds,
     window_seconds,
 )
 from autotune.measure.looks import ERROR_RATE, FIRST_LOOK_SHARE, look_level
@@ -360,8 +361,9 @@ def test_a_tight_budget_keeps_fewer_finalists_and_fewer_rounds() -> None:
         for n in range(3)
     ]
     assert all(
-        c == pytest.approx(0.5 + 5 * 0.1 + 0.15, abs=0.01) for c in costs
-    )  # set-up, 2 + 3 steps, start
+        c == pytest.approx(0.5 + (ROUND_EAGER_WARMUP_STEPS + ROUND_MIN_STEPS) * 0.1 + 0.15, abs=0.01)
+        for c in costs
+    )  # set-up, 2 + 2 steps, start
     plan = _plan(finalists=3, rounds=2)
     remeasure_finalists(script, plan, StudyStore(study), Reporter(), budget_s=12.0, clock=clock)
     assert sorted(set(script.calls)) == sorted({0, 1, BASELINE, BASELINE_AGAIN})
@@ -433,12 +435,12 @@ def test_a_rounds_warm_up_is_predicted_from_the_searchs_first_step() -> None:
     study = rated_study({0: 120.0}, first_step_s=2.0)
     record = trial_record(0, {}, "COMPLETE", {**study.trials[0].user_attrs, "warmup_excess_s": 9.0})
     assert pace_of(record, MeasureSettings()).cost(MeasureSettings()) == pytest.approx(
-        0.5 + 2.1 + 3 * 0.1 + 0.15
+        0.5 + 2.1 + ROUND_MIN_STEPS * 0.1 + 0.15
     )
     attrs = {**rated_study({0: 120.0}).trials[0].user_attrs, "warmup_excess_s": 9.0}
     without = trial_record(0, {}, "COMPLETE", attrs)
     assert pace_of(without, MeasureSettings()).cost(MeasureSettings()) == pytest.approx(
-        0.5 + 9.2 + 3 * 0.1 + 0.15
+        0.5 + 9.2 + ROUND_MIN_STEPS * 0.1 + 0.15
     )
 
 
@@ -542,10 +544,11 @@ def test_a_rounds_window_buys_the_most_precision_per_second() -> None:
     # 0.1 s steps whose throughput spreads 10% from step to step; 0.5 s of set-up and warm-up
     pace = Pace(step_s=0.1, spread=0.10, fixed_s=0.5)
     first = round_window(settings, pace, None)
-    # a count fixed before the window starts (no stopping rule), bounded by the search's seconds
+    # a count fixed before the window starts (no stopping rule), bounded by the search's seconds:
+    # before the rounds have a noise, one step's spread stands for it (sqrt(0.5 / 0.1), rounded up)
     assert first == {
-        "min_measure_steps": ROUND_MIN_STEPS,
-        "measure_steps": ROUND_MIN_STEPS,
+        "min_measure_steps": 3,
+        "measure_steps": 3,
         "max_seconds": 60.0,
         "eager_settle_steps": ROUND_EAGER_WARMUP_STEPS,
     }
@@ -633,6 +636,60 @@ def test_the_first_rounds_windows_leave_room_for_the_rounds_a_decision_needs() -
     assert first is not None
     wanted = pace.steps(MeasureSettings())
     assert first["measure_steps"] == max(ROUND_MIN_STEPS, min(wanted, int(per / pace.step_s)))
+
+
+_SPREAD = {"rel_ci_halfwidth": 0.05, "measured_steps": 10}  # steps that spread from one to the next
+
+
+def _first_steps(budget_s: float) -> int:
+    """The first round's window steps (the best trial and the baseline's pair, 0.1 s steps after a
+    2 s first step: a measurement pays 2.75 s besides its window, whose best count is 6 steps)."""
+    clock = _Clock()
+    script = _Script({0: _rates([0.3, -0.2, 0.25]), BASELINE: [100.0] * 3}, clock, 1.0)
+    study = rated_study({0: 110.0}, first_step_s=2.0, window=_SPREAD)
+    remeasure_finalists(
+        script, _plan(finalists=1, rounds=2), StudyStore(study), Reporter(), budget_s=budget_s, clock=clock
+    )
+    first = script.windows[0]
+    assert first is not None and first["min_measure_steps"] == first["measure_steps"]
+    return int(first["measure_steps"])
+
+
+def test_the_first_windows_leave_room_for_a_third_round_where_the_least_windows_pay_for_it() -> None:
+    # At the least windows a measurement costs 2.75 + 2 x 0.1 s, a round of three 8.85 s: 26.55 s pay
+    # for two rounds and a third of the best trial and the baseline's pair.
+    study = rated_study({0: 110.0}, first_step_s=2.0, window=_SPREAD)
+    settings = MeasureSettings()
+    record = trial_record(0, {}, "COMPLETE", study.trials[0].user_attrs)
+    paces = {n: pace_of(record, settings) for n in (0, BASELINE, BASELINE_AGAIN)}
+    assert paces[0].fixed_s == pytest.approx(2.75) and paces[0].steps(settings) == 6
+    assert sized_rounds(2, paces, paces, settings, 26.6) == 3
+    assert sized_rounds(2, paces, paces, settings, 26.5) == 2
+    assert sized_rounds(2, paces, paces, settings, None) == 2
+    assert sized_rounds(1, paces, paces, settings, 26.5) == 2  # two rounds at least
+    # a third round's room cuts the first windows to the least steps; without it they hold the best
+    assert _first_steps(27.0) == ROUND_MIN_STEPS
+    assert _first_steps(26.0) == 6
+
+
+def test_a_rounds_warm_up_is_one_step_where_the_searchs_later_warm_up_steps_ran_steady() -> None:
+    settings = MeasureSettings()
+    attrs = {**rated_study({0: 120.0}).trials[0].user_attrs, "first_step_s": 0.5, "warmup_steps": 3}
+    steady = pace_of(trial_record(0, {}, "COMPLETE", {**attrs, "warmup_s": 0.5 + 0.1 + 0.104}), settings)
+    assert steady.warmup_steps == 1 and steady.fixed_s == pytest.approx(0.5 + 0.5 + 0.15)
+    assert round_window(settings, steady, None)["eager_settle_steps"] == 1
+    # a second step still slower than steady ones (allocations, a worker's first batches): two
+    slow = pace_of(trial_record(0, {}, "COMPLETE", {**attrs, "warmup_s": 0.5 + 0.13 + 0.1}), settings)
+    assert slow.warmup_steps == ROUND_EAGER_WARMUP_STEPS == 2
+    assert slow.fixed_s == pytest.approx(0.5 + 0.5 + 0.1 + 0.15)
+    assert round_window(settings, slow, None)["eager_settle_steps"] == 2
+    # no warm-up on record, or one step of it: two
+    for missing in ({}, {"warmup_steps": 1, "warmup_s": 0.5}):
+        record = trial_record(0, {}, "COMPLETE", {**attrs, "warmup_steps": None, **missing})
+        assert pace_of(record, settings).warmup_steps == 2
+    # never more than the settings' own settling steps
+    one = MeasureSettings(settle_steps=1)
+    assert round_window(one, slow, None)["eager_settle_steps"] == 1
 
 
 @pytest.mark.parametrize(
