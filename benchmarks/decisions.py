@@ -289,8 +289,10 @@ def coverage(
     user re-measures them: name -> the user's ratio (`paired_speedup`), and each run's verdict.
     With ``--code``, only that code's answers are re-measured, and with ``--only aa`` or ``--only
     power`` beside ``coverage`` only that part's (the answers of this run: a user re-measures beside
-    the searches, not hours after them); the other users are `kept` (the stored coverage's), and
-    every answer is judged by the newest re-measure of its configuration."""
+    the searches, not hours after them); the other users are `kept` (the stored coverage's). The
+    users are kept by code: every answer is judged by the users re-measured in its own code's run
+    (a later run of the other code does not re-judge it), else, for users stored before they were
+    kept by code, by the newest re-measure of its configuration."""
     from autotune.measure.stats import paired_speedup
     from autotune.progress import describe_params
 
@@ -302,7 +304,10 @@ def coverage(
     searched = [p for p in ("aa", "power") if p in (args.only or ())] or ["aa", "power"]
     for run in (r for r in answers if r["code"] in (args.code or CODES) and r["part"] in searched):
         defaults = dict(run["baseline_params"])
-        group = groups.setdefault(describe_params(defaults), {"defaults": defaults, "configs": {}})
+        group = groups.setdefault(
+            describe_params(defaults), {"defaults": defaults, "configs": {}, "codes": set()}
+        )
+        group["codes"].add(run["code"])
         # the user's run: their defaults with the stated knobs over them
         group["configs"][describe_params(run["stated"]["params"])] = {**defaults, **run["stated"]["params"]}
     users: dict[str, Any] = dict((kept or {}).get("users") or {})
@@ -314,9 +319,10 @@ def coverage(
         rates = rates_of(rounds)
         for name in group["configs"]:
             speedup = paired_speedup(rates[name], rates["defaults"])
-            users[f"{name_of_defaults} | {name}"] = speedup.to_dict() if speedup is not None else None
+            for code in group["codes"]:  # the codes of this run share its users
+                users[f"{code} | {name_of_defaults} | {name}"] = speedup.to_dict() if speedup else None
     for run in answers:
-        run["user"] = users.get(key(run))
+        run["user"] = users.get(f"{run['code']} | {key(run)}", users.get(key(run)))
         run["holds"] = holds(run["stated"]["speedup"], run["user"])
     return {"users": users, "seconds": args.seconds}
 
