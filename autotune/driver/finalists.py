@@ -24,6 +24,7 @@ from typing import Any
 from autotune.answer.choices import same_as_baseline
 from autotune.driver.questions import contestant_name, decided_out
 from autotune.driver.sequential import (
+    BUDGET_RESERVE,
     Rounds,
     first_look,
     fitting,
@@ -101,11 +102,15 @@ def remeasure_finalists(
     decided (`autotune.answer.decide`).
 
     Args:
-        budget_s: the finalists' wall seconds at most (None: `MAX_ROUNDS` alone bounds them). The
-            finalists and rounds are chosen to fit it: fewer finalists where the rounds asked for
-            would not, and no round that the time left would not pay for.
+        budget_s: the finalists' wall seconds at most (None: `MAX_ROUNDS` alone bounds them),
+            counted from this call, `BUDGET_RESERVE` of it kept back. The finalists and rounds are
+            chosen to fit it: fewer finalists where the rounds asked for would not, and no round
+            that the time left would not pay for.
         clock: the seconds the budget is counted in (a test's fake clock).
     """
+    began = clock()  # the budget counts from here: choosing the finalists is part of what it pays
+    if budget_s is not None:
+        budget_s *= 1 - BUDGET_RESERVE  # for what the rounds do not time, and their costs' spread
     record = read_study(study)
     finalists = choose_finalists(study, plan.config.finalists)
     baseline = record.baseline
@@ -139,7 +144,6 @@ def remeasure_finalists(
     twice = " (the baseline twice in each)" if BASELINE_AGAIN in contestants else ""
     reporter.on_note(f"re-measuring {named} in {first_rounds} rotated rounds{twice}")
     sized = sized_rounds(first_rounds, contestants, paces, settings, budget_s)
-    began = clock()
     measured_now = list(contestants)
     round_number = 0
     while round_number < max_rounds:

@@ -31,6 +31,10 @@ from autotune.records import (
 # The finalists' share of a whole search at most: their budget is this share of the search they
 # end (so FINALISTS_SHARE / (1 - FINALISTS_SHARE) of the time spent before them).
 FINALISTS_SHARE = 0.30
+# The part of the finalists' budget the rounds keep back: what their measurements do not time
+# (choosing the finalists, storing the rounds) and the spread of a measurement's cost past the most
+# it has cost so far, by which the last round a budget just pays for overran it by 2%-4%.
+BUDGET_RESERVE = 0.05
 # The warm-up of a round's configuration that compiles nothing: its first step (a fresh process's
 # first kernels, allocations and optimizer state) and one more, or the first alone where the
 # search's own steps after its first ran at their steady pace (`pace_of`). The search measured it

@@ -17,6 +17,7 @@ from autotune.answer.race import race_of
 from autotune.driver.finalists import BASELINE, BASELINE_AGAIN, remeasure_finalists
 from autotune.driver.questions import CLAIM_HALF_WIDTH
 from autotune.driver.sequential import (
+    BUDGET_RESERVE,
     FINALISTS_SHARE,
     MAX_ROUNDS,
     ROUND_EAGER_WARMUP_STEPS,
@@ -348,8 +349,9 @@ def test_the_budget_is_a_share_of_the_whole_search_however_short() -> None:
 
 
 def test_a_tight_budget_keeps_fewer_finalists_and_fewer_rounds() -> None:
-    # Each measurement costs 1.5 s on the fake clock. 16 s pay for two rounds of the two best
-    # trials and the baseline's pair: trial 2 is left out, and no round more is affordable.
+    # Each measurement costs 1.5 s on the fake clock. 12 s (past the reserve) pay for two rounds of
+    # the two best trials and the baseline's pair: trial 2 is left out, and no round more is
+    # affordable.
     clock = _Clock()
     script = _Script(
         {0: _rates([0.1, 0.3, 0.2, 0.25]), 1: [90.0] * 4, 2: [85.0] * 4, BASELINE: [100.0] * 4}, clock, 1.5
@@ -365,7 +367,8 @@ def test_a_tight_budget_keeps_fewer_finalists_and_fewer_rounds() -> None:
         for c in costs
     )  # set-up, 2 + 2 steps, start
     plan = _plan(finalists=3, rounds=2)
-    remeasure_finalists(script, plan, StudyStore(study), Reporter(), budget_s=12.0, clock=clock)
+    budget_s = 12.0 / (1 - BUDGET_RESERVE)
+    remeasure_finalists(script, plan, StudyStore(study), Reporter(), budget_s=budget_s, clock=clock)
     assert sorted(set(script.calls)) == sorted({0, 1, BASELINE, BASELINE_AGAIN})
     assert len(script.calls) == 8 and study.user_attrs["rounds_looks"] == 1
     # a budget of 30 s keeps all three, and pays for more rounds than the two asked for
@@ -398,11 +401,26 @@ def test_the_rounds_stop_when_the_budget_is_spent() -> None:
     remeasure_finalists(
         script, _plan(finalists=1, rounds=2), StudyStore(study), Reporter(), budget_s=10.0, clock=clock
     )
-    assert clock.now <= 10.0
+    assert clock.now <= 10.0 * (1 - BUDGET_RESERVE)
     # the rounds the budget pays for at what the first round's measurements cost (1 s each): the
     # wide interval is measured on past the two rounds asked for, up to them
     paid = planned_rounds({0: 0, -1: 0, -2: 0}, {0: 1.0, -1: 1.0, -2: 1.0}, 2, 10.0)
     assert paid == 3 and len(_rounds_of(study)[0]) == paid
+
+
+def test_the_rounds_keep_a_reserve_of_their_budget() -> None:
+    # 9.4 s would pay for three rounds of the leader and the baseline's pair at 1 s a measurement,
+    # past the reserve (8.93 s) for two: what the rounds do not time (choosing the finalists,
+    # storing the rounds) and a last measurement that costs more than the ones before it are paid
+    # from the rest, not over the budget.
+    clock = _Clock()
+    spread = _rates([0.3, -0.2, 0.25, -0.15, 0.3, -0.2])
+    script = _Script({0: spread, BASELINE: [100.0] * 6}, clock, 1.0)
+    study = rated_study({0: 110.0})
+    remeasure_finalists(
+        script, _plan(finalists=1, rounds=2), StudyStore(study), Reporter(), budget_s=9.4, clock=clock
+    )
+    assert len(_rounds_of(study)[0]) == 2 and clock.now <= 9.4 * (1 - BUDGET_RESERVE)
 
 
 def test_a_budget_that_pays_for_one_more_round_is_looked_at_once_after_it() -> None:
@@ -668,8 +686,8 @@ def test_the_first_windows_leave_room_for_a_third_round_where_the_least_windows_
     assert sized_rounds(2, paces, paces, settings, None) == 2
     assert sized_rounds(1, paces, paces, settings, 26.5) == 2  # two rounds at least
     # a third round's room cuts the first windows to the least steps; without it they hold the best
-    assert _first_steps(27.0) == ROUND_MIN_STEPS
-    assert _first_steps(26.0) == 6
+    assert _first_steps(27.0 / (1 - BUDGET_RESERVE)) == ROUND_MIN_STEPS  # past the reserve
+    assert _first_steps(26.0 / (1 - BUDGET_RESERVE)) == 6
 
 
 def test_a_rounds_warm_up_is_one_step_where_the_searchs_later_warm_up_steps_ran_steady() -> None:
