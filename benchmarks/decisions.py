@@ -319,8 +319,9 @@ def coverage(
         rates = rates_of(rounds)
         for name in group["configs"]:
             speedup = paired_speedup(rates[name], rates["defaults"])
+            user = speedup.to_dict() if speedup is not None else None
             for code in group["codes"]:  # the codes of this run share its users
-                users[f"{code} | {name_of_defaults} | {name}"] = speedup.to_dict() if speedup else None
+                users[f"{code} | {name_of_defaults} | {name}"] = user
     for run in answers:
         run["user"] = users.get(f"{run['code']} | {key(run)}", users.get(key(run)))
         run["holds"] = holds(run["stated"]["speedup"], run["user"])

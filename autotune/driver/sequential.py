@@ -33,7 +33,8 @@ from autotune.records import (
 FINALISTS_SHARE = 0.30
 # The part of the finalists' budget the rounds keep back: what their measurements do not time
 # (choosing the finalists, storing the rounds) and the spread of a measurement's cost past the most
-# it has cost so far, by which the last round a budget just pays for overran it by 2%-4%.
+# it has cost so far, by which a round the budget just paid for ended past it (an A/A search's
+# finalists took 30.1% of the search on an Intel Xeon, benchmarks/RESULTS.md "Decisions").
 BUDGET_RESERVE = 0.05
 # The warm-up of a round's configuration that compiles nothing: its first step (a fresh process's
 # first kernels, allocations and optimizer state) and one more, or the first alone where the

@@ -134,7 +134,7 @@ def test_an_honest_interval_is_expected_to_hold_a_noisy_users_ratio_less_often()
     assert figures(runs, "after")["expected"] == [expected_hold(noisy)]  # the second has no user
 
 
-def test_coverage_re_measures_only_the_codes_asked_for_and_judges_every_answer_by_the_newest(
+def test_coverage_re_measures_only_the_codes_asked_for_and_judges_each_answer_by_its_codes_users(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import argparse
@@ -166,10 +166,13 @@ def test_coverage_re_measures_only_the_codes_asked_for_and_judges_every_answer_b
     old_key = f"{describe_params(defaults)} | {describe_params(before['stated']['params'])}"
     kept = {"users": {old_key: {"ratio": 0.9, "low": 0.8, "high": 1.0, "rounds": 3, "se": 0.05}}}
     aa = {**answer("after", {"optim": "adafactor"}), "part": "aa"}  # not searched in this run
+    # the before code's answer of the configuration the after's users re-measure: not re-judged by them
+    earlier = answer("before", {"activation_checkpointing": False})
     args = argparse.Namespace(code=["after"], only=["power", "coverage"], rounds=4, seconds=8.0)
-    found = decisions.coverage([after, before, aa], args, kept)
+    found = decisions.coverage([after, before, aa, earlier], args, kept)
     assert measured == [["defaults", describe_params(after["stated"]["params"])]]  # the after's only
     assert before["user"]["ratio"] == 0.9 and before["holds"] is False  # kept, and judged by it
     assert aa["user"]["ratio"] == 0.9  # the same configuration and defaults: the same user
     assert after["user"]["rounds"] == 4 and after["holds"] is True  # 1.30-1.33x: inside 1.25-1.36
-    assert set(found["users"]) == {old_key, f"{describe_params(defaults)} | ckpt=off"}
+    assert earlier["user"] is None and earlier["holds"] is None
+    assert set(found["users"]) == {old_key, f"after | {describe_params(defaults)} | ckpt=off"}
