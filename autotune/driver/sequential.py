@@ -275,7 +275,7 @@ def fitting(
     trials = [n for n in kept if n >= 0]
     # the kept ones move to the front, after the best trial: the others are left out first
     trials = trials[:1] + [n for n in trials[1:] if n in keep] + [n for n in trials[1:] if n not in keep]
-    least = sum(predicted.get(n, PROCESS_START_S) for n in [*trials[:1], *(n for n in kept if n < 0)])
+    least = sum(predicted.get(n, PROCESS_START_S) for n in cheapest_round(kept))
 
     def cost(reserve: float) -> float:
         return first_rounds * sum(predicted.get(n, PROCESS_START_S) for n in kept) + reserve
@@ -317,10 +317,15 @@ def rounds_paid(done: int, contestants: Collection[int], costs: dict[int, float]
     and the baseline's pair at `costs` a measurement (`MAX_ROUNDS` at most). A bound the rounds
     cannot pass: their intervals hold over that many looks together, so a look it leaves out would
     widen them for nothing, and one past it would spend error that is not there."""
-    least = [n for n in contestants if n < 0] + [n for n in contestants if n >= 0][:1]
-    smallest = sum(costs.get(n, PROCESS_START_S) for n in least)
+    smallest = sum(costs.get(n, PROCESS_START_S) for n in cheapest_round(contestants))
     extra = int(max(0.0, left_s) // smallest) if smallest > 0 else 0
     return max(done, min(MAX_ROUNDS, done + extra))
+
+
+def cheapest_round(contestants: Collection[int]) -> list[int]:
+    """Who the cheapest round there can be measures: the baseline's pair and the first trial of
+    `contestants` (the best one, in the finalists' order)."""
+    return [n for n in contestants if n < 0] + [n for n in contestants if n >= 0][:1]
 
 
 def first_look(first_rounds: int, max_rounds: int) -> int:
@@ -375,8 +380,8 @@ def sized_rounds(
         return asked
     least = _least_steps(settings)
     cost = {n: paces[n].fixed_s + least * paces[n].step_s for n in contestants}
-    last = [n for n in contestants if n < 0] + [n for n in contestants if n >= 0][:1]
-    return asked + 1 if asked * sum(cost.values()) + sum(cost[n] for n in last) <= budget_s else asked
+    third = asked * sum(cost.values()) + sum(cost[n] for n in cheapest_round(contestants))
+    return asked + 1 if third <= budget_s else asked
 
 
 def window_seconds(left: float, racing: Sequence[int], paces: dict[int, Pace]) -> float:
